@@ -1,0 +1,405 @@
+"""matrix.yaml: its schema, loading with one-paragraph errors, and expansion into cells.
+
+The matrix is the rig's single source of truth; everything downstream (cells, records,
+verdicts, reports, the gate) is derived from the `Cell` objects built here, so a file
+that does not validate must stop the run before any engine starts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+PLATFORMS = ("cpu", "cuda", "xpu")
+Platform = Literal["cpu", "cuda", "xpu"]
+DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
+_NAME = r"^[a-z0-9][a-z0-9_]*$"
+_BACKEND_NAME = r"^[A-Z][A-Z0-9_]*$"
+
+
+class MatrixError(Exception):
+    """A matrix file that cannot be used; the message is the one paragraph shown to users."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- platforms -------------------------------------------------------------------------
+
+
+class VllmSource(_Strict):
+    """Where a platform's vLLM comes from; the container build args follow from it."""
+
+    kind: Literal["pypi", "image", "wheel", "git"] = "pypi"
+    package: str = "vllm"
+    version: str | None = None
+    image: str | None = None
+    wheel: str | None = None
+    git_url: str = "https://github.com/vllm-project/vllm.git"
+    git_ref: str | None = None
+
+    @model_validator(mode="after")
+    def _has_what_its_kind_needs(self) -> VllmSource:
+        needed = {"pypi": "version", "image": "image", "wheel": "wheel", "git": "git_ref"}[
+            self.kind
+        ]
+        if getattr(self, needed) in (None, ""):
+            raise ValueError(f"a vLLM source of kind {self.kind!r} needs {needed!r}")
+        return self
+
+    def describe(self) -> str:
+        return {
+            "pypi": f"{self.package}=={self.version}",
+            "image": f"image {self.image}",
+            "wheel": f"wheel {self.wheel}",
+            "git": f"git {self.git_url}@{self.git_ref}",
+        }[self.kind]
+
+
+class PlatformSpec(_Strict):
+    """One column of the matrix: how its engines are installed, reached and configured."""
+
+    vllm: VllmSource
+    base_image: str
+    torch_index: str | None = None
+    extra_packages: list[str] = Field(default_factory=list)
+    devices: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    # The member a crafted exact-size replacement overrides, and how crafted backends reach
+    # the selector: "override" re-registers that member (CPU and XPU ignore
+    # --attention-backend), "custom" registers CUSTOM and selects it (CUDA).
+    default_backend: str = Field(pattern=_BACKEND_NAME)
+    crafted_route: Literal["override", "custom"] = "override"
+    multiprocessing: bool = False
+    timeout_s: float = Field(default=300, gt=0)
+    memory_limit_gb: float = Field(default=8, gt=0)
+
+
+# --- models ----------------------------------------------------------------------------
+
+
+class ModelSpec(_Strict):
+    """A miniature model: a shipped config.json plus overrides, loaded with dummy weights."""
+
+    family: Literal["hybrid_mamba", "gdn", "dsa", "dense"]
+    config: str
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    max_model_len: int = Field(default=256, ge=16)
+
+
+# --- cases -----------------------------------------------------------------------------
+
+
+class CraftedBackend(_Strict):
+    """A backend the rig's vLLM plugin puts into the engine.
+
+    exact=True overrides supports_block_size() so only the listed sizes are accepted (like
+    CPU_MLA); exact=False keeps vLLM's default reading of a plain int, "any multiple".
+    """
+
+    name: str = Field(pattern=_BACKEND_NAME)
+    sizes: Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1)]
+    exact: bool = True
+
+
+class Sibling(CraftedBackend):
+    """A second backend given to the attention layers whose prefix starts with `layers`."""
+
+    layers: str = Field(min_length=1)
+    base: str | None = Field(default=None, pattern=_BACKEND_NAME)
+
+
+class Replacement(CraftedBackend):
+    """Takes the place of the backend the platform picks, for every attention layer."""
+
+    target: str | None = Field(default=None, pattern=_BACKEND_NAME)
+
+
+class Crafted(_Strict):
+    replace: Replacement | None = None
+    siblings: list[Sibling] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> Crafted:
+        names = [s.name for s in self.siblings] + ([self.replace.name] if self.replace else [])
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"crafted backend names must be unique, repeated: {dupes}")
+        return self
+
+
+class Knobs(_Strict):
+    """Engine arguments a case varies; None leaves vLLM's own default."""
+
+    block_size: int | None = Field(default=None, gt=0)
+    enable_prefix_caching: bool | None = None
+    mamba_ssm_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    kv_cache_dtype: str | None = None
+    attention_backend: str | None = Field(default=None, pattern=_BACKEND_NAME)
+    multiprocessing: bool | None = None
+
+
+class Invariants(_Strict):
+    """Extra facts a running cell must show, on top of the ones every `runs` cell checks."""
+
+    block_size: int | None = None
+    block_size_in: list[int] | None = None
+    kernel_block_sizes_include: list[int] | None = None
+    backends_include: list[str] | None = None
+
+
+class Runs(_Strict):
+    outcome: Literal["runs"]
+    invariants: Invariants = Field(default_factory=Invariants)
+
+
+class EarlyError(_Strict):
+    outcome: Literal["early_error"]
+    backends: Annotated[list[str], Field(min_length=1)]
+
+
+class LateError(_Strict):
+    outcome: Literal["late_error"]
+    match: str
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        re.compile(v)
+        return v
+
+
+class Unsupported(_Strict):
+    outcome: Literal["unsupported"]
+    error: str
+    match: str
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        re.compile(v)
+        return v
+
+
+class Skip(_Strict):
+    outcome: Literal["skip"]
+    reason: str = Field(min_length=1)
+
+
+Expectation = Annotated[
+    Runs | EarlyError | LateError | Unsupported | Skip, Field(discriminator="outcome")
+]
+
+
+class Case(_Strict):
+    id: str = Field(pattern=_NAME)
+    model: str
+    doc: str = ""
+    knobs: Knobs = Field(default_factory=Knobs)
+    crafted: Crafted = Field(default_factory=Crafted)
+    expect: dict[Platform, Expectation]
+    gate: bool = False
+    prompt_tokens: int = Field(default=8, ge=5)
+    max_tokens: int = Field(default=4, ge=1)
+
+
+class Matrix(_Strict):
+    version: Literal[1]
+    platforms: dict[Platform, PlatformSpec]
+    models: dict[str, ModelSpec]
+    cases: list[Case]
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, v: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+        for name in v:
+            if not re.match(_NAME, name):
+                raise ValueError(f"model name {name!r} must match {_NAME}")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Matrix:
+        seen: set[tuple[str, str]] = set()
+        for i, case in enumerate(self.cases):
+            if case.model not in self.models:
+                known = ", ".join(sorted(self.models))
+                raise ValueError(
+                    f"cases.{i}.model: case {case.id!r} names unknown model {case.model!r}"
+                    f" (known: {known})"
+                )
+            key = (case.model, case.id)
+            if key in seen:
+                raise ValueError(f"cases.{i}.id: case {case.id!r} of {case.model!r} repeats")
+            seen.add(key)
+            for platform in case.expect:
+                if platform not in self.platforms:
+                    raise ValueError(
+                        f"cases.{i}.expect.{platform}: platform {platform!r} is not defined"
+                        " under platforms"
+                    )
+        return self
+
+
+# --- cells -----------------------------------------------------------------------------
+
+
+class Cell(_Strict):
+    """One case on one platform: what a single engine run is asked to show."""
+
+    platform: Platform
+    case: Case
+    model_name: str
+    model: ModelSpec
+    platform_spec: PlatformSpec
+    expect: Expectation
+
+    @property
+    def id(self) -> str:
+        return f"{self.platform}-{self.model_name}-{self.case.id}"
+
+    @property
+    def multiprocessing(self) -> bool:
+        knob = self.case.knobs.multiprocessing
+        return self.platform_spec.multiprocessing if knob is None else knob
+
+
+def expand(matrix: Matrix, platform: str | None = None) -> list[Cell]:
+    """Every (case, platform) pair with an expectation, in file order."""
+    if platform is not None and platform not in PLATFORMS:
+        raise MatrixError(
+            f"Unknown platform {platform!r}: kvrig knows {', '.join(PLATFORMS)}. Pass one of"
+            " them (or leave it out to use the host's)."
+        )
+    cells = []
+    for case in matrix.cases:
+        for plat, expect in case.expect.items():
+            if platform is not None and plat != platform:
+                continue
+            cells.append(
+                Cell(
+                    platform=plat,
+                    case=case,
+                    model_name=case.model,
+                    model=matrix.models[case.model],
+                    platform_spec=matrix.platforms[plat],
+                    expect=expect,
+                )
+            )
+    return cells
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+class _LineLoader(yaml.SafeLoader):
+    """Keeps each mapping key's line so a validation error can point into the file."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    mapping = loader.construct_mapping(node, deep=True)
+    lines = {}
+    for key_node, _ in node.value:
+        lines[loader.construct_object(key_node)] = key_node.start_mark.line + 1
+    mapping["__lines__"] = lines  # type: ignore[index]
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _strip_lines(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _strip_lines(v) for k, v in data.items() if k != "__lines__"}
+    if isinstance(data, list):
+        return [_strip_lines(v) for v in data]
+    return data
+
+
+def _line_of(data: Any, loc: Iterable[Any]) -> int | None:
+    """The line of the deepest key along `loc` that exists in the parsed file."""
+    line = None
+    node = data
+    for part in loc:
+        if isinstance(node, dict):
+            lines = node.get("__lines__", {})
+            if part in lines:
+                line = lines[part]
+            if part not in node:
+                break
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            break
+    return line
+
+
+_TAGS = {"runs", "early_error", "late_error", "unsupported", "skip"}
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Drops pydantic's union-tag parts so the path reads like the YAML."""
+    return tuple(p for p in loc if p not in _TAGS or not isinstance(p, str) or p == loc[-1])
+
+
+def _explain(path: Path, data: Any, err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = _clean_loc(tuple(first["loc"]))
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    line = _line_of(data, loc)
+    where = f"{path}:{line}" if line else str(path)
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = f"unknown key {loc[-1]!r}; check its spelling against the format in README.md"
+    elif first["type"] == "missing":
+        msg = f"required field {loc[-1]!r} is missing"
+    elif first["type"] == "union_tag_invalid":
+        msg = f"outcome must be one of {', '.join(sorted(_TAGS))}"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    more = err.error_count() - 1
+    extra = f" ({more} more problem{'s' if more > 1 else ''} after this one.)" if more else ""
+    got = first.get("input")
+    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+    return (
+        f"{where}: the matrix is invalid at {field}: {msg}{shown}. Nothing was run; fix the"
+        f" file and start again.{extra}"
+    )
+
+
+def load(path: Path | str = DEFAULT_MATRIX) -> Matrix:
+    """Reads and validates a matrix file, raising MatrixError with one readable paragraph."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise MatrixError(
+            f"{path}: cannot read the matrix file ({exc.strerror}). Pass an existing file"
+            " with --matrix, or run from the kvrig checkout that holds matrix.yaml."
+        ) from None
+    try:
+        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise MatrixError(
+            f"{where}: the matrix is not valid YAML ({problem}). Nothing was run; fix the"
+            " syntax and start again."
+        ) from None
+    if not isinstance(data, dict):
+        raise MatrixError(
+            f"{path}: the matrix must be a mapping with version, platforms, models and cases."
+            " Nothing was run."
+        )
+    try:
+        return Matrix.model_validate(_strip_lines(data))
+    except ValidationError as exc:
+        raise MatrixError(_explain(path, data, exc)) from None

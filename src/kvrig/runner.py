@@ -1,0 +1,192 @@
+"""Runs each cell in a fresh process session and saves its record the moment it ends.
+
+vLLM on CPU can die with SIGILL, hang in shutdown or leave its engine-core and worker
+processes behind; a cell therefore gets its own session (so every process it spawned can
+be found and killed), a wall-clock timeout and a memory ceiling over the whole session.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvrig import cell as cellmod
+from kvrig import hardware
+from kvrig.collect import assemble, parse_events
+from kvrig.matrix import Cell
+from kvrig.record import Record
+
+POLL_S = 0.25
+EXIT_GRACE_S = 15.0  # after the front end wrote its summary, how long it may take to exit
+LOG_TAIL_BYTES = 200_000
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where one cell's files go under a platform's results folder."""
+
+    results: Path
+    cell_id: str
+
+    @property
+    def workdir(self) -> Path:
+        return self.results / "cells" / self.cell_id
+
+    @property
+    def log(self) -> Path:
+        return self.results / "logs" / f"{self.cell_id}.log"
+
+    @property
+    def record(self) -> Path:
+        return self.results / "records" / f"{self.cell_id}.json"
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process of a session, found through /proc (children may re-parent)."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        # fields[0] is the state; fields[3] the session id (stat field 6).
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def session_rss_mb(pids: list[int]) -> float:
+    total_kb = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total_kb += int(line.split()[1])
+                        break
+        except OSError:
+            continue
+    return total_kb / 1024
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of the session, until none is left (bounded)."""
+    for _ in range(50):
+        pids = session_pids(sid)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+
+
+def run_cell(
+    cell: Cell,
+    results: Path,
+    *,
+    timeout_s: float | None = None,
+    memory_limit_gb: float | None = None,
+    python: str = sys.executable,
+) -> Record:
+    """Runs one cell to its end and returns (and saves) its record; never raises for the
+    cell's own failures, which are the record's to report."""
+    paths = Paths(results, cell.id)
+    if cell.expect.outcome == "skip":
+        rec = Record(cell_id=cell.id, platform=cell.platform, model=cell.model_name,
+                     case=cell.case.id, family=cell.model.family, outcome="skipped",
+                     skip_reason=cell.expect.reason, host=hardware.fingerprint())
+        rec.save(paths.record)
+        return rec
+    timeout_s = timeout_s or cell.platform_spec.timeout_s
+    limit_mb = (memory_limit_gb or cell.platform_spec.memory_limit_gb) * 1024
+    workdir = paths.workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    for stale in (cellmod.FRONTEND_FILE, cellmod.PROBE_FILE):
+        (workdir / stale).unlink(missing_ok=True)
+    (workdir / cellmod.CELL_FILE).write_text(cell.model_dump_json(indent=2))
+    paths.log.parent.mkdir(parents=True, exist_ok=True)
+    env = cellmod.cell_env(cell, workdir)
+
+    started = time.monotonic()
+    ended_by: str | None = None
+    peak_mb = 0.0
+    frontend_done_at: float | None = None
+    with open(paths.log, "wb") as log:
+        proc = subprocess.Popen(
+            [python, "-m", "kvrig.cell", str(workdir)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True,
+        )
+        sid = proc.pid
+        try:
+            while proc.poll() is None:
+                now = time.monotonic()
+                pids = session_pids(sid)
+                peak_mb = max(peak_mb, session_rss_mb(pids))
+                if peak_mb > limit_mb:
+                    ended_by = "memory"
+                    break
+                if now - started > timeout_s:
+                    ended_by = "timeout"
+                    break
+                if (workdir / cellmod.FRONTEND_FILE).exists():
+                    frontend_done_at = frontend_done_at or now
+                    if now - frontend_done_at > EXIT_GRACE_S:
+                        break
+                time.sleep(POLL_S)
+        finally:
+            # Also on KeyboardInterrupt: no engine process outlives its cell.
+            kill_session(sid)
+            proc.wait()
+    elapsed = time.monotonic() - started
+
+    frontend = None
+    fe = workdir / cellmod.FRONTEND_FILE
+    if fe.exists():
+        import json
+
+        frontend = json.loads(fe.read_text())
+    probe = workdir / cellmod.PROBE_FILE
+    events = parse_events(probe.read_text()) if probe.exists() else []
+    log_text = _tail(paths.log)
+    code = proc.returncode
+    sig = signal.Signals(-code).name if code is not None and code < 0 else None
+    if frontend is not None and sig == "SIGKILL" and ended_by is None:
+        sig = None  # killed by us after it finished: not a crash
+    rec = assemble(cell, frontend=frontend, events=events, exit_code=code, signal_name=sig,
+                   ended_by=ended_by, log_text=log_text)
+    rec.timings["wall_s"] = round(elapsed, 3)
+    rec.peak_rss_mb = round(peak_mb, 1)
+    rec.host = hardware.fingerprint()
+    rec.log = str(paths.log)
+    if ended_by == "timeout":
+        rec.note = f"killed after {timeout_s:.0f} s"
+    elif ended_by == "memory":
+        rec.note = f"killed at {peak_mb:.0f} MB (limit {limit_mb:.0f} MB)"
+    elif rec.outcome == "crashed":
+        rec.note = f"process ended with {sig or f'exit code {code}'} before writing its summary"
+    rec.save(paths.record)
+    return rec
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - LOG_TAIL_BYTES))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
