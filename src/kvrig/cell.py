@@ -83,8 +83,7 @@ def engine_kwargs(cell: Cell, model_dir: Path) -> dict[str, Any]:
         "enforce_eager": True,
         "seed": 0,
     }
-    for name in ("block_size", "enable_prefix_caching", "mamba_ssm_cache_dtype",
-                 "kv_cache_dtype"):
+    for name in ("block_size", "enable_prefix_caching", "mamba_ssm_cache_dtype", "kv_cache_dtype"):
         value = getattr(knobs, name)
         if value is not None:
             kwargs[name] = value
@@ -102,7 +101,7 @@ def _error(exc: BaseException) -> dict[str, Any]:
         "type": type(exc).__name__,
         "message": str(exc),
         "function": frames[-1].name if frames else None,
-        "process": "frontend",
+        "process": "front end",
         "frames": [f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in frames[-8:]],
     }
 
@@ -112,7 +111,7 @@ def run(workdir: Path) -> dict[str, Any]:
     from kvrig import models
 
     cell = Cell.model_validate_json((workdir / CELL_FILE).read_text())
-    out: dict[str, Any] = {"timings": {}, "tokens_generated": 0}
+    out: dict[str, Any] = {"timings": {}, "tokens_generated": 0, "pid": os.getpid()}
     t0 = time.monotonic()
     model_dir = models.write(cell.model_name, cell.model)
     import torch
@@ -139,7 +138,9 @@ def run(workdir: Path) -> dict[str, Any]:
         )
         # bf16 prompts of <= 4 tokens hit an illegal instruction on some AMX CPUs; the
         # matrix keeps prompts at >= 5 tokens.
-        prompt = {"prompt_token_ids": [(7 * i + 3) % 500 + 1 for i in range(cell.case.prompt_tokens)]}
+        prompt = {
+            "prompt_token_ids": [(7 * i + 3) % 500 + 1 for i in range(cell.case.prompt_tokens)]
+        }
         t2 = time.monotonic()
         result = llm.generate([prompt], params, use_tqdm=False)
         out["timings"]["generate_s"] = round(time.monotonic() - t2, 3)

@@ -15,7 +15,9 @@ from typing import Any
 from kvrig.matrix import Cell
 from kvrig.record import ErrorInfo, KVGroup, Outcome, Record
 
-_EXC_LINE = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(?:\S+\s+)?([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+_EXC_LINE = re.compile(
+    r"^(?:\(\w+ pid=\d+\)\s*)?(?:\S+\s+)?([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$"
+)
 _FRAME_LINE = re.compile(r'^\s*File "[^"]+", line \d+, in (\w+)')
 _WRAPPER_ERRORS = ("Engine core initialization failed", "WorkerProc initialization failed")
 
@@ -46,8 +48,12 @@ def root_cause_from_log(log: str) -> ErrorInfo | None:
             continue
         m = _EXC_LINE.match(line.strip())
         if m and not any(w in m.group(2) for w in _WRAPPER_ERRORS):
-            return ErrorInfo(type=m.group(1).rsplit(".", 1)[-1], message=m.group(2),
-                             function=function, process="worker")
+            return ErrorInfo(
+                type=m.group(1).rsplit(".", 1)[-1],
+                message=m.group(2),
+                function=function,
+                process="worker",
+            )
     return None
 
 
@@ -62,6 +68,7 @@ def assemble(
     log_text: str = "",
 ) -> Record:
     """ended_by is "timeout" or "memory" when the runner killed the cell, else None."""
+    front_pid = (frontend or {}).get("pid")
     rec: dict[str, Any] = {
         "cell_id": cell.id,
         "platform": cell.platform,
@@ -98,17 +105,25 @@ def assemble(
                 group.kernel_block_size = size
         if "error" in ev and not error_seen:
             error_seen = True
-            root = ErrorInfo.model_validate({**ev["error"], "process": "worker"})
+            process = "front end" if ev.get("pid") == front_pid else "worker"
+            root = ErrorInfo.model_validate({**ev["error"], "process": process})
             sized_before_error = sized
     rec["kv_cache_groups"] = groups
 
     front = frontend or {}
-    for key in ("engine_block_size", "tokens_generated", "timings", "vllm_version",
-                "vllm_commit", "torch_version"):
+    for key in (
+        "engine_block_size",
+        "tokens_generated",
+        "timings",
+        "vllm_version",
+        "vllm_commit",
+        "torch_version",
+    ):
         if key in front:
             rec[key] = front[key]
-    front_err = ErrorInfo.model_validate(front["frontend_error"]) if front.get(
-        "frontend_error") else None
+    front_err = (
+        ErrorInfo.model_validate(front["frontend_error"]) if front.get("frontend_error") else None
+    )
     rec["frontend_error"] = front_err
 
     if front_err is not None and root is None:

@@ -7,6 +7,7 @@ that does not validate must stop the run before any engine starts.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,7 +18,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 PLATFORMS = ("cpu", "cuda", "xpu")
 Platform = Literal["cpu", "cuda", "xpu"]
-DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
+
+
+def _default_matrix() -> Path:
+    """KVRIG_MATRIX, else ./matrix.yaml, else the one in the checkout kvrig runs from."""
+    env = os.environ.get("KVRIG_MATRIX")
+    if env:
+        return Path(env)
+    here = Path.cwd() / "matrix.yaml"
+    return here if here.is_file() else Path(__file__).resolve().parents[2] / "matrix.yaml"
+
+
+DEFAULT_MATRIX = _default_matrix()
 _NAME = r"^[a-z0-9][a-z0-9_]*$"
 _BACKEND_NAME = r"^[A-Z][A-Z0-9_]*$"
 
@@ -77,6 +89,9 @@ class PlatformSpec(_Strict):
     default_backend: str = Field(pattern=_BACKEND_NAME)
     crafted_route: Literal["override", "custom"] = "override"
     multiprocessing: bool = False
+    # Cells run at once (pytest-xdist workers). Accelerators default to one: every engine
+    # would otherwise claim most of the same device's memory.
+    parallel: int = Field(default=1, ge=1)
     timeout_s: float = Field(default=300, gt=0)
     memory_limit_gb: float = Field(default=8, gt=0)
 
@@ -153,6 +168,17 @@ class Invariants(_Strict):
     block_size_in: list[int] | None = None
     kernel_block_sizes_include: list[int] | None = None
     backends_include: list[str] | None = None
+    # Backends that must reject the chosen size and still not stop the engine: the
+    # controls where no alignment happened, so the early check has nothing to check.
+    rejected_by: list[str] | None = None
+
+
+def _regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression ({exc})") from None
+    return pattern
 
 
 class Runs(_Strict):
@@ -169,11 +195,7 @@ class LateError(_Strict):
     outcome: Literal["late_error"]
     match: str
 
-    @field_validator("match")
-    @classmethod
-    def _compiles(cls, v: str) -> str:
-        re.compile(v)
-        return v
+    _compiles = field_validator("match")(classmethod(lambda cls, v: _regex(v)))
 
 
 class Unsupported(_Strict):
@@ -181,11 +203,7 @@ class Unsupported(_Strict):
     error: str
     match: str
 
-    @field_validator("match")
-    @classmethod
-    def _compiles(cls, v: str) -> str:
-        re.compile(v)
-        return v
+    _compiles = field_validator("match")(classmethod(lambda cls, v: _regex(v)))
 
 
 class Skip(_Strict):
@@ -385,7 +403,7 @@ def load(path: Path | str = DEFAULT_MATRIX) -> Matrix:
             " with --matrix, or run from the kvrig checkout that holds matrix.yaml."
         ) from None
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_LineLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -25,7 +25,8 @@ class ErrorInfo(BaseModel):
     type: str
     message: str
     function: str | None = None
-    process: Literal["worker", "frontend"] = "frontend"
+    # The process that raised it: "front end" (in-process engines too) or "worker".
+    process: Literal["worker", "front end"] = "front end"
     frames: list[str] = Field(default_factory=list)
 
     def one_line(self) -> str:

@@ -7,6 +7,7 @@ be found and killed), a wall-clock timeout and a memory ceiling over the whole s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -85,10 +86,8 @@ def kill_session(sid: int) -> None:
         if not pids:
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.1)
 
 
@@ -104,9 +103,16 @@ def run_cell(
     cell's own failures, which are the record's to report."""
     paths = Paths(results, cell.id)
     if cell.expect.outcome == "skip":
-        rec = Record(cell_id=cell.id, platform=cell.platform, model=cell.model_name,
-                     case=cell.case.id, family=cell.model.family, outcome="skipped",
-                     skip_reason=cell.expect.reason, host=hardware.fingerprint())
+        rec = Record(
+            cell_id=cell.id,
+            platform=cell.platform,
+            model=cell.model_name,
+            case=cell.case.id,
+            family=cell.model.family,
+            outcome="skipped",
+            skip_reason=cell.expect.reason,
+            host=hardware.fingerprint(),
+        )
         rec.save(paths.record)
         return rec
     timeout_s = timeout_s or cell.platform_spec.timeout_s
@@ -126,8 +132,11 @@ def run_cell(
     with open(paths.log, "wb") as log:
         proc = subprocess.Popen(
             [python, "-m", "kvrig.cell", str(workdir)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         sid = proc.pid
         try:
@@ -165,8 +174,15 @@ def run_cell(
     sig = signal.Signals(-code).name if code is not None and code < 0 else None
     if frontend is not None and sig == "SIGKILL" and ended_by is None:
         sig = None  # killed by us after it finished: not a crash
-    rec = assemble(cell, frontend=frontend, events=events, exit_code=code, signal_name=sig,
-                   ended_by=ended_by, log_text=log_text)
+    rec = assemble(
+        cell,
+        frontend=frontend,
+        events=events,
+        exit_code=code,
+        signal_name=sig,
+        ended_by=ended_by,
+        log_text=log_text,
+    )
     rec.timings["wall_s"] = round(elapsed, 3)
     rec.peak_rss_mb = round(peak_mb, 1)
     rec.host = hardware.fingerprint()

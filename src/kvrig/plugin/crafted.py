@@ -36,14 +36,21 @@ class CraftSpec:
 
     def to_json(self) -> str:
         def one(b: BackendSpec) -> dict[str, Any]:
-            return {"name": b.name, "sizes": list(b.sizes), "exact": b.exact, "base": b.base,
-                    "layers": b.layers}
+            return {
+                "name": b.name,
+                "sizes": list(b.sizes),
+                "exact": b.exact,
+                "base": b.base,
+                "layers": b.layers,
+            }
 
-        return json.dumps({
-            "replace": one(self.replace) if self.replace else None,
-            "siblings": [one(s) for s in self.siblings],
-            "route": self.route,
-        })
+        return json.dumps(
+            {
+                "replace": one(self.replace) if self.replace else None,
+                "siblings": [one(s) for s in self.siblings],
+                "route": self.route,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> CraftSpec:
@@ -107,8 +114,10 @@ def install(craft: CraftSpec) -> None:
         base_cls = AttentionBackendEnum[spec.base].get_class()
         cls = make_backend(base_cls, spec)
         add_member(cls)
-        target = AttentionBackendEnum.CUSTOM if craft.route == "custom" else (
-            AttentionBackendEnum[spec.base]
+        target = (
+            AttentionBackendEnum.CUSTOM
+            if craft.route == "custom"
+            else (AttentionBackendEnum[spec.base])
         )
         register_backend(target, f"{__name__}.{cls.__name__}")
 

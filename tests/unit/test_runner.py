@@ -1,0 +1,81 @@
+"""The runner's process handling, with stand-in cell processes instead of vLLM."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from kvrig.runner import kill_session, run_cell, session_pids
+
+from .conftest import cell_with
+
+CELL = cell_with({"outcome": "runs"})
+
+
+def fake_python(tmp_path: Path, body: str) -> str:
+    """An executable standing in for `python -m kvrig.cell WORKDIR` ($3 is WORKDIR)."""
+    script = tmp_path / "fake-python"
+    script.write_text("#!/bin/bash\n" + body + "\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def test_timeout_kills_the_whole_session(tmp_path: Path) -> None:
+    # The cell forks a grandchild into the background, as vLLM's engine core does.
+    py = fake_python(tmp_path, 'sleep 300 &\necho $! > "$3/child.pid"\nsleep 300')
+    rec = run_cell(CELL, tmp_path / "res", timeout_s=1.5, python=py)
+    assert rec.outcome == "timeout" and "killed after" in rec.note
+    child = int((tmp_path / "res/cells" / CELL.id / "child.pid").read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
+    saved = json.loads((tmp_path / "res/records" / f"{CELL.id}.json").read_text())
+    assert saved["outcome"] == "timeout"
+
+
+def test_a_signal_death_is_a_crash(tmp_path: Path) -> None:
+    py = fake_python(tmp_path, "echo dying; kill -ILL $$")
+    rec = run_cell(CELL, tmp_path / "res", timeout_s=30, python=py)
+    assert rec.outcome == "crashed" and rec.signal == "SIGILL"
+    assert "dying" in Path(rec.log).read_text()
+
+
+def test_a_finished_cell_that_lingers_is_ended(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("kvrig.runner.EXIT_GRACE_S", 0.5)
+    body = (
+        'echo \'{"pid": 1, "tokens_generated": 2, "engine_block_size": 384}\''
+        ' > "$3/frontend.json"\nsleep 300'
+    )
+    started = time.monotonic()
+    rec = run_cell(CELL, tmp_path / "res", timeout_s=60, python=fake_python(tmp_path, body))
+    assert time.monotonic() - started < 30
+    assert rec.signal is None and rec.tokens_generated == 2
+    assert rec.outcome == "ran"  # the summary was written; the kill was only cleanup
+
+
+def test_memory_ceiling(tmp_path: Path) -> None:
+    py = fake_python(
+        tmp_path, "exec python3 -c 'x = bytearray(300 * 2**20); import time; time.sleep(60)'"
+    )
+    rec = run_cell(CELL, tmp_path / "res", timeout_s=60, memory_limit_gb=0.1, python=py)
+    assert rec.outcome == "memory" and rec.peak_rss_mb > 100
+
+
+def test_skip_cells_do_not_start_a_process(tmp_path: Path) -> None:
+    cell = cell_with({"outcome": "skip", "reason": "needs AMX"})
+    rec = run_cell(cell, tmp_path, python="/nonexistent")
+    assert rec.outcome == "skipped" and rec.skip_reason == "needs AMX"
+
+
+def test_kill_session_of_nothing_returns() -> None:
+    assert session_pids(2**22 + 12345) == []
+    kill_session(2**22 + 12345)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc (Linux)")
+def test_session_pids_finds_this_session() -> None:
+    assert os.getpid() in session_pids(os.getsid(0))

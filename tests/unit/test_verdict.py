@@ -1,0 +1,207 @@
+from __future__ import annotations
+
+from typing import Any
+
+from kvrig.record import ErrorInfo, KVGroup, Record
+from kvrig.verdict import early_error_backends, judge
+
+from .conftest import cell_with
+
+EARLY = "Aligned KV cache block size 384 is not supported by attention backend(s): {}."
+
+
+def ran(**kw: Any) -> Record:
+    base: dict[str, Any] = dict(
+        cell_id="cpu-granite_hybrid-c",
+        platform="cpu",
+        model="granite_hybrid",
+        case="c",
+        family="hybrid_mamba",
+        outcome="ran",
+        tokens_generated=4,
+        worker_block_size=384,
+        engine_block_size=384,
+        backends_accept={"CPU_ATTN": True},
+        kv_cache_groups=[
+            KVGroup(
+                kind="MambaSpec", block_size=384, page_size_bytes=98304, real_page_size_bytes=67840
+            ),
+            KVGroup(
+                kind="FullAttentionSpec",
+                block_size=384,
+                page_size_bytes=98304,
+                real_page_size_bytes=98304,
+            ),
+        ],
+        kernel_block_sizes=[384, 384],
+        layer_backends={"model.layers.1.self_attn.attn": "CPU_ATTN"},
+    )
+    base.update(kw)
+    return Record(**base)
+
+
+def failed(message: str, function: str, sized: bool, type_: str = "ValueError") -> Record:
+    return ran(
+        outcome="error",
+        tokens_generated=0,
+        worker_block_size=None,
+        error=ErrorInfo(type=type_, message=message, function=function),
+        kv_cache_sized_before_error=sized,
+    )
+
+
+RUNS = {"outcome": "runs"}
+
+
+def test_runs_passes_on_a_healthy_record() -> None:
+    v = judge(cell_with(RUNS), ran())
+    assert v.passed and v.status == "pass"
+
+
+def test_runs_fails_without_tokens() -> None:
+    v = judge(cell_with(RUNS), ran(tokens_generated=0))
+    assert not v.passed and "no token generated" in v.reason
+
+
+def test_runs_fails_when_a_backend_rejects_the_size() -> None:
+    v = judge(cell_with(RUNS), ran(backends_accept={"CPU_ATTN": True, "X": False}))
+    assert not v.passed and "X rejects the chosen block size 384" in v.reason
+
+
+def test_runs_fails_when_attention_page_is_smaller_than_mamba() -> None:
+    groups = [
+        KVGroup(
+            kind="MambaSpec", block_size=128, page_size_bytes=32768, real_page_size_bytes=67840
+        ),
+        KVGroup(kind="FullAttentionSpec", block_size=128, page_size_bytes=32768),
+    ]
+    v = judge(cell_with(RUNS), ran(kv_cache_groups=groups))
+    assert not v.passed and "attention page 32768 B < mamba page 67840 B" in v.reason
+
+
+def test_page_invariant_is_for_hybrids_only() -> None:
+    v = judge(
+        cell_with(RUNS, family="dense"),
+        ran(
+            family="dense",
+            kv_cache_groups=[KVGroup(kind="FullAttentionSpec", block_size=128, page_size_bytes=1)],
+        ),
+    )
+    assert v.passed
+
+
+def test_runs_invariants() -> None:
+    exp = {"outcome": "runs", "invariants": {"block_size": 288}}
+    assert "block size 384, expected 288" in judge(cell_with(exp), ran()).reason
+    exp = {"outcome": "runs", "invariants": {"kernel_block_sizes_include": [128]}}
+    assert "lack 128" in judge(cell_with(exp), ran()).reason
+    exp = {"outcome": "runs", "invariants": {"backends_include": ["KVRIG_SIBLING"]}}
+    assert "no layer uses backend KVRIG_SIBLING" in judge(cell_with(exp), ran()).reason
+    exp = {"outcome": "runs", "invariants": {"block_size_in": [256, 384]}}
+    assert judge(cell_with(exp), ran()).passed
+
+
+def test_rejected_by_control() -> None:
+    exp = {"outcome": "runs", "invariants": {"rejected_by": ["S"]}}
+    assert judge(cell_with(exp), ran(backends_accept={"CPU_ATTN": True, "S": False})).passed
+    v = judge(cell_with(exp), ran(backends_accept={"CPU_ATTN": True, "S": True}))
+    assert "S accepts block size 384, expected it to reject" in v.reason
+    v = judge(cell_with(exp), ran())
+    assert "not in the model" in v.reason
+
+
+def test_runs_without_probe_data_fails() -> None:
+    v = judge(cell_with(RUNS), ran(worker_block_size=None))
+    assert "probe saw no block-size decision" in v.reason
+
+
+def test_runs_fails_on_error_with_one_line_reason() -> None:
+    v = judge(cell_with(RUNS), failed(EARLY.format("X"), "_check_aligned_block_size", False))
+    assert not v.passed and "\n" not in v.reason
+    assert v.reason.startswith("expected the engine to run and generate; got ValueError")
+
+
+EARLY_EXP = {"outcome": "early_error", "backends": ["KVRIG_SIBLING"]}
+
+
+def test_early_error_passes() -> None:
+    rec = failed(EARLY.format("KVRIG_SIBLING"), "_check_aligned_block_size", False)
+    assert judge(cell_with(EARLY_EXP), rec).passed
+
+
+def test_early_error_needs_exactly_the_named_backends() -> None:
+    rec = failed(EARLY.format("KVRIG_SIBLING, CPU_ATTN"), "_check_aligned_block_size", False)
+    v = judge(cell_with(EARLY_EXP), rec)
+    assert "named KVRIG_SIBLING, CPU_ATTN instead of KVRIG_SIBLING" in v.reason
+
+
+def test_early_error_that_came_late_fails() -> None:
+    rec = failed(
+        "No common block size for 384 (CPU_ATTN: [MultipleOf(32)]; KVRIG_SIBLING: [32]).",
+        "select_common_block_size",
+        True,
+    )
+    v = judge(cell_with(EARLY_EXP), rec)
+    assert not v.passed
+    assert "after KV-cache sizing" in v.reason and "select_common_block_size" in v.reason
+
+
+def test_early_error_that_never_came_fails() -> None:
+    v = judge(cell_with(EARLY_EXP), ran())
+    assert not v.passed and "engine ran, generated 4 token(s)" in v.reason
+
+
+def test_early_error_from_another_function_fails() -> None:
+    rec = failed(EARLY.format("KVRIG_SIBLING"), "somewhere_else", False)
+    assert "raised by somewhere_else" in judge(cell_with(EARLY_EXP), rec).reason
+
+
+def test_late_error() -> None:
+    exp = {"outcome": "late_error", "match": "No common block size for 128"}
+    late = failed(
+        "No common block size for 128 (A: [32]; B: [48]).", "select_common_block_size", True
+    )
+    assert judge(cell_with(exp), late).passed
+    early = failed("No common block size for 128", "select_common_block_size", False)
+    assert "before the KV cache was sized" in judge(cell_with(exp), early).reason
+    fired = failed(EARLY.format("B"), "_check_aligned_block_size", False)
+    assert "early check fired" in judge(cell_with(exp), fired).reason
+
+
+def test_unsupported() -> None:
+    exp = {
+        "outcome": "unsupported",
+        "error": "NotImplementedError",
+        "match": "Sparse Attention is not supported on CPU",
+    }
+    rec = failed(
+        "Sparse Attention is not supported on CPU.",
+        "get_attn_backend_cls",
+        False,
+        type_="NotImplementedError",
+    )
+    assert judge(cell_with(exp), rec).passed
+    other = failed("Sparse Attention is not supported on CPU.", "f", False, type_="ValueError")
+    assert "error type ValueError" in judge(cell_with(exp), other).reason
+    changed = failed(
+        "Sparse Attention now works differently", "f", False, type_="NotImplementedError"
+    )
+    assert "does not match" in judge(cell_with(exp), changed).reason
+
+
+def test_crash_and_timeout_are_failures() -> None:
+    crash = ran(outcome="crashed", tokens_generated=0, signal="SIGILL", note="died")
+    v = judge(cell_with(RUNS), crash)
+    assert not v.passed and "crashed" in v.reason
+    v = judge(cell_with(EARLY_EXP), ran(outcome="timeout", note="killed after 240 s"))
+    assert not v.passed and "timeout" in v.reason
+
+
+def test_skip() -> None:
+    v = judge(cell_with({"outcome": "skip", "reason": "needs AMX"}), ran(outcome="skipped"))
+    assert v.status == "skip" and v.reason == "needs AMX"
+
+
+def test_early_error_parser() -> None:
+    assert early_error_backends(EARLY.format("A, B")) == (384, ["A", "B"])
+    assert early_error_backends("something else") is None
