@@ -37,12 +37,14 @@ def _install_vllm(session: nox.Session, platform: str, *uv_args: str) -> None:
     """Installs the platform's vLLM as matrix.yaml says, with kvrig and its plugin."""
     _install_rig(session, *TEST)
     out = session.run("python", "-m", "kvrig.install", platform, silent=True)
-    args = [*uv_args, *json.loads(str(out).strip().splitlines()[-1])]
+    plan = json.loads(str(out).strip().splitlines()[-1])
+    args, env = [*uv_args, *plan["args"]], plan["env"]
     if session.venv_backend == "uv":
-        session.install(*args)
+        session.install(*args, env=env)
     else:  # --override is a uv feature: bring uv into the environment
         session.install("uv")
-        session.run("uv", "pip", "install", "--python", str(Path(session.bin) / "python"), *args)
+        python = str(Path(session.bin) / "python")
+        session.run("uv", "pip", "install", "--python", python, *args, env=env)
 
 
 def _host_platform(session: nox.Session) -> str:

@@ -96,8 +96,11 @@ def setup(venv: Path, no_cache: bool) -> tuple[int, float]:
     plan = subprocess.run(
         [py, "-m", "kvrig.install", "cpu"], check=True, capture_output=True, text=True, cwd=ROOT
     )
-    args = json.loads(plan.stdout.strip().splitlines()[-1])
-    code = subprocess.run([uv, "pip", "install", "-q", *cache, "--python", py, *args]).returncode
+    spec = json.loads(plan.stdout.strip().splitlines()[-1])
+    code = subprocess.run(
+        [uv, "pip", "install", "-q", *cache, "--python", py, *spec["args"]],
+        env={**os.environ, **spec["env"]},
+    ).returncode
     return code, time.monotonic() - started
 
 

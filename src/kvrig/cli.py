@@ -42,6 +42,7 @@ def column_args(
         f"--kvrig-results={results}",
         f"--kvrig-matrix={matrix}",
         f"--junitxml={results / 'junit.xml'}",
+        "-v",  # a line per cell as it ends: progress on a long column
         "-p",
         "no:cacheprovider",
         *extra,
@@ -61,12 +62,15 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
     platform = ns.platform or hardware.detect_platform()
     if platform not in PLATFORMS:
         raise UsageError(f"Unknown platform {platform!r}; kvrig knows {', '.join(PLATFORMS)}.")
-    load(ns.matrix)  # refuse a bad matrix before pytest starts
+    matrix = load(ns.matrix)  # refuse a bad matrix before pytest starts
     results = Path(ns.results or Path("results") / platform).resolve()
     results.mkdir(parents=True, exist_ok=True)
-    return int(
-        pytest.main(column_args(platform, results, Path(ns.matrix).resolve(), extra, _tests_dir()))
+    spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
+    workers = spec.parallel if spec and importlib.util.find_spec("xdist") else 1
+    args = column_args(
+        platform, results, Path(ns.matrix).resolve(), with_workers(extra, workers), _tests_dir()
     )
+    return int(pytest.main(args))
 
 
 def cmd_cells(ns: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """How a platform's vLLM is installed into a local environment (the plan, not the doing).
 
-`python -m kvrig.install PLATFORM` prints the `uv pip install` arguments as JSON; the nox
-sessions run them. Keeping the plan here makes it testable and keeps the noxfile thin.
+`python -m kvrig.install PLATFORM` prints the `uv pip install` arguments and environment as
+JSON; the nox sessions run them. Keeping the plan here makes it testable and keeps the noxfile thin.
 """
 
 from __future__ import annotations
@@ -78,6 +78,17 @@ def plan(
     return [*args, target, *spec.extra_packages]
 
 
+def build_env(spec: PlatformSpec, platform: str) -> dict[str, str]:
+    """Environment for the install: a vLLM built from source must know its target."""
+    if spec.vllm.kind != "git":
+        return {}
+    if platform == "xpu":
+        return {"VLLM_TARGET_DEVICE": "xpu"}
+    if platform == "cuda":
+        return {"VLLM_USE_PRECOMPILED": "1"}  # the commit's prebuilt kernels, not hours of nvcc
+    return {"VLLM_TARGET_DEVICE": platform}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kvrig.install")
     p.add_argument("platform")
@@ -88,12 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         if ns.platform not in m.platforms:
             raise InstallError(
                 f"Platform {ns.platform!r} is not in {ns.matrix}; it defines"
-                f" {', '.join(m.platforms)}."
+                f" {', '.join(m.platforms)}. Name one of them (KVRIG_PLATFORM, if set,"
+                " overrides the host probe and must name one too)."
             )
         overrides = Path(tempfile.gettempdir()) / "kvrig-overrides.txt"
         overrides.write_text(cpu_overrides())
+        spec = m.platforms[ns.platform]
         args = plan(
-            m.platforms[ns.platform],
+            spec,
             ns.platform,
             find_links=os.environ.get("PIP_FIND_LINKS"),
             overrides=overrides,
@@ -102,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     except (MatrixError, InstallError) as exc:
         print(f"kvrig: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(args))
+    print(json.dumps({"args": args, "env": build_env(spec, ns.platform)}))
     return 0
 
 

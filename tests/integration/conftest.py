@@ -39,10 +39,13 @@ def pytest_configure(config: pytest.Config) -> None:
     platform = _platform(config)
     host = hardware.detect_platform()
     if platform != "cpu" and platform != host:
-        needs = "an NVIDIA GPU" if platform == "cuda" else "an Intel XPU"
+        needs = (
+            "an NVIDIA GPU (nvidia-smi lists none here)"
+            if platform == "cuda"
+            else "an Intel XPU (no render node in /dev/dri answering xpu-smi or sycl-ls here)"
+        )
         raise pytest.UsageError(
-            f"The {platform} column needs {needs}"
-            f" (nvidia-smi / /dev/dri with xpu-smi or sycl-ls), and this host offers only {host}."
+            f"The {platform} column needs {needs}, and this host offers only {host}."
             f" Run the {host} column here (nox -s local), or run nox -s {platform} on a host that"
             " has the hardware."
         )

