@@ -18,6 +18,7 @@ from typing import Any
 from kvrig.matrix import Cell
 from kvrig.plugin import CRAFT_ENV, PROBE_ENV
 from kvrig.plugin.crafted import BackendSpec, CraftSpec
+from kvrig.plugin.probe import error_info
 
 CELL_FILE = "cell.json"
 FRONTEND_FILE = "frontend.json"
@@ -95,17 +96,6 @@ def engine_kwargs(cell: Cell, model_dir: Path) -> dict[str, Any]:
     return kwargs
 
 
-def _error(exc: BaseException) -> dict[str, Any]:
-    frames = traceback.extract_tb(exc.__traceback__)
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "function": frames[-1].name if frames else None,
-        "process": "front end",
-        "frames": [f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in frames[-8:]],
-    }
-
-
 def run(workdir: Path) -> dict[str, Any]:
     """The engine's life for one cell; every result goes into the returned dict."""
     from kvrig import models
@@ -147,7 +137,7 @@ def run(workdir: Path) -> dict[str, Any]:
         out["tokens_generated"] = len(result[0].outputs[0].token_ids)
     except Exception as exc:  # the record says what went wrong; the process itself is fine
         out["timings"].setdefault("engine_start_s", round(time.monotonic() - t1, 3))
-        out["frontend_error"] = _error(exc)
+        out["frontend_error"] = {**error_info(exc), "process": "front end"}
         traceback.print_exc()
     out["timings"]["cell_s"] = round(time.monotonic() - t0, 3)
     return out

@@ -173,12 +173,19 @@ class Invariants(_Strict):
     rejected_by: list[str] | None = None
 
 
-def _regex(pattern: str) -> str:
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression ({exc})") from None
-    return pattern
+class _Matching(_Strict):
+    """An error expectation with a message pattern, checked to compile at load time."""
+
+    match: str
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc})") from None
+        return pattern
 
 
 class Runs(_Strict):
@@ -191,19 +198,13 @@ class EarlyError(_Strict):
     backends: Annotated[list[str], Field(min_length=1)]
 
 
-class LateError(_Strict):
+class LateError(_Matching):
     outcome: Literal["late_error"]
-    match: str
-
-    _compiles = field_validator("match")(classmethod(lambda cls, v: _regex(v)))
 
 
-class Unsupported(_Strict):
+class Unsupported(_Matching):
     outcome: Literal["unsupported"]
     error: str
-    match: str
-
-    _compiles = field_validator("match")(classmethod(lambda cls, v: _regex(v)))
 
 
 class Skip(_Strict):

@@ -8,6 +8,7 @@ be found and killed), a wall-clock timeout and a memory ceiling over the whole s
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -164,8 +165,6 @@ def run_cell(
     frontend = None
     fe = workdir / cellmod.FRONTEND_FILE
     if fe.exists():
-        import json
-
         frontend = json.loads(fe.read_text())
     probe = workdir / cellmod.PROBE_FILE
     events = parse_events(probe.read_text()) if probe.exists() else []
