@@ -84,6 +84,7 @@ def main() -> int:
                 "-m",
                 "expect_early_error",
                 "-q",
+                "--tb=no",  # the failures are expected; the summary below reads them
                 *ns.pytest_args,
             ],
             check=False,
