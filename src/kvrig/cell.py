@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -23,6 +24,10 @@ from kvrig.plugin.probe import error_info
 CELL_FILE = "cell.json"
 FRONTEND_FILE = "frontend.json"
 PROBE_FILE = "probe.jsonl"
+# A test hook: tests of the runner set it to make a cell misbehave without an engine
+# ("sigill", "sleep:SECONDS", "orphan:SECONDS", "fake:SECONDS"); nothing in the rig sets it.
+FAULT_ENV = "KVRIG_TEST_FAULT"
+ORPHAN_PID_FILE = "orphan.pid"
 
 
 def craft_spec(cell: Cell) -> CraftSpec | None:
@@ -143,13 +148,34 @@ def run(workdir: Path) -> dict[str, Any]:
     return out
 
 
+def inject_fault(fault: str, workdir: Path) -> dict[str, Any]:
+    """Misbehaves as a test asked, then returns a summary without an engine (if alive)."""
+    kind, _, arg = fault.partition(":")
+    print(f"kvrig test fault: {fault}", flush=True)
+    if kind == "sigill":
+        os.kill(os.getpid(), signal.SIGILL)
+    elif kind == "orphan":
+        pid = os.fork()
+        if pid == 0:  # stays in the cell's session, meant to outlive the cell
+            time.sleep(600)
+            os._exit(0)
+        (workdir / ORPHAN_PID_FILE).write_text(str(pid))
+        time.sleep(float(arg or 0))
+    elif kind in ("sleep", "fake"):
+        time.sleep(float(arg or 0))
+    else:
+        raise ValueError(f"unknown {FAULT_ENV}: {fault!r}")
+    return {"timings": {"cell_s": float(arg or 0)}, "tokens_generated": 0, "pid": os.getpid()}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m kvrig.cell WORKDIR", file=sys.stderr)
         return 2
     workdir = Path(args[0])
-    out = run(workdir)
+    fault = os.environ.get(FAULT_ENV)
+    out = inject_fault(fault, workdir) if fault else run(workdir)
     tmp = workdir / (FRONTEND_FILE + ".tmp")
     tmp.write_text(json.dumps(out, indent=2, default=str))
     tmp.replace(workdir / FRONTEND_FILE)

@@ -16,6 +16,7 @@ from kvrig import gate as gate_mod
 from kvrig import hardware, report
 from kvrig import results as results_mod
 from kvrig.matrix import DEFAULT_MATRIX, PLATFORMS, MatrixError, expand, load
+from kvrig.runner import ResultsFolderError, check_results_folder
 
 
 class UsageError(Exception):
@@ -64,7 +65,14 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"Unknown platform {platform!r}; kvrig knows {', '.join(PLATFORMS)}.")
     matrix = load(ns.matrix)  # refuse a bad matrix before pytest starts
     results = Path(ns.results or Path("results") / platform).resolve()
-    results.mkdir(parents=True, exist_ok=True)
+    try:
+        check_results_folder(results)
+    except ResultsFolderError as exc:
+        raise UsageError(str(exc)) from None
+    if ns.cold:
+        extra = ["--kvrig-cold", *extra]
+    if ns.rerun:
+        extra = ["--kvrig-rerun", *extra]
     spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
     workers = spec.parallel if spec and importlib.util.find_spec("xdist") else 1
     args = column_args(
@@ -127,6 +135,16 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("column", help="run one platform's cells (extra args go to pytest)")
     c.add_argument("--platform", choices=PLATFORMS, help="default: this host's")
     c.add_argument("--results", help="default: results/<platform>")
+    c.add_argument(
+        "--cold",
+        action="store_true",
+        help="a fresh interpreter per cell instead of forking a warm vLLM parent (slower)",
+    )
+    c.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run every cell again even if the last run was cut short (default: resume)",
+    )
     cl = sub.add_parser("cells", help="list the cells of the matrix")
     cl.add_argument("--platform", choices=PLATFORMS)
     sub.add_parser("validate", help="check matrix.yaml and count its cells")

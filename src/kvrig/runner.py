@@ -10,21 +10,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from kvrig import cell as cellmod
 from kvrig import hardware
 from kvrig.collect import assemble, parse_events
+from kvrig.forkserver import ForkServer, Pool, ServerError
 from kvrig.matrix import Cell
 from kvrig.record import Record
 
 POLL_S = 0.25
 EXIT_GRACE_S = 15.0  # after the front end wrote its summary, how long it may take to exit
+EXIT_REPORT_S = 10.0  # after the kill, how long the exit status may take to arrive
+MIN_FREE_MB = 256  # records and logs are small; vLLM writes its caches elsewhere
 LOG_TAIL_BYTES = 200_000
 
 
@@ -92,6 +97,58 @@ def kill_session(sid: int) -> None:
         time.sleep(0.1)
 
 
+class _Cell(Protocol):
+    pid: int
+
+    def wait(self, timeout: float) -> int | None: ...
+
+
+class _Fresh:
+    """A cell started here as a fresh interpreter."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class _Forked:
+    """A cell forked by a server, which reports its end."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server = server
+        self.pid = pid
+
+    def wait(self, timeout: float) -> int | None:
+        return self.server.poll(self.pid, timeout)
+
+
+def _start(pool: Pool | None, workdir: Path, env: dict[str, str], log: Path, python: str) -> _Cell:
+    if pool is None:
+        with open(log, "wb") as fh:
+            return _Fresh(
+                subprocess.Popen(
+                    [python, "-m", "kvrig.cell", str(workdir)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
+    try:
+        server = pool.get(env)
+        return _Forked(server, server.spawn(workdir, env, log))
+    except ServerError:
+        server = pool.get(env)  # a server that died between cells is replaced once
+        return _Forked(server, server.spawn(workdir, env, log))
+
+
 def run_cell(
     cell: Cell,
     results: Path,
@@ -99,9 +156,14 @@ def run_cell(
     timeout_s: float | None = None,
     memory_limit_gb: float | None = None,
     python: str = sys.executable,
+    pool: Pool | None = None,
 ) -> Record:
     """Runs one cell to its end and returns (and saves) its record; never raises for the
-    cell's own failures, which are the record's to report."""
+    cell's own failures, which are the record's to report.
+
+    With a pool the cell's process is forked by a warm server (see kvrig.forkserver);
+    without one it is a fresh `python -m kvrig.cell`, started here.
+    """
     paths = Paths(results, cell.id)
     if cell.expect.outcome == "skip":
         rec = Record(
@@ -126,40 +188,32 @@ def run_cell(
     paths.log.parent.mkdir(parents=True, exist_ok=True)
     env = cellmod.cell_env(cell, workdir)
 
+    proc = _start(pool, workdir, env, paths.log, python)  # may first start a warm server
     started = time.monotonic()
     ended_by: str | None = None
     peak_mb = 0.0
     frontend_done_at: float | None = None
-    with open(paths.log, "wb") as log:
-        proc = subprocess.Popen(
-            [python, "-m", "kvrig.cell", str(workdir)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        sid = proc.pid
-        try:
-            while proc.poll() is None:
-                now = time.monotonic()
-                pids = session_pids(sid)
-                peak_mb = max(peak_mb, session_rss_mb(pids))
-                if peak_mb > limit_mb:
-                    ended_by = "memory"
+    sid = proc.pid
+    code: int | None = None
+    try:
+        while (code := proc.wait(POLL_S)) is None:
+            now = time.monotonic()
+            peak_mb = max(peak_mb, session_rss_mb(session_pids(sid)))
+            if peak_mb > limit_mb:
+                ended_by = "memory"
+                break
+            if now - started > timeout_s:
+                ended_by = "timeout"
+                break
+            if (workdir / cellmod.FRONTEND_FILE).exists():
+                frontend_done_at = frontend_done_at or now
+                if now - frontend_done_at > EXIT_GRACE_S:
                     break
-                if now - started > timeout_s:
-                    ended_by = "timeout"
-                    break
-                if (workdir / cellmod.FRONTEND_FILE).exists():
-                    frontend_done_at = frontend_done_at or now
-                    if now - frontend_done_at > EXIT_GRACE_S:
-                        break
-                time.sleep(POLL_S)
-        finally:
-            # Also on KeyboardInterrupt: no engine process outlives its cell.
-            kill_session(sid)
-            proc.wait()
+    finally:
+        # Also on KeyboardInterrupt: no engine process outlives its cell.
+        kill_session(sid)
+        if code is None:
+            code = proc.wait(EXIT_REPORT_S)
     elapsed = time.monotonic() - started
 
     frontend = None
@@ -169,7 +223,6 @@ def run_cell(
     probe = workdir / cellmod.PROBE_FILE
     events = parse_events(probe.read_text()) if probe.exists() else []
     log_text = _tail(paths.log)
-    code = proc.returncode
     sig = signal.Signals(-code).name if code is not None and code < 0 else None
     if frontend is not None and sig == "SIGKILL" and ended_by is None:
         sig = None  # killed by us after it finished: not a crash
@@ -205,3 +258,49 @@ def _tail(path: Path) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def finished_record(results: Path, cell_id: str) -> Record | None:
+    """The record of a cell this run already finished (it has a results row and a record
+    that reads back), so a resumed run need not start it again."""
+    from kvrig import results as results_mod
+
+    if not any(r.get("cell_id") == cell_id for r in results_mod.read(results)):
+        return None
+    try:
+        return Record.load(Paths(results, cell_id).record)
+    except (OSError, ValueError):
+        return None
+
+
+class ResultsFolderError(Exception):
+    """The results folder cannot take a column's records; the message says what to do."""
+
+
+def check_results_folder(results: Path, min_free_mb: float = MIN_FREE_MB) -> None:
+    """Fails before any cell runs if records could not be written, rather than losing
+    the first record after minutes of engines."""
+    advice = (
+        " Free some space or choose another folder with --results (kvrig column --results"
+        " DIR), then run the column again."
+    )
+    try:
+        for sub in ("", "records", "logs", "cells"):
+            (results / sub).mkdir(parents=True, exist_ok=True)
+        probe = results / ".kvrig-write-check"
+        with open(probe, "wb") as fh:
+            fh.write(b"x" * 4096)
+            fh.flush()
+            os.fsync(fh.fileno())
+        probe.unlink()
+    except OSError as exc:
+        raise ResultsFolderError(
+            f"The results folder {results} cannot be written ({exc.strerror or exc}), so no"
+            " cell's record could be kept." + advice
+        ) from None
+    free_mb = shutil.disk_usage(results).free / 2**20
+    if free_mb < min_free_mb:
+        raise ResultsFolderError(
+            f"The results folder {results} has {free_mb:.0f} MB free, less than the"
+            f" {min_free_mb:.0f} MB a column's records and logs need." + advice
+        )

@@ -1,20 +1,31 @@
 """One pytest test per matrix cell of a platform, each a real vLLM engine in its own process.
 
-The cell's process is owned by kvrig.runner (timeout, memory ceiling, no survivors); this
-file only chooses the cells, hands each its results folder, and prints the column's
-summary at the end.
+The cell's process is owned by kvrig.runner (timeout, memory ceiling, no survivors) and
+forked by a warm parent that each pytest(-xdist) worker keeps (kvrig.forkserver), unless
+--kvrig-cold asks for a fresh interpreter per cell. This file chooses the cells, hands
+each its results folder and parent, decides whether a run resumes an unfinished one,
+shows progress, and prints the column's summary at the end.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kvrig import hardware, report
 from kvrig import results as results_mod
+from kvrig.forkserver import Pool
 from kvrig.matrix import DEFAULT_MATRIX, PLATFORMS, MatrixError, expand, load
+from kvrig.progress import ProgressPlugin
+from kvrig.runner import ResultsFolderError, check_results_folder
+
+RUN_FILE = "run.json"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -22,6 +33,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvrig-platform", choices=PLATFORMS, help="default: this host's platform")
     group.addoption("--kvrig-matrix", default=str(DEFAULT_MATRIX))
     group.addoption("--kvrig-results", default=None, help="default: results/<platform>")
+    group.addoption(
+        "--kvrig-cold",
+        action="store_true",
+        help="start each cell in a fresh interpreter instead of forking a warm vLLM parent",
+    )
+    group.addoption(
+        "--kvrig-rerun",
+        action="store_true",
+        help="start a new run even if the last one did not finish (default: resume it)",
+    )
 
 
 def _platform(config: pytest.Config) -> str:
@@ -50,7 +71,14 @@ def pytest_configure(config: pytest.Config) -> None:
             " has the hardware."
         )
     if not hasattr(config, "workerinput"):
-        _start_results(_results(config))
+        results = _results(config)
+        try:
+            check_results_folder(results)
+        except ResultsFolderError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        _start_run(config, results)
+        workers = int(getattr(config.option, "numprocesses", 0) or 0)
+        config.pluginmanager.register(ProgressPlugin(config, max(1, workers)), "kvrig-progress")
     if importlib.util.find_spec("vllm") is None:
         raise pytest.UsageError(
             "vLLM is not installed in this Python environment, so no engine can start. Run the"
@@ -59,11 +87,65 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
-def _start_results(results: Path) -> None:
-    """A new run starts a new results.jsonl; the previous one is kept beside it."""
+def _fingerprint(config: pytest.Config) -> str:
+    """What must not change for a run to be resumed: the matrix, the selection, the mode."""
+    matrix = Path(config.getoption("--kvrig-matrix"))
+    h = hashlib.sha256(matrix.read_bytes() if matrix.is_file() else b"")
+    h.update(json.dumps([config.getoption("keyword"), config.getoption("markexpr")]).encode())
+    h.update(str(config.getoption("--kvrig-cold")).encode())
+    return h.hexdigest()[:16]
+
+
+def _start_run(config: pytest.Config, results: Path) -> None:
+    """Resumes the last run if it did not finish (killed, Ctrl-C) and nothing it depends
+    on changed; otherwise starts a new results.jsonl, keeping the previous one beside it.
+
+    A resumed run keeps results.jsonl, and test_cell reuses the record of every cell that
+    already has a row there instead of starting its engine again.
+    """
+    state_file = results / RUN_FILE
+    try:
+        last = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        last = {}
     current = results / results_mod.RESULTS_FILE
-    if current.exists():
+    fingerprint = _fingerprint(config)
+    resume = (
+        not config.getoption("--kvrig-rerun")
+        and last.get("state") == "running"
+        and last.get("fingerprint") == fingerprint
+        and current.exists()
+    )
+    if resume:
+        done = len(results_mod.read(results))
+        config.stash[_RESUME_KEY] = (
+            f"kvrig: resuming the unfinished run started {last.get('started')}: {done}"
+            " cells already done are not run again (kvrig column --rerun starts over)."
+        )
+    elif current.exists():
         current.replace(results / ("previous-" + results_mod.RESULTS_FILE))
+    started = last.get("started") if resume else time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    state = {"state": "running", "started": started, "fingerprint": fingerprint}
+    state_file.write_text(json.dumps(state) + "\n")
+    config.stash[_RUN_KEY] = state
+
+
+_RUN_KEY = pytest.StashKey[dict]()
+_RESUME_KEY = pytest.StashKey[str]()
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return config.stash.get(_RESUME_KEY, None)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run that was not interrupted is finished: the next one starts over."""
+    config = session.config
+    state = config.stash.get(_RUN_KEY, None)
+    if state is None or exitstatus == pytest.ExitCode.INTERRUPTED:
+        return
+    state_file = _results(config) / RUN_FILE
+    state_file.write_text(json.dumps({**state, "state": "finished"}) + "\n")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -92,6 +174,15 @@ def results_dir(pytestconfig: pytest.Config) -> Path:
     path = _results(pytestconfig)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def cell_pool(pytestconfig: pytest.Config, results_dir: Path) -> Iterator[Pool]:
+    """This worker's warm vLLM parent(s), started at its first cell; cold mode uses a
+    parent that execs a fresh interpreter per cell, with the same supervision."""
+    pool = Pool(warm=not pytestconfig.getoption("--kvrig-cold"), log_dir=results_dir / "logs")
+    yield pool
+    pool.close()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from kvrig import results
+from kvrig.forkserver import Pool
 from kvrig.matrix import Cell
-from kvrig.runner import run_cell
+from kvrig.runner import finished_record, run_cell
 from kvrig.verdict import judge
 
 LOG_LINES_ON_FAILURE = 40
@@ -21,10 +22,13 @@ def _log_tail(path: str | None) -> str:
     return "\n".join(lines[-LOG_LINES_ON_FAILURE:])
 
 
-def test_cell(cell: Cell, results_dir: Path) -> None:
-    record = run_cell(cell, results_dir)
+def test_cell(cell: Cell, results_dir: Path, cell_pool: Pool) -> None:
+    # A resumed run (see conftest) judges the record it already has instead of rerunning.
+    done = finished_record(results_dir, cell.id)
+    record = done or run_cell(cell, results_dir, pool=cell_pool)
     verdict = judge(cell, record)
-    results.append(results_dir, results.row(cell, record, verdict))
+    if done is None:
+        results.append(results_dir, results.row(cell, record, verdict))
     if verdict.status == "skip":
         pytest.skip(verdict.reason)
     assert verdict.passed, (

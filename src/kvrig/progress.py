@@ -1,0 +1,171 @@
+"""A column's progress: done/total, the cells running, elapsed and remaining time.
+
+On a terminal it is one status line redrawn in place under pytest's own lines; in a CI
+log (not a TTY, or CI set) it is a plain line per finished cell, so the log reads top to
+bottom. The arithmetic and formatting are pure; `ProgressPlugin` is the pytest edge.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+BAR_WIDTH = 24
+
+
+def clock(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    m, s = divmod(seconds, 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def remaining_s(done_s: list[float], left: int, workers: int, running_for: list[float]) -> float:
+    """Cells left times the mean cell so far, spread over the workers, less what the
+    running cells have already spent (never below zero)."""
+    if not done_s:
+        return float("nan")
+    mean = sum(done_s) / len(done_s)
+    return max(0.0, (left * mean - sum(min(r, mean) for r in running_for)) / max(1, workers))
+
+
+def cell_name(nodeid: str) -> str:
+    """The cell id inside a test id like path::test_cell[cpu-llama-default]."""
+    return nodeid[nodeid.find("[") + 1 : -1] if nodeid.endswith("]") else nodeid
+
+
+@dataclass
+class State:
+    total: int = 0
+    workers: int = 1
+    started_at: float = field(default_factory=time.monotonic)
+    running: dict[str, float] = field(default_factory=dict)  # nodeid -> start
+    durations: list[float] = field(default_factory=list)
+    failed: int = 0
+
+    @property
+    def done(self) -> int:
+        return len(self.durations)
+
+    def start(self, nodeid: str, now: float) -> None:
+        self.running.setdefault(nodeid, now)
+
+    def finish(self, nodeid: str, now: float) -> float:
+        began = self.running.pop(nodeid, now)
+        self.durations.append(now - began)
+        return now - began
+
+    def remaining(self, now: float) -> float:
+        left = max(0, self.total - self.done)
+        return remaining_s(
+            self.durations, left, self.workers, [now - t for t in self.running.values()]
+        )
+
+    def bar(self, now: float, width: int = 100) -> str:
+        """The status line: [#####.....] 12/25  running: a, b  0:41 elapsed  ~1:10 left."""
+        frac = self.done / self.total if self.total else 0.0
+        filled = round(frac * BAR_WIDTH)
+        left = self.remaining(now)
+        eta = "?" if left != left else "~" + clock(left)  # NaN before the first cell ends
+        head = (
+            f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {self.done}/{self.total}"
+            f"  {clock(now - self.started_at)} elapsed  {eta} left"
+        )
+        if self.failed:
+            head += f"  {self.failed} failed"
+        names = ", ".join(cell_name(n) for n in self.running)
+        line = f"{head}  running: {names}" if names else head
+        return line if len(line) <= width else line[: max(0, width - 1)] + "…"
+
+    def plain(self, nodeid: str, outcome: str, took: float, now: float) -> str:
+        left = self.remaining(now)
+        eta = "?" if left != left else "~" + clock(left)
+        return (
+            f"kvrig [{self.done}/{self.total}] {cell_name(nodeid)} {outcome} in {took:.1f} s"
+            f" ({clock(now - self.started_at)} elapsed, {eta} left)"
+        )
+
+
+def interactive(stream: Any = None) -> bool:
+    stream = stream or sys.stdout
+    return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("CI")
+
+
+class ProgressPlugin:
+    """Feeds State from pytest's hooks (also forwarded from pytest-xdist workers)."""
+
+    def __init__(self, config: pytest.Config, workers: int) -> None:
+        self.config = config
+        self.state = State(workers=workers)
+        # Redrawn in place only when pytest writes whole lines (pytest-xdist does; a single
+        # process writes a test's id first and its outcome later on the same line).
+        self.tty = interactive() and workers > 1
+        self.outcomes: dict[str, str] = {}
+        self._drawn = False
+
+    @property
+    def _tw(self) -> Any:
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        return tr._tw if tr is not None else None
+
+    def _clear(self) -> None:
+        if self._drawn and self._tw is not None:
+            self._tw.write("\r\x1b[K")
+            self._tw.flush()
+            self._drawn = False
+
+    def _draw(self) -> None:
+        tw = self._tw
+        if not self.tty or tw is None or not self.state.total:
+            return
+        tw.write("\r\x1b[K" + self.state.bar(time.monotonic(), tw.fullwidth - 1))
+        tw.flush()
+        self._drawn = True
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.state.total = len(session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.state.total = max(self.state.total, len(ids))
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.state.start(nodeid, time.monotonic())
+        self._draw()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Any:
+        self._clear()
+        yield
+        if report.failed:
+            self.outcomes[report.nodeid] = "failed"
+        elif report.skipped:
+            self.outcomes.setdefault(report.nodeid, "skipped")
+        elif report.when == "call":
+            self.outcomes.setdefault(report.nodeid, "passed")
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        now = time.monotonic()
+        took = self.state.finish(nodeid, now)
+        outcome = self.outcomes.get(nodeid, "passed")
+        if outcome == "failed":
+            self.state.failed += 1
+        if self.tty:
+            self._draw()
+        else:
+            tr = self.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                tr.write_line(self.state.plain(nodeid, outcome, took, now))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_terminal_summary(self) -> None:
+        self._clear()
+
+    def pytest_keyboard_interrupt(self) -> None:
+        self._clear()
