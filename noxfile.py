@@ -68,9 +68,11 @@ def local(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Unit tests, then every CPU cell on real engines, then the mutation check (CI)."""
+    """Unit tests, fault injection, then every CPU cell on real engines, then the
+    mutation check (CI)."""
     _install_vllm(session, "cpu")
     session.run("pytest", "tests/unit", "-q", "-p", "no:cacheprovider")
+    session.run("pytest", "tests/faults", "-q", "-p", "no:cacheprovider")
     session.run("kvrig", "column", "--platform", "cpu", *session.posargs)
     session.notify("mutation")
 
@@ -135,7 +137,8 @@ def gate(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
-    """Prints cold set-up time, CPU column time and peak memory against their targets."""
+    """Prints cold set-up time, then the CPU column run naively and the rig's way: wall
+    times, the floor, ratio, speed-up and peak memory against their targets."""
     _install_rig(session)
     session.run(
         "python",

@@ -1,14 +1,20 @@
 """Prints kvrig's speed and memory figures against their targets (no pass/fail asserts).
 
 Measures, on this host: the cold set-up (a new environment with the CPU vLLM and kvrig),
-the CPU column's wall time after install, and the peak memory of the whole run (every
-process under the column, sampled). Shared CI machines are noisy, so these are figures to
-read, not assertions; the exit status is 0 unless the run itself could not be made.
+then the CPU column run twice in one invocation: the naive way (a fresh interpreter per
+cell and vLLM's default multiprocess engine) and the rig's way (`kvrig column`: cells
+forked from a warm vLLM parent, side by side). For each: wall time and peak memory (PSS
+summed over every process of the run, sampled: forked cells share their parent's pages,
+which a sum of RSS would count once per process). Against the floor (one `import vllm`
+plus the sum of the engines' own time, from the rig's records) it prints the rig's ratio
+and its speed-up over naive. Shared machines are noisy, so these are figures to read, not
+assertions; the exit status is 0 unless the run itself could not be made.
 
-    nox -s bench                 # set-up + column, uv's download cache kept
+    nox -s bench                 # set-up + both columns, uv's download cache kept
     nox -s bench -- --no-cache   # a truly cold set-up (downloads everything)
     nox -s bench -- --no-cache --setup-only
     nox -s bench -- --skip-setup --python .nox/tests/bin/python
+    nox -s bench -- --skip-setup --skip-naive     # the rig's column only
 """
 
 from __future__ import annotations
@@ -24,10 +30,8 @@ import threading
 import time
 from pathlib import Path
 
-from kvrig.runner import session_rss_mb
-
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = {"setup_s": 180.0, "column_s": 300.0, "peak_gb": 8.0}
+TARGETS = {"setup_s": 180.0, "column_s": 300.0, "peak_gb": 4.0, "ratio": 1.3, "speedup": 5.0}
 
 
 def descendants(pid: int) -> list[int]:
@@ -49,25 +53,110 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def pss_mb(pids: list[int]) -> float:
+    """Proportional memory of processes: a page shared by n of them counts 1/n each."""
+    total_kb = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        total_kb += int(line.split()[1])
+                        break
+        except OSError:
+            continue
+    return total_kb / 1024
+
+
+class Sampler:
+    """Peak memory of a process tree, sampled twice a second in the background."""
+
+    def __init__(self, root: int) -> None:
+        self.root, self.peak_mb = root, 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            self.peak_mb = max(self.peak_mb, pss_mb(descendants(self.root)))
+            self._done.wait(0.5)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def run_sampled(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, float, float]:
     """Runs cmd; returns (exit status, seconds, peak MB over the process tree)."""
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
-    peak = 0.0
-    done = threading.Event()
+    with Sampler(proc.pid) as sampler:
+        code = proc.wait()
+    return code, time.monotonic() - started, sampler.peak_mb
 
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, session_rss_mb(descendants(proc.pid)))
-            time.sleep(0.5)
 
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
-    code = proc.wait()
-    done.set()
-    t.join()
-    return code, time.monotonic() - started, peak
+def naive_cmd(py: str, results: Path, workers: int, select: list[str]) -> list[str]:
+    """The naive column: a fresh interpreter per cell, vLLM's multiprocess engine."""
+    return [
+        py,
+        str(Path(__file__).resolve()),
+        "--naive-run",
+        str(results),
+        "--workers",
+        str(workers),
+        *select,
+    ]
+
+
+def naive_run(results: Path, workers: int, select: list[str]) -> int:
+    """Body of the naive column (in the interpreter under test)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kvrig.matrix import DEFAULT_MATRIX, expand, load
+    from kvrig.runner import run_cell
+
+    cells = [
+        c
+        for c in expand(load(DEFAULT_MATRIX), "cpu")
+        if c.expect.outcome != "skip" and (not select or any(k in c.id for k in select))
+    ]
+    mp = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    with ThreadPoolExecutor(max(1, workers)) as ex:
+        list(ex.map(lambda c: run_cell(c, results, env_overrides=mp), cells))
+    return 0
+
+
+def import_seconds(py: str) -> float:
+    """One warm parent's start: `import vllm` and the modules a cell needs."""
+    code = (
+        "import time; t = time.monotonic(); from kvrig import forkserver as f;"
+        " f._preload(f.PRELOAD); print(time.monotonic() - t)"
+    )
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
+    out = subprocess.run([py, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def engine_seconds(results: Path) -> tuple[int, float]:
+    """Cells with a record, and the sum of their engines' own time (start + generate)."""
+    n, total = 0, 0.0
+    for path in (results / "records").glob("*.json"):
+        t = json.loads(path.read_text()).get("timings", {})
+        if "engine_start_s" in t:
+            n += 1
+            total += t["engine_start_s"] + t.get("generate_s", 0.0)
+    return n, total
+
+
+def ratio_line(name: str, value: float, target: float, at_most: bool) -> str:
+    ok = value <= target if at_most else value >= target
+    sign = "<=" if at_most else ">="
+    verdict = "within target" if ok else "OFF TARGET"
+    return f"{name:<28} {value:8.2f} x   (target {sign} {target:g} x)  {verdict}"
 
 
 def setup(venv: Path, no_cache: bool) -> tuple[int, float]:
@@ -116,8 +205,13 @@ def main() -> int:
     ap.add_argument("--skip-setup", action="store_true", help="reuse --python's environment")
     ap.add_argument("--python", help="interpreter with vLLM and kvrig (with --skip-setup)")
     ap.add_argument("--setup-only", action="store_true", help="time the set-up, run no cell")
-    ap.add_argument("pytest_args", nargs="*", help="passed to the column, e.g. -n 2")
+    ap.add_argument("--skip-naive", action="store_true", help="run only the rig's column")
+    ap.add_argument("--workers", type=int, default=2, help="cells side by side, naive run")
+    ap.add_argument("--naive-run", help=argparse.SUPPRESS)
+    ap.add_argument("select", nargs="*", help="only cells whose id contains one of these")
     ns = ap.parse_args()
+    if ns.naive_run:
+        return naive_run(Path(ns.naive_run), ns.workers, ns.select)
     figures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="kvrig-bench-") as tmp:
         if ns.skip_setup:
@@ -133,37 +227,44 @@ def main() -> int:
         if ns.setup_only:
             print("\n".join(figures))
             return 0
+        imp = import_seconds(py)
+        naive_s = naive_peak = None
+        if not ns.skip_naive:
+            naive = Path(tmp) / "naive"
+            _, naive_s, naive_peak = run_sampled(naive_cmd(py, naive, ns.workers, ns.select))
         results = Path(tmp) / "results"
-        code, secs, peak = run_sampled(
-            [
-                py,
-                "-m",
-                "kvrig",
-                "column",
-                "--platform",
-                "cpu",
-                "--results",
-                str(results),
-                "-q",
-                *ns.pytest_args,
-            ]
+        select = ["-k", " or ".join(ns.select)] if ns.select else []
+        col = [py, "-m", "kvrig", "column", "--platform", "cpu", "--results", str(results)]
+        code, secs, peak = run_sampled([*col, "--", "-q", *select])
+        n, engine_s = engine_seconds(results)
+        floor = imp + engine_s
+        if naive_s is not None and naive_peak is not None:
+            figures.append(
+                f"{'naive column':<28} {naive_s:8.1f} s   peak {naive_peak / 1024:.2f} GB"
+            )
+        figures.append(line("rig column", secs, TARGETS["column_s"], "s"))
+        figures.append(
+            f"{'floor':<28} {floor:8.1f} s   (import {imp:.1f} s + engines {engine_s:.1f} s,"
+            f" {n} cells)"
         )
-        figures.append(line("CPU column (after install)", secs, TARGETS["column_s"], "s"))
-        figures.append(line("peak memory of the run", peak / 1024, TARGETS["peak_gb"], "GB"))
+        figures.append(ratio_line("rig / floor", secs / floor, TARGETS["ratio"], True))
+        if naive_s is not None:
+            figures.append(
+                ratio_line("speed-up over naive", naive_s / secs, TARGETS["speedup"], False)
+            )
+        figures.append(line("peak memory (rig)", peak / 1024, TARGETS["peak_gb"], "GB"))
         records = [json.loads(p.read_text()) for p in (results / "records").glob("*.json")]
         if records:
             slow = max(records, key=lambda r: r.get("timings", {}).get("wall_s", 0))
-            biggest = max(records, key=lambda r: r.get("peak_rss_mb") or 0)
-            figures.append(f"{'cells':<28} {len(records):8d}")
             figures.append(
                 f"{'slowest cell':<28} {slow['timings'].get('wall_s', 0):8.1f} s   "
                 f"({slow['cell_id']})"
             )
-            figures.append(
-                f"{'largest cell':<28} {(biggest.get('peak_rss_mb') or 0) / 1024:8.2f}"
-                f" GB  ({biggest['cell_id']})"
-            )
-    print("\nkvrig benchmark (" + os.uname().nodename + f", {os.cpu_count()} cores)")
+    load1 = os.getloadavg()[0]
+    print(
+        f"\nkvrig benchmark ({os.uname().nodename}, {os.cpu_count()} cores, load {load1:.1f}:"
+        " figures on a shared machine are noisy)"
+    )
     print("\n".join(figures))
     if code not in (0, 1):
         print(f"note: the column exited {code}; figures cover what ran", file=sys.stderr)

@@ -157,12 +157,14 @@ def run_cell(
     memory_limit_gb: float | None = None,
     python: str = sys.executable,
     pool: Pool | None = None,
+    env_overrides: dict[str, str] | None = None,
 ) -> Record:
     """Runs one cell to its end and returns (and saves) its record; never raises for the
     cell's own failures, which are the record's to report.
 
     With a pool the cell's process is forked by a warm server (see kvrig.forkserver);
-    without one it is a fresh `python -m kvrig.cell`, started here.
+    without one it is a fresh `python -m kvrig.cell`, started here. env_overrides change
+    the cell's environment (the benchmark's naive run forces vLLM's multiprocess engine).
     """
     paths = Paths(results, cell.id)
     if cell.expect.outcome == "skip":
@@ -186,7 +188,7 @@ def run_cell(
         (workdir / stale).unlink(missing_ok=True)
     (workdir / cellmod.CELL_FILE).write_text(cell.model_dump_json(indent=2))
     paths.log.parent.mkdir(parents=True, exist_ok=True)
-    env = cellmod.cell_env(cell, workdir)
+    env = {**cellmod.cell_env(cell, workdir), **(env_overrides or {})}
 
     proc = _start(pool, workdir, env, paths.log, python)  # may first start a warm server
     started = time.monotonic()

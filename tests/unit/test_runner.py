@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from kvrig.runner import kill_session, run_cell, session_pids
+from kvrig.forkserver import env_key, server_env
+from kvrig.runner import (
+    ResultsFolderError,
+    check_results_folder,
+    finished_record,
+    kill_session,
+    run_cell,
+    session_pids,
+)
 
 from .conftest import cell_with
 
@@ -79,3 +87,34 @@ def test_kill_session_of_nothing_returns() -> None:
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc (Linux)")
 def test_session_pids_finds_this_session() -> None:
     assert os.getpid() in session_pids(os.getsid(0))
+
+
+def test_results_folder_that_cannot_be_written(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ResultsFolderError, match="cannot be written"):
+        check_results_folder(blocker / "results")
+
+
+def test_results_folder_on_a_full_disk(tmp_path: Path) -> None:
+    with pytest.raises(ResultsFolderError, match="MB free"):
+        check_results_folder(tmp_path, min_free_mb=2**40)
+    check_results_folder(tmp_path, min_free_mb=0)
+    assert (tmp_path / "records").is_dir() and not list(tmp_path.glob(".kvrig*"))
+
+
+def test_finished_record_needs_a_row_and_a_readable_record(tmp_path: Path) -> None:
+    rec = run_cell(cell_with({"outcome": "skip", "reason": "r"}), tmp_path, python="/x")
+    assert finished_record(tmp_path, rec.cell_id) is None  # no results row yet
+    (tmp_path / "results.jsonl").write_text(json.dumps({"cell_id": rec.cell_id}) + "\n")
+    assert finished_record(tmp_path, rec.cell_id) == rec
+    (tmp_path / "records" / f"{rec.cell_id}.json").write_text("{torn")
+    assert finished_record(tmp_path, rec.cell_id) is None
+
+
+def test_env_key_ignores_only_what_is_read_after_the_fork() -> None:
+    a = {"VLLM_TARGET_DEVICE": "cpu", "KVRIG_CRAFT": "x", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    b = {**a, "KVRIG_CRAFT": "y", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert env_key(a) == env_key(b)
+    assert env_key(a) != env_key({**a, "VLLM_CPU_KVCACHE_SPACE": "2"})
+    assert server_env(a) == {"VLLM_TARGET_DEVICE": "cpu"}
