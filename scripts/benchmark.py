@@ -30,6 +30,8 @@ import threading
 import time
 from pathlib import Path
 
+from kvrig.runner import session_pss_mb
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"setup_s": 180.0, "column_s": 300.0, "peak_gb": 4.0, "ratio": 1.3, "speedup": 5.0}
 
@@ -53,21 +55,6 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def pss_mb(pids: list[int]) -> float:
-    """Proportional memory of processes: a page shared by n of them counts 1/n each."""
-    total_kb = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as fh:
-                for line in fh:
-                    if line.startswith("Pss:"):
-                        total_kb += int(line.split()[1])
-                        break
-        except OSError:
-            continue
-    return total_kb / 1024
-
-
 class Sampler:
     """Peak memory of a process tree, sampled twice a second in the background."""
 
@@ -78,7 +65,7 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._done.is_set():
-            self.peak_mb = max(self.peak_mb, pss_mb(descendants(self.root)))
+            self.peak_mb = max(self.peak_mb, session_pss_mb(descendants(self.root)))
             self._done.wait(0.5)
 
     def __enter__(self) -> Sampler:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-BAR_WIDTH = 24
+BAR_WIDTH = 16
 
 
 def clock(seconds: float) -> str:
@@ -97,35 +97,55 @@ def interactive(stream: Any = None) -> bool:
 
 
 class ProgressPlugin:
-    """Feeds State from pytest's hooks (also forwarded from pytest-xdist workers)."""
+    """Feeds State from pytest's hooks (also forwarded from pytest-xdist workers).
+
+    On a terminal with pytest-xdist, pytest's own per-test output is silenced (its lines
+    and the redrawn bar would overwrite each other) and this plugin writes a line per
+    finished cell above the bar; failures still get pytest's full report at the end.
+    """
 
     def __init__(self, config: pytest.Config, workers: int) -> None:
         self.config = config
         self.state = State(workers=workers)
-        # Redrawn in place only when pytest writes whole lines (pytest-xdist does; a single
-        # process writes a test's id first and its outcome later on the same line).
+        # A single pytest process writes a test's id first and its outcome later on the
+        # same line, which a redrawn bar would cut: the bar needs pytest-xdist.
         self.tty = interactive() and workers > 1
         self.outcomes: dict[str, str] = {}
         self._drawn = False
+        if self.tty:
+            config.option.verbose = min(config.option.verbose, 0)
 
     @property
-    def _tw(self) -> Any:
-        tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        return tr._tw if tr is not None else None
+    def _tr(self) -> Any:
+        return self.config.pluginmanager.get_plugin("terminalreporter")
 
     def _clear(self) -> None:
-        if self._drawn and self._tw is not None:
-            self._tw.write("\r\x1b[K")
-            self._tw.flush()
+        tr = self._tr
+        if self._drawn and tr is not None:
+            tr._tw.write("\r\x1b[K")
+            tr._tw.flush()
             self._drawn = False
 
     def _draw(self) -> None:
-        tw = self._tw
-        if not self.tty or tw is None or not self.state.total:
+        tr = self._tr
+        if not self.tty or tr is None or not self.state.total:
             return
-        tw.write("\r\x1b[K" + self.state.bar(time.monotonic(), tw.fullwidth - 1))
-        tw.flush()
+        tr._tw.write("\r\x1b[K" + self.state.bar(time.monotonic(), tr._tw.fullwidth - 1))
+        tr._tw.flush()
         self._drawn = True
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        tr = self._tr
+        if self.tty and tr is not None:
+            tr.showfspath = False
+            tr._show_progress_info = False
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> Any:
+        outcome = yield
+        if self.tty:
+            category, _, _ = outcome.get_result()
+            outcome.force_result((category, "", ""))
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -139,16 +159,11 @@ class ProgressPlugin:
         self.state.start(nodeid, time.monotonic())
         self._draw()
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Any:
-        self._clear()
-        yield
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
             self.outcomes[report.nodeid] = "failed"
         elif report.skipped:
             self.outcomes.setdefault(report.nodeid, "skipped")
-        elif report.when == "call":
-            self.outcomes.setdefault(report.nodeid, "passed")
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         now = time.monotonic()
@@ -156,15 +171,19 @@ class ProgressPlugin:
         outcome = self.outcomes.get(nodeid, "passed")
         if outcome == "failed":
             self.state.failed += 1
-        if self.tty:
-            self._draw()
-        else:
-            tr = self.config.pluginmanager.get_plugin("terminalreporter")
-            if tr is not None:
-                tr.write_line(self.state.plain(nodeid, outcome, took, now))
+        tr = self._tr
+        if tr is None:
+            return
+        self._clear()
+        tr.write_line(self.state.plain(nodeid, outcome, took, now))
+        self._draw()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_terminal_summary(self) -> None:
+        self._clear()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
         self._clear()
 
     def pytest_keyboard_interrupt(self) -> None:

@@ -71,18 +71,29 @@ def session_pids(sid: int) -> list[int]:
     return pids
 
 
-def session_rss_mb(pids: list[int]) -> float:
+def _sum_mb(pids: list[int], file: str, field: str) -> float:
     total_kb = 0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/status") as fh:
+            with open(f"/proc/{pid}/{file}") as fh:
                 for line in fh:
-                    if line.startswith("VmRSS:"):
+                    if line.startswith(field):
                         total_kb += int(line.split()[1])
                         break
         except OSError:
             continue
     return total_kb / 1024
+
+
+def session_rss_mb(pids: list[int]) -> float:
+    """Resident memory summed (pages shared by forked processes count once per process,
+    which errs on the safe side for a memory ceiling)."""
+    return _sum_mb(pids, "status", "VmRSS:")
+
+
+def session_pss_mb(pids: list[int]) -> float:
+    """Proportional memory: a page shared by n processes counts 1/n in each."""
+    return _sum_mb(pids, "smaps_rollup", "Pss:")
 
 
 def kill_session(sid: int) -> None:

@@ -25,7 +25,7 @@ def test_the_bar_names_running_cells_and_fits_the_width() -> None:
     assert "?" in s.bar(2.0)  # no estimate before a cell ended
     s.finish("t.py::test_cell[cpu-a-b]", 10.0)
     bar = s.bar(10.0)
-    assert bar.startswith("[######..................] 1/4  0:10 elapsed  ~")
+    assert bar.startswith("[####............] 1/4  0:10 elapsed  ~")
     assert bar.endswith("running: cpu-c-d")
     assert len(s.bar(10.0, width=30)) == 30
 
