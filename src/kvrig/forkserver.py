@@ -258,6 +258,7 @@ class ForkServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._env = server_env(env)
         self._exits: dict[int, int] = {}
+        self._buf = b""
 
     def start(self) -> ForkServer:
         mode = f"--preload={','.join(self.preload)}" if self.warm else "--cold"
@@ -338,21 +339,26 @@ class ForkServer:
             self._exits[int(msg["exit"])] = int(msg["status"])
 
     def _read(self, timeout: float) -> dict[str, Any] | None:
+        """The next message, or None after timeout or once the server is gone. Reads the
+        raw pipe into a buffer of its own: two messages may arrive in one read (a cell
+        that dies at once), and a buffered file would hide the second from select."""
         assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout
+        fd = self._proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         while True:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([fd], [], [], max(0.0, left))
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                try:
+                    return json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # stray output on the server's stdout is not a message
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
             if not ready:
                 return None
-            line = fd.readline()
-            if not line:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 return None
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                continue  # stray output on the server's stdout is not a message
+            self._buf += chunk
 
     def close(self) -> None:
         """Ends the server; it kills whatever cell session it still has."""
