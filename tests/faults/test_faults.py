@@ -273,4 +273,6 @@ def test_warm_cells_are_isolated_from_each_other(tmp_path: Path) -> None:
     assert rec.outcome == "ran" and rec.error is None and rec.tokens_generated > 0
     assert rec.timings["import_s"] < 1.0, "the cell imported vLLM itself: not warm"
     assert "KVRIG_SIBLING" not in json.dumps(rec.layer_backends)
+    # The probe (KVRIG_PROBE_FILE, set per cell) reached the engine forked for this cell.
+    assert rec.worker_block_size is not None
     assert rec.worker_block_size == rec.engine_block_size
