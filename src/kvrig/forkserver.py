@@ -54,8 +54,10 @@ LAZY_ENV = frozenset(
         "VLLM_ENABLE_V1_MULTIPROCESSING",
         "KVRIG_TEST_FAULT",
         "PYTHONUNBUFFERED",
+        "PYTEST_CURRENT_TEST",  # pytest changes it for every test; nothing in vLLM reads it
     }
 )
+MAX_SERVERS = 2  # per owner: each holds a vLLM import (about 0.5 GB)
 # What a cell's process needs from vLLM; importing them costs no thread and no engine.
 PRELOAD = (
     "torch",
@@ -94,6 +96,11 @@ def server_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in LAZY_ENV}
 
 
+def die_with_parent() -> None:
+    """Asks the kernel to SIGKILL this process when its parent dies (Linux)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _prctl(option: int, value: int) -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
@@ -124,7 +131,7 @@ def _child(request: dict[str, Any], warm: bool, python: str) -> None:
     try:
         os.setsid()
         # The server dies only when its owner is gone; the cell then goes with it.
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        die_with_parent()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -402,6 +409,8 @@ class Pool:
                 self._servers.remove(server)
             elif server.matches(env):
                 return server
+        while len(self._servers) >= MAX_SERVERS:
+            self._servers.pop(0).close()
         n = len(self._servers)
         log = self.log_dir / f"forkserver-{os.getpid()}-{n}.log" if self.log_dir else None
         server = ForkServer(

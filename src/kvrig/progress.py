@@ -175,6 +175,8 @@ class ProgressPlugin:
         if tr is None:
             return
         self._clear()
+        if tr._tw.width_of_current_line:  # after pytest's own "." of a quiet run
+            tr._tw.line()
         tr.write_line(self.state.plain(nodeid, outcome, took, now))
         self._draw()
 

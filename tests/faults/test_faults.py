@@ -128,6 +128,16 @@ def test_the_parent_survives_a_crash_and_is_replaced_if_it_dies(
     assert run_cell(a_cell(), tmp_path, pool=pool).outcome == "ran"
 
 
+def test_one_warm_parent_serves_every_cell_of_a_worker(
+    tmp_path: Path, pool: Pool, fault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fault("fake:0")
+    for n in range(3):  # pytest sets PYTEST_CURRENT_TEST anew for every test
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", f"test_cell[{n}] (call)")
+        assert run_cell(a_cell(n), tmp_path, pool=pool).outcome == "ran"
+    assert len(pool.servers) == 1
+
+
 def test_timeout_kills_the_whole_process_group(tmp_path: Path, pool: Pool, fault) -> None:
     fault("orphan:300")  # a leaked child and a cell that never ends
     started = time.monotonic()
@@ -197,9 +207,12 @@ def assert_intact(results: Path) -> list[dict]:
     return rows
 
 
-def test_sigkill_of_the_runner_leaves_nothing_and_the_rerun_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_sigkill_of_the_runner_leaves_nothing_and_the_rerun_resumes(
+    tmp_path: Path, workers: str
+) -> None:
     results, token = tmp_path / "res", uuid.uuid4().hex
-    proc = column(results, token, "orphan:1.5", "-n", "0")
+    proc = column(results, token, "orphan:1.5", "-n", workers)
     wait_for_records(results, 2, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -207,7 +220,7 @@ def test_sigkill_of_the_runner_leaves_nothing_and_the_rerun_resumes(tmp_path: Pa
     first = {r["cell_id"] for r in assert_intact(results)}
     assert first, "no cell finished before the kill"
 
-    again = column(results, token, "fake:0", "-n", "0")
+    again = column(results, token, "fake:0", "-n", workers)
     output = again.communicate(timeout=300)[0].decode()
     assert "resuming the unfinished run" in output
     rows = assert_intact(results)

@@ -20,7 +20,7 @@ import pytest
 
 from kvrig import hardware, report
 from kvrig import results as results_mod
-from kvrig.forkserver import Pool
+from kvrig.forkserver import Pool, die_with_parent
 from kvrig.matrix import DEFAULT_MATRIX, PLATFORMS, MatrixError, expand, load
 from kvrig.progress import ProgressPlugin
 from kvrig.runner import ResultsFolderError, check_results_folder
@@ -70,7 +70,11 @@ def pytest_configure(config: pytest.Config) -> None:
             f" Run the {host} column here (nox -s local), or run nox -s {platform} on a host that"
             " has the hardware."
         )
-    if not hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker goes when the run does (even a SIGKILLed one), and with it
+        # its warm parent and that parent's cells; otherwise it would finish its queue.
+        die_with_parent()
+    else:
         results = _results(config)
         try:
             check_results_folder(results)
