@@ -142,10 +142,11 @@ class ProgressPlugin:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> Any:
+        """No "." per test (this plugin writes a line per cell); on a terminal no
+        verbose line either (the bar would cut it)."""
         outcome = yield
-        if self.tty:
-            category, _, _ = outcome.get_result()
-            outcome.force_result((category, "", ""))
+        category, _, word = outcome.get_result()
+        outcome.force_result((category, "", "" if self.tty else word))
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -175,8 +176,6 @@ class ProgressPlugin:
         if tr is None:
             return
         self._clear()
-        if tr._tw.width_of_current_line:  # after pytest's own "." of a quiet run
-            tr._tw.line()
         tr.write_line(self.state.plain(nodeid, outcome, took, now))
         self._draw()
 
