@@ -200,6 +200,9 @@ def serve(warm: bool, python: str, preload: tuple[str, ...] = PRELOAD) -> int:
                 if not line:
                     return 0  # the owner is gone: the finally below ends its cells
                 request = json.loads(line)
+                # The owner has ended the sessions of cells that are over; forget them, so
+                # a session id the system hands out again is never killed by mistake.
+                sessions &= set(running)
                 sys.stdout.flush()
                 pid = os.fork()
                 if pid == 0:

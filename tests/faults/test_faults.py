@@ -183,6 +183,8 @@ def column(results: Path, token: str, fault_spec: str, *extra: str) -> subproces
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, like a job in a terminal
+        # and Ctrl-C's default meaning, even if this test runs as a background job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
