@@ -217,10 +217,25 @@ Expectation = Annotated[
 ]
 
 
+class KnownDefect(_Strict):
+    """A released vLLM that does not do what the case expects (a strict expected failure).
+
+    `shows` is what the defect looks like on each platform; a cell passes as "xfail" only
+    while its record matches it, and fails as soon as vLLM does the right thing (so the
+    marker is removed) or does something else again (so nobody misses it).
+    """
+
+    reason: str = Field(min_length=1)
+    shows: dict[Platform, Expectation]
+
+
 class Case(_Strict):
     id: str = Field(pattern=_NAME)
     model: str
     doc: str = ""
+    # The statement of the reviewed change this case stands for (a quote, or "control").
+    review: str = ""
+    known_defect: KnownDefect | None = None
     knobs: Knobs = Field(default_factory=Knobs)
     crafted: Crafted = Field(default_factory=Crafted)
     expect: dict[Platform, Expectation]
@@ -257,6 +272,13 @@ class Matrix(_Strict):
             if key in seen:
                 raise ValueError(f"cases.{i}.id: case {case.id!r} of {case.model!r} repeats")
             seen.add(key)
+            defect = case.known_defect.shows if case.known_defect else {}
+            for platform in defect:
+                if platform not in case.expect:
+                    raise ValueError(
+                        f"cases.{i}.known_defect.shows.{platform}: case {case.id!r} has no"
+                        f" expectation on {platform!r} for the defect to stand against"
+                    )
             for platform in case.expect:
                 if platform not in self.platforms:
                     raise ValueError(
@@ -282,6 +304,12 @@ class Cell(_Strict):
     @property
     def id(self) -> str:
         return f"{self.platform}-{self.model_name}-{self.case.id}"
+
+    @property
+    def defect(self) -> Expectation | None:
+        """What a known vLLM defect makes this cell show instead of its expectation."""
+        known = self.case.known_defect
+        return known.shows.get(self.platform) if known else None
 
     @property
     def multiprocessing(self) -> bool:
