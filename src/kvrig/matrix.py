@@ -104,6 +104,10 @@ class ModelSpec(_Strict):
 
     family: Literal["hybrid_mamba", "gdn", "dsa", "dense"]
     config: str
+    # A shape-faithful miniature names the checkpoint whose per-layer shapes it keeps and
+    # where those numbers come from; its block size is then the checkpoint's own.
+    checkpoint: str | None = None
+    source: str = ""
     overrides: dict[str, Any] = Field(default_factory=dict)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     max_model_len: int = Field(default=256, ge=16)
