@@ -161,6 +161,9 @@ class Knobs(_Strict):
     enable_prefix_caching: bool | None = None
     mamba_ssm_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
     kv_cache_dtype: str | None = None
+    # Layers (by index or name) kept at the model dtype beside a quantized KV cache: vLLM's
+    # phase 3 then sizes the shared block from the primary backend.
+    kv_cache_dtype_skip_layers: list[str] | None = None
     attention_backend: str | None = Field(default=None, pattern=_BACKEND_NAME)
     multiprocessing: bool | None = None
 
