@@ -39,6 +39,9 @@ class Backend:
     name: str
     kernels: tuple[Kernel, ...]
     exact: bool = False
+    # A backend whose get_preferred_block_size() returns at least this (XPU's FLASH_ATTN:
+    # 64); crafted subclasses inherit it from the backend they extend.
+    preferred_floor: int | None = None
 
     @property
     def smallest(self) -> int:
@@ -52,6 +55,8 @@ class Backend:
 
     def preferred(self, default: int) -> int:
         """get_preferred_block_size: the default if supported, else the smallest size."""
+        if self.preferred_floor is not None:
+            return max(default, self.preferred_floor)
         return default if self.supports(default) else self.smallest
 
 
@@ -95,7 +100,7 @@ RULES: dict[str, PlatformRules] = {
     "xpu": PlatformRules(
         start=64,
         phase1=True,
-        default=Backend("FLASH_ATTN", (Kernel(64, True),)),
+        default=Backend("FLASH_ATTN", (Kernel(64, True),), preferred_floor=64),
         mla=Backend("XPU_MLA_SPARSE", (Kernel(1, True),)),
         indexer=Backend("DEEPSEEK_V32_INDEXER", (Kernel(64),)),
         gdn_round=64,
@@ -229,8 +234,9 @@ def pages(
 # --- the block-size steps --------------------------------------------------------------
 
 
-def crafted_backend(b: CraftedBackend) -> Backend:
-    return Backend(b.name, tuple(Kernel(s) for s in b.sizes), exact=b.exact)
+def crafted_backend(b: CraftedBackend, extends: Backend) -> Backend:
+    kernels = tuple(Kernel(s) for s in b.sizes)
+    return Backend(b.name, kernels, exact=b.exact, preferred_floor=extends.preferred_floor)
 
 
 def layer_backends(cell: Cell, config: dict[str, Any]) -> list[Backend]:
@@ -244,14 +250,14 @@ def layer_backends(cell: Cell, config: dict[str, Any]) -> list[Backend]:
     if cell.model.family == "dsa" and rules.mla is not None:
         default = rules.mla
     if crafted.replace is not None:
-        default = crafted_backend(crafted.replace)
+        default = crafted_backend(crafted.replace, default)
     out: list[Backend] = []
     for i in attention_layers(config, cell.model.family):
         chosen = default
         for sib in crafted.siblings:
             prefix = f"model.layers.{i}."
             if prefix.startswith(sib.layers) or sib.layers.startswith(prefix):
-                chosen = crafted_backend(sib)
+                chosen = crafted_backend(sib, default)
         if chosen not in out:
             out.append(chosen)
     if cell.model.family == "dsa" and rules.indexer is not None:
