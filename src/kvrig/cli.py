@@ -98,10 +98,10 @@ def _folders(given: list[str] | None) -> list[Path]:
     return results_mod.default_folders(Path("results"), PLATFORMS)
 
 
-def _collect(given: list[str] | None, what: str) -> results_mod.Merged:
+def _collect(given: list[str] | None, what: str, empty_ok: bool = False) -> results_mod.Merged:
     folders = _folders(given)
     merged = results_mod.collect(folders)
-    if not merged.rows:
+    if not merged.rows and not empty_ok:
         shown = ", ".join(str(f) for f in folders) or "results/<platform>"
         raise UsageError(
             f"No results in {shown}. Run a column first (nox -s local, or nox -s cpu|cuda|xpu),"
@@ -113,8 +113,18 @@ def _collect(given: list[str] | None, what: str) -> results_mod.Merged:
     return merged
 
 
+def _in_matrix_order(merged: results_mod.Merged, matrix_path: str) -> None:
+    """Rows in matrix order (as finished they are in completion order); others at the end."""
+    try:
+        order = {c.id: i for i, c in enumerate(expand(load(matrix_path)))}
+    except MatrixError:
+        order = {}
+    merged.rows.sort(key=lambda r: order.get(r["cell_id"], len(order)))
+
+
 def cmd_report(ns: argparse.Namespace) -> int:
     merged = _collect(ns.results, "report on")
+    _in_matrix_order(merged, ns.matrix)
     folders = sorted({str(p.parent) for p in merged.sources.values()})
     out = Path(ns.out) if ns.out else Path(os.path.commonpath(folders))
     title = "kvrig results: " + ", ".join(report.platforms_of(merged.rows))
@@ -150,7 +160,8 @@ def _previous(ns: argparse.Namespace, merged: results_mod.Merged) -> tuple[list[
 
 def cmd_gate(ns: argparse.Namespace) -> int:
     m = load(ns.matrix)
-    merged = _collect(ns.results, "gate")
+    # With --platform the gate knows what to require, so no results at all is a failure.
+    merged = _collect(ns.results, "gate", empty_ok=bool(ns.platform))
     platforms = ns.platform or report.platforms_of(merged.rows)
     previous = None if ns.no_previous else _previous(ns, merged)
     if previous:

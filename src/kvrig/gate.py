@@ -46,7 +46,7 @@ def _show_block(block: tuple[Any, Any]) -> str:
 def _problem(row: Row | None, expected: str) -> str | None:
     """Why a required cell does not count as passed, or None when it does."""
     if row is None:
-        return "no result: the cell did not run, or its row is missing from results.jsonl"
+        return "not run: the results hold no row for it (the column crashed or was cut short?)"
     if row["status"] == "fail":
         return f"failed: {row['reason']}"
     if row["status"] == "skip" and expected != "skip":
