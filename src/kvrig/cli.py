@@ -43,6 +43,7 @@ def column_args(
         f"--kvrig-results={results}",
         f"--kvrig-matrix={matrix}",
         f"--junitxml={results / 'junit.xml'}",
+        f"--override-ini=junit_suite_name=kvrig-{platform}",  # merged JUnit keeps columns apart
         "-v",  # a line per cell as it ends: progress on a long column
         "-p",
         "no:cacheprovider",

@@ -246,3 +246,62 @@ def test_report_command_writes_markdown_and_html(
     page = (folder / "report.html").read_text()
     assert "line 99" in page and "line 59" not in page  # the log's tail only
     assert summary.read_text() == (folder / "report.md").read_text()
+
+
+# --- the release scenario on the shipped matrix -------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _real_column(folder: Path) -> tuple[list[str], str]:
+    """A results folder holding a passing row for every CPU cell of matrix.yaml."""
+    cells = expand(load(ROOT / "matrix.yaml"), "cpu")
+    for cell in cells:
+        rec = Record(
+            cell_id=cell.id,
+            platform="cpu",
+            model=cell.model_name,
+            case=cell.case.id,
+            family=cell.model.family,
+            outcome="ran",
+            timings={"wall_s": 20.0},
+        )
+        expected = "skip" if cell.expect.outcome == "skip" else "pass"
+        results.append(folder, results.row(cell, rec, Verdict(cell.id, expected, "as expected")))
+    required = [c.id for c in cells if c.case.gate and c.expect.outcome != "skip"]
+    return required, (ROOT / "matrix.yaml").read_text()
+
+
+def test_gate_release_scenario_on_the_shipped_matrix(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "results" / "cpu"
+    required, text = _real_column(folder)
+    target = required[0]
+    m = tmp_path / "matrix.yaml"
+    m.write_text(text)
+
+    def gate_exit() -> int:
+        return cli.main(["--matrix", str(m), "gate", "--results", str(folder), "--no-previous"])
+
+    assert gate_exit() == 0
+    lines = (folder / results.RESULTS_FILE).read_text().splitlines()
+    kept = [ln for ln in lines if json.loads(ln)["cell_id"] != target]
+    (folder / results.RESULTS_FILE).write_text("\n".join(kept) + "\n")
+    assert gate_exit() == 1  # the required cell's row was deleted
+    assert f"FAIL    {target}: not run" in capsys.readouterr().out
+
+    skipped = {**json.loads(next(ln for ln in lines if target in ln)), "status": "skip"}
+    results.append(folder, {**skipped, "reason": "skipped: no reason given"})
+    assert gate_exit() == 1  # turned into an unexplained skip
+    assert f"FAIL    {target}: skipped" in capsys.readouterr().out
+
+    later = (dt.date.today() + dt.timedelta(days=30)).isoformat()
+    entry = f"  - {{cell: {target}, reason: vLLM issue 1234, owner: kv-team, expires: {later}}}"
+    m.write_text(text.replace("allowances: []", "allowances:\n" + entry))
+    assert gate_exit() == 0  # an unexpired allowance lets it through
+    assert f"ALLOWED {target}" in capsys.readouterr().out
+
+    m.write_text(
+        text.replace("allowances: []", "allowances:\n" + entry.replace(later, "2020-01-01"))
+    )
+    assert gate_exit() == 1  # and once it has expired, the gate fails again
+    assert f"EXPIRED allowance for {target}" in capsys.readouterr().out
