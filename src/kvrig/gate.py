@@ -126,7 +126,13 @@ def evaluate(
     others = [r for r in rows if r["status"] == "fail" and r["cell_id"] not in required]
     if others:
         lines.append(f"not required, failed ({len(others)}):")
-        lines.extend(f"        {r['cell_id']}: {r['reason']}" for r in others)
+        for r in others:
+            lines.append(f"        {r['cell_id']}: {r['reason']}")
+            if repro is not None:
+                platform = r["cell_id"].split("-", 1)[0]
+                lines.extend(
+                    f"          {x}" for x in repro(platform, r["cell_id"], r.get("image"))
+                )
     if previous is not None:
         new_fail, fixed, moved = changes(rows, previous)
         lines.append(

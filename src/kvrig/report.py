@@ -237,6 +237,16 @@ def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = Non
             f"<td>{_esc(model)}</td><td>{_esc(case)}{gate}</td>{''.join(tds)}</tr>"
         )
     facts = "".join(f"<li>{_esc(x)}</li>" for x in run_facts(rows))
+    failed = [r for r in rows if r["status"] == "fail"]
+    failures = (
+        f"<h2>Failures ({len(failed)})</h2><ul id=failures>"
+        + "".join(
+            f"<li><code>{_esc(r['cell_id'])}</code>: {_esc(r['reason'])}</li>" for r in failed
+        )
+        + "</ul>"
+        if failed
+        else ""
+    )
     return (
         "<!doctype html><html lang=en><meta charset=utf-8>"
         f"<title>{_esc(title)}</title><style>{_STYLE}</style><body>"
@@ -245,6 +255,7 @@ def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = Non
         f"<table id=grid><thead><tr><th>family</th><th>model</th><th>case</th>{head}</tr></thead>"
         f"<tbody>{''.join(trs)}</tbody></table>"
         "<p><small>Click a cell for its record, log and the commands that rerun it.</small></p>"
+        f"{failures}"
         "<dialog id=detail><button id=close>close</button><div id=detail-body></div></dialog>"
         f"{''.join(templates)}<script>{_SCRIPT}</script></body></html>\n"
     )

@@ -140,8 +140,10 @@ def test_repro_reruns_exactly_one_cell() -> None:
 
 
 def test_gate_passes_when_every_required_cell_passed() -> None:
-    res = gate.evaluate(matrix(), [row(REQUIRED, "pass"), row(OTHER, "fail")], ["cpu"], TODAY)
+    rows = [row(REQUIRED, "pass"), row(OTHER, "fail")]
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda p, c, i: [f"rerun {c}"])
     assert res.passed and res.lines[-1] == "gate: PASS"
+    assert f"          rerun {OTHER}" in res.lines  # every failing cell says how to rerun it
     assert "required cells on cpu: 1 passed, 0 allowed, 0 failed" in res.lines
     assert any(OTHER in x for x in res.lines)  # named, though not required
 
