@@ -106,7 +106,7 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
         try:
             entry = json.loads(line)
         except json.JSONDecodeError:
-            continue
+            continue  # a line cut short by a crash
         if isinstance(entry, dict) and "cell_id" in entry:
             latest[entry["cell_id"]] = entry
     return list(latest.values())
