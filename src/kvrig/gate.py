@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvrig.matrix import Allowance, Matrix, expand
+from kvrig.results import block_text
 
 Row = dict[str, Any]
 Repro = Callable[[str, str, str | None], list[str]]
@@ -30,17 +31,8 @@ class GateResult:
     problems: list[str] = field(default_factory=list)
 
 
-def _block(row: Row | None) -> tuple[Any, Any]:
-    return (
-        (None, None)
-        if row is None
-        else (row.get("worker_block_size"), row.get("engine_block_size"))
-    )
-
-
-def _show_block(block: tuple[Any, Any]) -> str:
-    worker, core = block
-    return f"{worker}" if core in (None, worker) else f"{worker} (core {core})"
+def _block(row: Row) -> tuple[Any, Any]:
+    return (row.get("worker_block_size"), row.get("engine_block_size"))
 
 
 def _problem(row: Row | None, expected: str) -> str | None:
@@ -68,7 +60,7 @@ def changes(rows: list[Row], previous: list[Row]) -> tuple[list[str], list[str],
             fixed.append(r["cell_id"])
         was, now = _block(old), _block(r)
         if was[0] is not None and now[0] is not None and was != now:
-            moved.append(f"{r['cell_id']}: {_show_block(was)} -> {_show_block(now)}")
+            moved.append(f"{r['cell_id']}: {block_text(old)} -> {block_text(r)}")
     return new_fail, fixed, moved
 
 

@@ -36,13 +36,6 @@ class Detail:
     repro: list[str] = field(default_factory=list)
 
 
-def _block(row: Row) -> str:
-    w, e = row.get("worker_block_size"), row.get("engine_block_size")
-    if w is None:
-        return "-"
-    return str(w) if e in (None, w) else f"{w} (core {e})"
-
-
 def _what(row: Row) -> str:
     return row["reason"].removeprefix("as expected: ")
 
@@ -67,7 +60,7 @@ def terminal(rows: list[Row]) -> str:
         wall = f"{r['wall_s']:.0f}s" if r.get("wall_s") is not None else "-"
         lines.append(
             f"{r['cell_id']:<{id_w}}  {_MARK[r['status']]:<7}  {r['expected']:<11}  "
-            f"{_block(r):<14}  {wall:>6}  {_what(r)}"
+            f"{results_mod.block_text(r):<14}  {wall:>6}  {_what(r)}"
         )
     lines.append(_tally(rows))
     return "\n".join(lines)
@@ -136,7 +129,9 @@ def markdown(rows: list[Row], title: str, repro: Callable[[Row], list[str]] | No
         for p in platforms:
             r = by_platform.get(p)
             cells.append(
-                "·" if r is None else f"{_ICON[r['status']]} {_MARK[r['status']]} {_block(r)}"
+                "·"
+                if r is None
+                else f"{_ICON[r['status']]} {_MARK[r['status']]} {results_mod.block_text(r)}"
             )
         out.append(f"| {family} | {model} | {case}{gate} | " + " | ".join(cells) + " |")
     failed = [r for r in rows if r["status"] == "fail"]
@@ -197,7 +192,7 @@ def _template(r: Row, d: Detail) -> str:
     parts = [
         f"<h2>{_esc(r['cell_id'])} <span class={r['status']}>{_MARK[r['status']]}</span></h2>",
         f"<p>{_esc(r['reason'])}</p>",
-        f"<p>expected {_esc(r.get('expected'))}; block size {_esc(_block(r))};"
+        f"<p>expected {_esc(r.get('expected'))}; block size {_esc(results_mod.block_text(r))};"
         f" vLLM {_esc(r.get('vllm_version'))}; host {_esc(r.get('host_id'))}</p>",
     ]
     if d.repro:
@@ -229,7 +224,7 @@ def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = Non
             tds.append(
                 f"<td class='cell {r['status']}' data-cell='{_esc(r['cell_id'])}' tabindex=0"
                 f" title='{_esc(_what(r))}'>{_MARK[r['status']]}"
-                f" <small>{_esc(_block(r))}</small></td>"
+                f" <small>{_esc(results_mod.block_text(r))}</small></td>"
             )
             templates.append(_template(r, details.get(r["cell_id"], Detail())))
         trs.append(

@@ -35,6 +35,14 @@ def rig_version() -> str:
         return "0"
 
 
+def block_text(row: dict[str, Any]) -> str:
+    """The chosen block size as people read it: the worker's, and the core's if it differs."""
+    w, e = row.get("worker_block_size"), row.get("engine_block_size")
+    if w is None:
+        return "-"
+    return str(w) if e in (None, w) else f"{w} (core {e})"
+
+
 def host_id(host: dict[str, Any]) -> str:
     """A short stable name for a hardware fingerprint, to tell machines apart at a glance."""
     stable = {k: v for k, v in host.items() if k != "hostname"}
