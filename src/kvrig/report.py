@@ -285,8 +285,7 @@ def gather(merged: results_mod.Merged) -> dict[str, Detail]:
         log = folder / "logs" / f"{cid}.log"
         if not log.exists() and r.get("log"):
             log = Path(r["log"])
-        repro = repro_lines(r) if r["status"] != "pass" else []
-        out[cid] = Detail(record, _tail(log), repro)
+        out[cid] = Detail(record, _tail(log), repro_lines(r))
     return out
 
 
