@@ -124,16 +124,18 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def report(session: nox.Session) -> None:
-    """Prints and writes report.md and report.html of results/<platform> (or the folders
-    given: several folders or a tree of downloaded CI artifacts are merged)."""
+    """Prints and writes report.md and report.html of results/<platform> or given folders.
+
+    Several folders, or a tree of downloaded CI artifacts, are merged into one report."""
     _install_rig(session)
     session.run("kvrig", "report", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
 def gate(session: nox.Session) -> None:
-    """The release gate: exit 0 only if every required cell passed or has an unexpired
-    allowance; compares with the previous run (`-- --results DIR --previous DIR`)."""
+    """The release gate: exit 0 only if every required cell passed or is allowed.
+
+    Also compares with the previous run (`-- --results DIR --previous DIR`)."""
     _install_rig(session)
     session.run("kvrig", "gate", *session.posargs)
 
