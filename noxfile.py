@@ -70,7 +70,11 @@ def local(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Unit tests, then every CPU cell on real engines, then the mutation check (CI)."""
     _install_vllm(session, "cpu")
-    session.run("pytest", "tests/unit", "-q", "-p", "no:cacheprovider")
+    # The report's HTML page is checked in headless Chromium by a unit test.
+    session.run("python", "-m", "kvrig.system_packages", "chromium", "chromium-driver")
+    session.run(
+        "pytest", "tests/unit", "-q", "-p", "no:cacheprovider", env={"KVRIG_NEED_BROWSER": "1"}
+    )
     session.run("kvrig", "column", "--platform", "cpu", *session.posargs)
     session.notify("mutation")
 
@@ -120,15 +124,18 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def report(session: nox.Session) -> None:
-    """Prints and writes the report of every results/<platform> folder."""
+    """Prints and writes report.md and report.html of results/<platform> or given folders.
+
+    Several folders, or a tree of downloaded CI artifacts, are merged into one report."""
     _install_rig(session)
-    folders = session.posargs or sorted(str(p) for p in (ROOT / "results").glob("*") if p.is_dir())
-    session.run("kvrig", "report", *folders)
+    session.run("kvrig", "report", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
 def gate(session: nox.Session) -> None:
-    """Exit 0 only if every gating cell of the results present passed (release gate)."""
+    """The release gate: exit 0 only if every required cell passed or is allowed.
+
+    Also compares with the previous run (`-- --results DIR --previous DIR`)."""
     _install_rig(session)
     session.run("kvrig", "gate", *session.posargs)
 

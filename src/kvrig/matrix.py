@@ -7,6 +7,7 @@ that does not validate must stop the run before any engine starts.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 from collections.abc import Iterable
@@ -74,6 +75,19 @@ class VllmSource(_Strict):
         }[self.kind]
 
 
+class CiSpec(_Strict):
+    """Where a column runs in generated CI pipelines (`kvrig pipeline`)."""
+
+    # GitHub Actions runner labels, and Buildkite agent tags (e.g. queue: gpu).
+    runs_on: Annotated[list[str], Field(min_length=1)] = Field(
+        default_factory=lambda: ["ubuntu-latest"]
+    )
+    agents: dict[str, str] = Field(default_factory=lambda: {"queue": "default"})
+    # Jobs the column is split into; `kvrig column --shard i/n` runs one of them.
+    shards: int = Field(default=1, ge=1, le=64)
+    timeout_minutes: int = Field(default=120, ge=1)
+
+
 class PlatformSpec(_Strict):
     """One column of the matrix: how its engines are installed, reached and configured."""
 
@@ -94,6 +108,7 @@ class PlatformSpec(_Strict):
     parallel: int = Field(default=1, ge=1)
     timeout_s: float = Field(default=300, gt=0)
     memory_limit_gb: float = Field(default=8, gt=0)
+    ci: CiSpec = Field(default_factory=CiSpec)
 
 
 # --- models ----------------------------------------------------------------------------
@@ -251,11 +266,25 @@ class Case(_Strict):
     max_tokens: int = Field(default=4, ge=1)
 
 
+class Allowance(_Strict):
+    """A required cell the release gate lets fail, skip or be missing, for a while.
+
+    The expiry date is mandatory so an allowance cannot outlive the reason for it: once it
+    has passed the gate fails until someone renews or removes the allowance.
+    """
+
+    cell: str = Field(pattern=r"^(cpu|cuda|xpu)-[a-z0-9][a-z0-9_]*-[a-z0-9][a-z0-9_]*$")
+    reason: str = Field(min_length=1)
+    owner: str = Field(min_length=1)
+    expires: dt.date
+
+
 class Matrix(_Strict):
     version: Literal[1]
     platforms: dict[Platform, PlatformSpec]
     models: dict[str, ModelSpec]
     cases: list[Case]
+    allowances: list[Allowance] = Field(default_factory=list)
 
     @field_validator("models")
     @classmethod
@@ -292,6 +321,19 @@ class Matrix(_Strict):
                         f"cases.{i}.expect.{platform}: platform {platform!r} is not defined"
                         " under platforms"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _allowances_name_cells(self) -> Matrix:
+        cells = {
+            f"{p}-{c.model}-{c.id}" for c in self.cases for p in c.expect if p in self.platforms
+        }
+        for i, allowance in enumerate(self.allowances):
+            if allowance.cell not in cells:
+                raise ValueError(
+                    f"allowances.{i}.cell: {allowance.cell!r} is not a cell of this matrix"
+                    " (kvrig cells lists them); fix the name or remove the allowance"
+                )
         return self
 
 
@@ -418,6 +460,11 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
         msg = f"outcome must be one of {', '.join(sorted(_TAGS))}"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
+    if line is None and (named := re.match(r"^([\w.]+): ", msg)):
+        # A cross-reference check names the field it is about at the start of its message.
+        parts = [int(p) if p.isdigit() else p for p in named.group(1).split(".")]
+        line = _line_of(data, parts)
+        where = f"{path}:{line}" if line else where
     more = err.error_count() - 1
     extra = f" ({more} more problem{'s' if more > 1 else ''} after this one.)" if more else ""
     got = first.get("input")

@@ -15,6 +15,7 @@ import pytest
 from kvrig import hardware, report
 from kvrig import results as results_mod
 from kvrig.matrix import DEFAULT_MATRIX, PLATFORMS, MatrixError, expand, load
+from kvrig.pipeline import ShardError, shard_cells
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -22,6 +23,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvrig-platform", choices=PLATFORMS, help="default: this host's platform")
     group.addoption("--kvrig-matrix", default=str(DEFAULT_MATRIX))
     group.addoption("--kvrig-results", default=None, help="default: results/<platform>")
+    group.addoption(
+        "--kvrig-shard", default=None, help="I/N: run only shard I of N (kvrig.pipeline)"
+    )
 
 
 def _platform(config: pytest.Config) -> str:
@@ -85,6 +89,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks.append(pytest.mark.gate)
         params.append(pytest.param(cell, id=cell.id, marks=marks))
     metafunc.parametrize("cell", params)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--kvrig-shard keeps one deterministic part of the column (same in every xdist worker)."""
+    shard = config.getoption("--kvrig-shard")
+    if not shard:
+        return
+    ids = [c.id for c in expand(load(config.getoption("--kvrig-matrix")), _platform(config))]
+    try:
+        mine = shard_cells(ids, shard)
+    except ShardError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    cell_of = {i: getattr(i, "callspec", None) for i in items}
+    keep = [i for i in items if (c := cell_of[i]) is None or c.params["cell"].id in mine]
+    config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+    items[:] = keep
 
 
 @pytest.fixture(scope="session")

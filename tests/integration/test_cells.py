@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvrig import results
+from kvrig import repro, results
 from kvrig.matrix import Cell
 from kvrig.runner import run_cell
 from kvrig.verdict import judge
@@ -32,5 +32,6 @@ def test_cell(cell: Cell, results_dir: Path) -> None:
     assert verdict.passed, (
         f"{cell.id}: {verdict.reason}\n"
         f"record: {results_dir / 'records' / (cell.id + '.json')}\n"
-        f"log ({record.log}), last {LOG_LINES_ON_FAILURE} lines:\n{_log_tail(record.log)}"
+        f"log ({record.log}), last {LOG_LINES_ON_FAILURE} lines:\n{_log_tail(record.log)}\n"
+        "rerun it alone:\n" + "\n".join(repro.lines(cell.platform, cell.id))
     )
