@@ -97,11 +97,6 @@ def _mode(env: Mapping[str, str], flag: str | None) -> str:
     return mode
 
 
-def _explicit(env: Mapping[str, str], name: str) -> str | None:
-    """None when the variable is absent (decide automatically), else its value."""
-    return env.get(name)
-
-
 def _first_ca(env: Mapping[str, str], facts: HostFacts) -> str | None:
     for name in CA_ENV:
         value = env.get(name)
@@ -127,10 +122,12 @@ def decide(
     on = mode == "on"
     reasons: list[str] = []
 
-    def pick(name: str, needed: bool, value: str, why: str) -> str | None:
-        given = _explicit(env, name)
+    def pick(
+        name: str, needed: bool, value: str, why: str, off: tuple[str, ...] = UNSET
+    ) -> str | None:
+        given = env.get(name)  # absent: decide from the facts
         if given is not None:
-            if given.lower() in UNSET:
+            if given.lower() in off:
                 return None
             reasons.append(f"{name}={given}")
             return given
@@ -159,6 +156,7 @@ def decide(
         "none",
         "no default ulimits (CONTAINERS_CONF): root here lacks CAP_SYS_RESOURCE, so the"
         " runtime cannot raise RLIMIT_NOFILE",
+        off=tuple(v for v in UNSET if v != "none"),
     )
     network = pick("KVRIG_NETWORK", False, "host", "host network for build and run")
     found_ca = _first_ca(env, facts)
