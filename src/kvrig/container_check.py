@@ -84,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", type=Path, help="the host run's results folder, to compare")
     parser.add_argument("--platform", default="cpu")
     parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
+    parser.add_argument(
+        "--partial", action="store_true", help="check only the cells that ran (a -k selection)"
+    )
     ns = parser.parse_args(argv)
     try:
         cells = expand(load_matrix(ns.matrix), ns.platform)
@@ -91,9 +94,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvrig.container_check: {exc}", file=sys.stderr)
         return 2
     host_rows = results_mod.read(ns.host) if ns.host is not None else []
+    rows = results_mod.read(ns.results)
+    if ns.partial:
+        ran = {r["cell_id"] for r in rows}
+        cells = [c for c in cells if c.id in ran]
     problems = check(
         cells,
-        results_mod.read(ns.results),
+        rows,
         read_records(ns.results),
         host_rows,
         f"kvrig-{ns.platform}:",

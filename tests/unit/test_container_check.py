@@ -80,3 +80,14 @@ def test_main_reads_the_folders(tmp_path: Path, write_matrix: Any, capsys: Any) 
     assert "container results ok: 2 cpu cells" in capsys.readouterr().out
     (folder / "records" / f"{CELLS[0].id}.json").unlink()
     assert cc.main([str(folder), "--matrix", str(matrix)]) == 1
+
+
+def test_partial_checks_only_the_cells_that_ran(tmp_path: Path, write_matrix: Any) -> None:
+    matrix = write_matrix(BASE)
+    folder = tmp_path / "cpu-container"
+    results_mod.append(folder, row(CELLS[0].id))
+    (folder / "records").mkdir()
+    record = {"cell_id": CELLS[0].id, "host": dict(IMAGE)}
+    (folder / "records" / f"{CELLS[0].id}.json").write_text(json.dumps(record))
+    assert cc.main([str(folder), "--matrix", str(matrix)]) == 1
+    assert cc.main([str(folder), "--matrix", str(matrix), "--partial"]) == 0
