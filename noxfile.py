@@ -93,7 +93,9 @@ def _engine_packages(session: nox.Session, *packages: str) -> None:
     """A host with no container engine gets Podman from Debian's packages (as root), or a
     paragraph saying what to install; a host with Docker or Podman is left as it is."""
     if shutil.which("docker") is None and shutil.which("podman") is None:
-        session.run("python", "-m", "kvrig.system_packages", "podman", "runc", *packages)
+        # netavark with iptables: the network stack Podman is known to build with here.
+        podman = ("podman", "runc", "netavark", "aardvark-dns", "iptables")
+        session.run("python", "-m", "kvrig.system_packages", *podman, *packages)
 
 
 def _container(session: nox.Session, platform: str, *args: str) -> None:

@@ -694,9 +694,18 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
         if local is not None:
             plan = make_plan(args, root, host, engine, env, name, settings, local)
         preflight.check_wheel(root, plan.wheel, probe)
-        preflight.check_engine_runs(
-            engine, plan.base_image, es.global_flags(settings), es.engine_env(settings), probe
-        )
+        if preflight.check_engine_runs(
+            engine,
+            plan.base_image,
+            es.global_flags(settings),
+            es.engine_env(settings),
+            probe,
+            settings.host_network,
+            es.may_add_host_network(engine, env, args.host_settings),
+        ):
+            settings = es.with_host_network(settings)
+            print(f"kvrig.containers: {engine} setting: {settings.reasons[-1]}", flush=True)
+            plan = make_plan(args, root, host, engine, env, name, settings, local)
         return execute(plan, probe)
     except (preflight.PreflightError, UsageError, es.SettingsError) as exc:
         print(f"kvrig.containers: {exc}", file=sys.stderr)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 MODES = ("auto", "on", "off")
@@ -210,6 +210,16 @@ def decide(
         containers_conf=conf,
         reasons=tuple(reasons),
     )
+
+
+def may_add_host_network(engine: str, env: Mapping[str, str], mode_flag: str | None) -> bool:
+    """Whether a probe may turn the host network on: Podman in auto mode, not set by hand."""
+    return engine == "podman" and _mode(env, mode_flag) == "auto" and "KVRIG_NETWORK" not in env
+
+
+def with_host_network(settings: EngineSettings) -> EngineSettings:
+    why = "host network for build and run: a container on the default network did not start"
+    return replace(settings, host_network=True, reasons=(*settings.reasons, why))
 
 
 def global_flags(settings: EngineSettings) -> list[str]:

@@ -252,17 +252,28 @@ def check_engine_runs(
     global_flags: Sequence[str],
     engine_env: Mapping[str, str],
     probe: Probe,
-) -> None:
+    host_network: bool = False,
+    may_use_host_network: bool = False,
+) -> bool:
     """A trivial container starts, so a restricted host fails here with its fix named,
     not minutes into a build with the runtime's raw error. Podman only: Docker's daemon
-    owns these settings."""
+    owns these settings.
+
+    The container gets the network the build gets. When that fails and the host's network
+    works, True says the host network is needed (if `may_use_host_network`).
+    """
     if engine != "podman":
-        return
+        return False
     prefix = ["env", *(f"{k}={v}" for k, v in engine_env.items())] if engine_env else []
-    cmd = [*prefix, engine, *global_flags, "run", "--rm", "--network", "none", image, "true"]
+    base = [*prefix, engine, *global_flags, "run", "--rm"]
+    net = ["--network=host"] if host_network else []
+    cmd = [*base, *net, image, "true"]
     code, last = probe.run(cmd)
     if code == 0:
-        return
+        return False
+    retry = [*base, "--network=host", image, "true"]
+    if not host_network and may_use_host_network and probe.run(retry)[0] == 0:
+        return True
     found = diagnose(last)
     cause = "; and ".join(found) if found else f"it said: {last or f'exit {code}'}"
     raise PreflightError(

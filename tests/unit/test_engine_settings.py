@@ -113,3 +113,12 @@ def test_containers_conf_is_written_only_when_needed(tmp_path: Path) -> None:
     assert not (tmp_path / "containers.conf").exists()
     es.write_containers_conf(es.decide("podman", RESTRICTED, ENV, tmp_path))
     assert "default_ulimits = []" in (tmp_path / "containers.conf").read_text()
+
+
+def test_a_probe_may_add_the_host_network_only_in_auto_mode_on_podman() -> None:
+    assert es.may_add_host_network("podman", {}, None)
+    assert not es.may_add_host_network("docker", {}, None)
+    assert not es.may_add_host_network("podman", {"KVRIG_NETWORK": "default"}, None)
+    assert not es.may_add_host_network("podman", {}, "off")
+    s = es.with_host_network(es.NO_SETTINGS)
+    assert s.host_network and "did not start" in s.reasons[-1]

@@ -211,10 +211,10 @@ def test_trivial_container_that_starts_passes_and_docker_is_not_probed() -> None
         calls.append(list(cmd))
         return 0, ""
 
-    pf.check_engine_runs("podman", "base:1", ["--runtime", "runc"], {}, pf.Probe(run=run))
-    assert calls == [
-        ["podman", "--runtime", "runc", "run", "--rm", "--network", "none", "base:1", "true"]
-    ]
+    assert not pf.check_engine_runs(
+        "podman", "base:1", ["--runtime", "runc"], {}, pf.Probe(run=run)
+    )
+    assert calls == [["podman", "--runtime", "runc", "run", "--rm", "base:1", "true"]]
     pf.check_engine_runs("docker", "base:1", [], {}, pf.Probe(run=run))
     assert len(calls) == 1
 
@@ -223,3 +223,15 @@ def test_build_failure_explains_a_known_cause() -> None:
     text = pf.build_failure("kvrig-cpu:1", 1, "step 5\n" + RAW["uv_tls"] + "\n")
     assert "KVRIG_CA_BUNDLE" in text and "exit 1" in text and "\n" not in text
     assert "names the failing step" in pf.build_failure("kvrig-cpu:1", 1, "other")
+
+
+def test_host_network_is_asked_for_only_when_it_alone_works() -> None:
+    def run(cmd: Sequence[str]) -> tuple[int, str]:
+        if "--network=host" in cmd:
+            return 0, ""
+        return 126, "Error: netavark: iptables: command not found"
+
+    p = pf.Probe(run=run)
+    assert pf.check_engine_runs("podman", "base:1", [], {}, p, may_use_host_network=True)
+    with pytest.raises(pf.PreflightError, match="iptables"):
+        pf.check_engine_runs("podman", "base:1", [], {}, p, may_use_host_network=False)
