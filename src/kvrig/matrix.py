@@ -104,6 +104,10 @@ class ModelSpec(_Strict):
 
     family: Literal["hybrid_mamba", "gdn", "dsa", "dense"]
     config: str
+    # A shape-faithful miniature names the checkpoint whose per-layer shapes it keeps and
+    # where those numbers come from; its block size is then the checkpoint's own.
+    checkpoint: str | None = None
+    source: str = ""
     overrides: dict[str, Any] = Field(default_factory=dict)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     max_model_len: int = Field(default=256, ge=16)
@@ -157,6 +161,9 @@ class Knobs(_Strict):
     enable_prefix_caching: bool | None = None
     mamba_ssm_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
     kv_cache_dtype: str | None = None
+    # Layers (by index or name) kept at the model dtype beside a quantized KV cache: vLLM's
+    # phase 3 then sizes the shared block from the primary backend.
+    kv_cache_dtype_skip_layers: list[str] | None = None
     attention_backend: str | None = Field(default=None, pattern=_BACKEND_NAME)
     multiprocessing: bool | None = None
 
@@ -217,10 +224,25 @@ Expectation = Annotated[
 ]
 
 
+class KnownDefect(_Strict):
+    """A released vLLM that does not do what the case expects (a strict expected failure).
+
+    `shows` is what the defect looks like on each platform; a cell passes as "xfail" only
+    while its record matches it, and fails as soon as vLLM does the right thing (so the
+    marker is removed) or does something else again (so nobody misses it).
+    """
+
+    reason: str = Field(min_length=1)
+    shows: dict[Platform, Expectation]
+
+
 class Case(_Strict):
     id: str = Field(pattern=_NAME)
     model: str
     doc: str = ""
+    # The statement of the reviewed change this case stands for (a quote, or "control").
+    review: str = ""
+    known_defect: KnownDefect | None = None
     knobs: Knobs = Field(default_factory=Knobs)
     crafted: Crafted = Field(default_factory=Crafted)
     expect: dict[Platform, Expectation]
@@ -257,6 +279,13 @@ class Matrix(_Strict):
             if key in seen:
                 raise ValueError(f"cases.{i}.id: case {case.id!r} of {case.model!r} repeats")
             seen.add(key)
+            defect = case.known_defect.shows if case.known_defect else {}
+            for platform in defect:
+                if platform not in case.expect:
+                    raise ValueError(
+                        f"cases.{i}.known_defect.shows.{platform}: case {case.id!r} has no"
+                        f" expectation on {platform!r} for the defect to stand against"
+                    )
             for platform in case.expect:
                 if platform not in self.platforms:
                     raise ValueError(
@@ -282,6 +311,12 @@ class Cell(_Strict):
     @property
     def id(self) -> str:
         return f"{self.platform}-{self.model_name}-{self.case.id}"
+
+    @property
+    def defect(self) -> Expectation | None:
+        """What a known vLLM defect makes this cell show instead of its expectation."""
+        known = self.case.known_defect
+        return known.shows.get(self.platform) if known else None
 
     @property
     def multiprocessing(self) -> bool:

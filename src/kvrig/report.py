@@ -9,7 +9,7 @@ from typing import Any
 
 from kvrig import results as results_mod
 
-_MARK = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
+_MARK = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "xfail": "XFAIL"}
 
 
 def _block(row: dict[str, Any]) -> str:

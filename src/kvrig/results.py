@@ -31,6 +31,7 @@ def row(cell: Cell, rec: Record, verdict: Verdict) -> dict[str, Any]:
         "reason": verdict.reason,
         "outcome": rec.outcome,
         "worker_block_size": rec.worker_block_size,
+        "expected_block_size": verdict.expected_block_size,
         "engine_block_size": rec.engine_block_size,
         "kernel_block_sizes": rec.kernel_block_sizes,
         "error": rec.error.one_line() if rec.error else None,

@@ -27,6 +27,8 @@ def test_cell(cell: Cell, results_dir: Path) -> None:
     results.append(results_dir, results.row(cell, record, verdict))
     if verdict.status == "skip":
         pytest.skip(verdict.reason)
+    if verdict.status == "xfail":
+        pytest.xfail(verdict.reason)  # a known vLLM defect, showing exactly as recorded
     assert verdict.passed, (
         f"{cell.id}: {verdict.reason}\n"
         f"record: {results_dir / 'records' / (cell.id + '.json')}\n"
