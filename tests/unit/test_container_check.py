@@ -91,3 +91,9 @@ def test_partial_checks_only_the_cells_that_ran(tmp_path: Path, write_matrix: An
     (folder / "records" / f"{CELLS[0].id}.json").write_text(json.dumps(record))
     assert cc.main([str(folder), "--matrix", str(matrix)]) == 1
     assert cc.main([str(folder), "--matrix", str(matrix), "--partial"]) == 0
+
+
+def test_a_known_defect_showing_as_recorded_counts_as_passing() -> None:
+    rows, records = good()
+    rows[0]["status"] = "xfail"
+    assert cc.check(CELLS, rows, records, (), "kvrig-cpu:") == []
