@@ -133,7 +133,7 @@ def decide(
             return given
         if mode == "off":
             return None
-        if on or (auto and needed):
+        if value and (on or (auto and needed)):
             reasons.append(why)
             return value
         return None
@@ -174,8 +174,6 @@ def decide(
         links_env,
         f"wheel folder {links_env} ($PIP_FIND_LINKS, holds torch) mounted into the build",
     )
-    if links == "":
-        links = None
     extra = tuple((env.get("KVRIG_EXTRA_INDEX_URL") or "").split())
     if extra:
         reasons.append(f"extra index {' '.join(extra)}")

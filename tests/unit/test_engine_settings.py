@@ -69,6 +69,8 @@ def test_mode_off_and_on() -> None:
     assert es.decide("podman", RESTRICTED, ENV, CACHE, "off") == es.NO_SETTINGS
     on = es.decide("podman", es.HostFacts(), {}, CACHE, "on")
     assert on.runtime == "runc" and on.host_network and on.ca_bundle == es.DEFAULT_CA_BUNDLE
+    # No wheel folder is named, so none is mounted nor claimed.
+    assert on.find_links is None and not any("wheel folder" in r for r in on.reasons)
     assert es.decide("podman", es.HostFacts(), {"KVRIG_PODMAN_COMPAT": "1"}, CACHE) == on
 
 
