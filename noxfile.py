@@ -5,14 +5,17 @@
 """kvrig's sessions: thin wrappers over the kvrig package, which holds the logic.
 
 `local` runs the host's column, `tests` runs unit tests plus the CPU column (what CI
-runs), `cpu`/`cuda`/`xpu` run a column in its container, `lint` checks code and
-Dockerfiles, `report`/`gate` read results, `bench` prints the speed and memory figures.
+runs), `cpu`/`cuda`/`xpu` run a column in its container, `container_cpu` checks the CPU
+column's container run against the host's (CI), `base_image` builds a local Debian base,
+`lint` checks code and Dockerfiles, `report`/`gate` read results, `bench` prints the speed
+and memory figures.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import nox
@@ -70,7 +73,8 @@ def local(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Unit tests, then every CPU cell on real engines, then the mutation check (CI)."""
+    """Unit tests, every CPU cell on real engines, the same in a container, then the mutation
+    check (CI)."""
     _install_vllm(session, "cpu")
     # The report's HTML page is checked in headless Chromium by a unit test.
     session.run("python", "-m", "kvrig.system_packages", "chromium", "chromium-driver")
@@ -78,6 +82,7 @@ def tests(session: nox.Session) -> None:
         "pytest", "tests/unit", "-q", "-p", "no:cacheprovider", env={"KVRIG_NEED_BROWSER": "1"}
     )
     session.run("kvrig", "column", "--platform", "cpu", *session.posargs)
+    session.notify("container_cpu")
     session.notify("mutation")
 
 
@@ -90,15 +95,52 @@ def mutation(session: nox.Session) -> None:
     session.run("python", "scripts/mutation_check.py", *session.posargs)
 
 
-def _container(session: nox.Session, platform: str) -> None:
+def _engine_packages(session: nox.Session, *packages: str) -> None:
+    """A host with no container engine gets Podman from Debian's packages (as root), or a
+    paragraph saying what to install; a host with Docker or Podman is left as it is."""
+    if shutil.which("docker") is None and shutil.which("podman") is None:
+        # netavark with iptables: the network stack Podman is known to build with here.
+        podman = ("podman", "runc", "netavark", "aardvark-dns", "iptables")
+        session.run("python", "-m", "kvrig.system_packages", *podman, *packages)
+
+
+def _container(session: nox.Session, platform: str, *args: str) -> None:
     _install_rig(session)
-    session.run("python", "-m", "kvrig.containers", platform, *session.posargs)
+    # debootstrap: for the local base image, built when no image registry answers.
+    _engine_packages(session, "debootstrap")
+    session.run("python", "-m", "kvrig.containers", platform, *args, *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
 def cpu(session: nox.Session) -> None:
-    """The CPU column in its container (needs a Docker or Podman engine)."""
+    """The CPU column in its container (Docker or Podman; Podman is installed if neither is)."""
     _container(session, "cpu")
+
+
+CONTAINER_RESULTS = ROOT / "results" / "cpu-container"
+
+
+@nox.session(python=PYTHON, default=False)
+def container_cpu(session: nox.Session) -> None:
+    """The CPU column in its container, then a check that every cell's result came back
+    to the host, passed, names its image, and matches the host's own run (CI)."""
+    # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
+    shutil.rmtree(CONTAINER_RESULTS, ignore_errors=True)
+    _container(session, "cpu", "--results", str(CONTAINER_RESULTS))
+    host = ROOT / "results" / "cpu"
+    compare = ["--host", str(host)] if (host / "results.jsonl").is_file() else []
+    # pytest arguments (e.g. -k) select cells, so only the cells that ran can be checked.
+    partial = ["--partial"] if session.posargs else []
+    session.run("python", "-m", "kvrig.container_check", str(CONTAINER_RESULTS), *compare, *partial)
+
+
+@nox.session(python=PYTHON, default=False)
+def base_image(session: nox.Session) -> None:
+    """Builds localhost/kvrig-base:bookworm with debootstrap and imports it (no registry)."""
+    _install_rig(session)
+    _engine_packages(session)
+    session.run("python", "-m", "kvrig.system_packages", "debootstrap")
+    session.run("python", "-m", "kvrig.base_image", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
