@@ -89,7 +89,13 @@ def engine_kwargs(cell: Cell, model_dir: Path) -> dict[str, Any]:
         "enforce_eager": True,
         "seed": 0,
     }
-    for name in ("block_size", "enable_prefix_caching", "mamba_ssm_cache_dtype", "kv_cache_dtype"):
+    for name in (
+        "block_size",
+        "enable_prefix_caching",
+        "mamba_ssm_cache_dtype",
+        "kv_cache_dtype",
+        "kv_cache_dtype_skip_layers",
+    ):
         value = getattr(knobs, name)
         if value is not None:
             kwargs[name] = value

@@ -1,4 +1,4 @@
-"""The `kvrig` command: run a column, list cells, validate the matrix, report, gate.
+"""The `kvrig` command: run a column, list cells, validate the matrix, report, gate, pipeline.
 
 Every failure a user can cause (a bad matrix, an unknown platform, a missing results
 folder) ends with one paragraph on stderr and exit status 2, never a traceback.
@@ -7,13 +7,14 @@ folder) ends with one paragraph on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import importlib.util
 import os
 import sys
 from pathlib import Path
 
 from kvrig import gate as gate_mod
-from kvrig import hardware, report
+from kvrig import hardware, pipeline, report, repro
 from kvrig import results as results_mod
 from kvrig.matrix import DEFAULT_MATRIX, PLATFORMS, MatrixError, expand, load
 from kvrig.runner import ResultsFolderError, check_results_folder
@@ -43,6 +44,7 @@ def column_args(
         f"--kvrig-results={results}",
         f"--kvrig-matrix={matrix}",
         f"--junitxml={results / 'junit.xml'}",
+        f"--override-ini=junit_suite_name=kvrig-{platform}",  # merged JUnit keeps columns apart
         "-v",  # a line per cell as it ends: progress on a long column
         "-p",
         "no:cacheprovider",
@@ -75,6 +77,8 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
         extra = ["--kvrig-rerun", *extra]
     spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
     workers = spec.parallel if spec and importlib.util.find_spec("xdist") else 1
+    if ns.shard:
+        extra = [*extra, f"--kvrig-shard={pipeline.parse_shard(ns.shard)}"]
     args = column_args(
         platform, results, Path(ns.matrix).resolve(), with_workers(extra, workers), _tests_dir()
     )
@@ -96,36 +100,103 @@ def cmd_validate(ns: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_report(ns: argparse.Namespace) -> int:
-    rows_found = False
-    for folder in ns.results:
-        folder = Path(folder)
-        rows = results_mod.read(folder)
-        if not rows:
-            print(f"{folder}: no results yet", file=sys.stderr)
-            continue
-        rows_found = True
-        md, page = report.write(folder)
-        print(report.terminal(rows))
-        print(
-            f"\nresults: {folder}/results.jsonl  records: {folder}/records/  logs: "
-            f"{folder}/logs/\nreport: {md}  {page}"
-        )
-    if not rows_found:
+def _folders(given: list[str] | None) -> list[Path]:
+    """The folders named, else results/<platform> (and its shards) under the working dir."""
+    if given:
+        return [Path(g) for g in given]
+    return results_mod.default_folders(Path("results"), PLATFORMS)
+
+
+def _collect(given: list[str] | None, what: str, empty_ok: bool = False) -> results_mod.Merged:
+    folders = _folders(given)
+    merged = results_mod.collect(folders)
+    if not merged.rows and not empty_ok:
+        shown = ", ".join(str(f) for f in folders) or "results/<platform>"
         raise UsageError(
-            f"No results in {', '.join(ns.results)}. Run a column first (nox -s local, or"
-            " nox -s cpu|cuda|xpu), then report on its results folder."
+            f"No results in {shown}. Run a column first (nox -s local, or nox -s cpu|cuda|xpu),"
+            f" then {what} its results folder(s); a folder may also hold several results"
+            " folders (downloaded CI artifacts), which are merged."
         )
+    for clash in merged.clashes:
+        print(f"note: {clash}", file=sys.stderr)
+    return merged
+
+
+def _in_matrix_order(merged: results_mod.Merged, matrix_path: str) -> None:
+    """Rows in matrix order (as finished they are in completion order); others at the end."""
+    try:
+        order = {c.id: i for i, c in enumerate(expand(load(matrix_path)))}
+    except MatrixError:
+        order = {}
+    merged.rows.sort(key=lambda r: order.get(r["cell_id"], len(order)))
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    merged = _collect(ns.results, "report on")
+    _in_matrix_order(merged, ns.matrix)
+    folders = sorted({str(p.parent) for p in merged.sources.values()})
+    out = Path(ns.out) if ns.out else Path(os.path.commonpath(folders))
+    title = "kvrig results: " + ", ".join(report.platforms_of(merged.rows))
+    md, page = report.write_merged(merged, out, title)
+    print(report.terminal(merged.rows))
+    for line in report.run_facts(merged.rows):
+        print(line)
+    print(f"\nresults: {', '.join(folders)}\nreport: {md}  {page}")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as fh:
+            fh.write(md.read_text())
     return 0
+
+
+def _previous(ns: argparse.Namespace, merged: results_mod.Merged) -> tuple[list[dict], str] | None:
+    """The rows to compare with: --previous, else the previous-results.jsonl beside each."""
+    if ns.previous:
+        prev = results_mod.collect([Path(p) for p in ns.previous])
+        if not prev.rows:
+            raise UsageError(
+                f"No results in {', '.join(ns.previous)} to compare with. Pass a results"
+                " folder (or its results.jsonl) of the earlier run."
+            )
+        return prev.rows, ", ".join(ns.previous)
+    beside = {p.parent / results_mod.PREVIOUS_FILE for p in merged.sources.values()}
+    found = sorted(p for p in beside if p.is_file())
+    if not found:
+        return None
+    prev = results_mod.collect(found, results_mod.PREVIOUS_FILE)
+    return prev.rows, ", ".join(str(p) for p in found)
 
 
 def cmd_gate(ns: argparse.Namespace) -> int:
     m = load(ns.matrix)
-    platforms = ns.platform or [p for p in m.platforms if (Path(ns.results) / p).is_dir()]
-    res = gate_mod.evaluate(m, gate_mod.load_rows(Path(ns.results), platforms))
+    # With --platform the gate knows what to require, so no results at all is a failure.
+    merged = _collect(ns.results, "gate", empty_ok=bool(ns.platform))
+    platforms = ns.platform or report.platforms_of(merged.rows)
+    previous = None if ns.no_previous else _previous(ns, merged)
+    if previous:
+        print(f"comparing with {previous[1]}")
+    res = gate_mod.evaluate(
+        m,
+        merged.rows,
+        platforms,
+        dt.datetime.now(dt.timezone.utc).date(),
+        previous=previous[0] if previous else None,
+        accept_block_size_changes=ns.accept_block_size_changes,
+        repro=repro.lines,
+    )
     print("\n".join(res.lines))
-    print("gate: PASS" if res.passed else "gate: FAIL")
     return 0 if res.passed else 1
+
+
+def cmd_pipeline(ns: argparse.Namespace) -> int:
+    text = pipeline.render(load(ns.matrix), ns.format)
+    if ns.output:
+        Path(ns.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(ns.output).write_text(text)
+        print(f"wrote {ns.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -145,14 +216,30 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run every cell again even if the last run was cut short (default: resume)",
     )
+    c.add_argument("--shard", help="run shard I of N of the column (e.g. 2/3), for CI jobs")
     cl = sub.add_parser("cells", help="list the cells of the matrix")
     cl.add_argument("--platform", choices=PLATFORMS)
     sub.add_parser("validate", help="check matrix.yaml and count its cells")
     r = sub.add_parser("report", help="print and write the report of results folders")
-    r.add_argument("results", nargs="+")
-    g = sub.add_parser("gate", help="exit 0 only if every gating cell passed")
-    g.add_argument("--results", default="results")
-    g.add_argument("--platform", action="append", choices=PLATFORMS)
+    r.add_argument("results", nargs="*", help="folders or trees (default: results/<platform>)")
+    r.add_argument("--out", help="folder for report.md and report.html (default: their parent)")
+    g = sub.add_parser("gate", help="exit 0 only if every required cell passed")
+    g.add_argument(
+        "--results", action="append", help="folder or tree, repeatable (default: results/*)"
+    )
+    g.add_argument(
+        "--platform", action="append", choices=PLATFORMS, help="required (default: all found)"
+    )
+    g.add_argument(
+        "--previous",
+        action="append",
+        help="earlier results to compare with (default: previous-results.jsonl beside each)",
+    )
+    g.add_argument("--no-previous", action="store_true", help="compare with nothing")
+    g.add_argument("--accept-block-size-changes", action="store_true")
+    pl = sub.add_parser("pipeline", help="print the CI pipeline generated from the matrix")
+    pl.add_argument("--format", choices=pipeline.FORMATS, required=True)
+    pl.add_argument("--output", help="write it to this file instead of stdout")
     return p
 
 
@@ -169,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
             "validate": cmd_validate,
             "report": cmd_report,
             "gate": cmd_gate,
+            "pipeline": cmd_pipeline,
         }.get(ns.command)
         return handler(ns) if handler else cmd_column(ns, extra)
-    except (MatrixError, UsageError) as exc:
+    except (MatrixError, UsageError, pipeline.ShardError) as exc:
         print(f"kvrig: {exc}", file=sys.stderr)
         return 2
 

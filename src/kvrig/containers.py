@@ -11,21 +11,20 @@ The commands are built by pure functions from matrix.yaml and the host's facts, 
 tag is a hash of everything the image is built from, so an image is built only when one
 of its inputs changed and a record's image tag names exactly what ran.
 
-Hosts that need unusual engine settings opt in to them (never the default):
-    KVRIG_PODMAN_COMPAT=1 (or --podman-compat): Podman with no default ulimits (a
-        containers.conf with `default_ulimits = []`), the runc runtime with cgroupfs, the
-        host network, the host's CA bundle (KVRIG_CA_BUNDLE, else $PIP_CERT, else
-        /etc/ssl/certs/ca-certificates.crt) and a folder of local wheels (KVRIG_FIND_LINKS,
-        else $PIP_FIND_LINKS) standing in for PyTorch's wheel index. For VMs whose root
-        lacks CAP_SYS_RESOURCE, with a hybrid cgroup layout and a TLS-intercepting proxy.
-    KVRIG_BASE_IMAGE=IMAGE: build on IMAGE instead of the platform's base_image, e.g. a
-        local Debian image where no image registry is reachable.
+Settings for restricted hosts (sandboxed VMs: no CAP_SYS_RESOURCE, a hybrid cgroup layout,
+a TLS-intercepting proxy, no image registry) are decided per host by kvrig.engine_settings
+and printed one line each; `--host-settings on|off` (KVRIG_HOST_SETTINGS) forces them.
+    KVRIG_ENGINE=docker|podman: the engine, as --engine.
+    KVRIG_BASE_IMAGE=IMAGE: build on IMAGE instead of the platform's base_image. When the
+        base cannot be pulled and a local Debian image can stand in for it, that image is
+        built with debootstrap (kvrig.base_image) and used, with a line saying so.
     KVRIG_CACHE_FROM=REF: an image to take BuildKit layer cache from (a CI registry).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import grp
 import hashlib
 import json
@@ -40,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from kvrig import preflight
+from kvrig import base_image, preflight
+from kvrig import engine_settings as es
 from kvrig.matrix import PLATFORMS, MatrixError, PlatformSpec
 from kvrig.matrix import load as load_matrix
 
@@ -51,9 +51,8 @@ CONTAINER_MATRIX = "/opt/kvrig/matrix.yaml"
 IMAGE_UID = 10001
 SHM_SIZE = "8g"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-COMPAT_WHEELS = "/opt/kvrig-wheels"
-DEFAULT_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
-CONTAINERS_CONF_TEXT = "[containers]\ndefault_ulimits = []\n"
+# Where a host's wheel folder is mounted during the build.
+BUILD_WHEELS = "/opt/kvrig-wheels"
 # What the images are built from besides the Dockerfile (docker/Dockerfile.*: COPY).
 RIG_INPUTS = ("pyproject.toml", "README.md", "matrix.yaml", "src", "tests")
 
@@ -63,15 +62,6 @@ class UsageError(Exception):
 
 
 # --- facts and settings ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Compat:
-    """The opt-in settings of a Podman host like a sandboxed VM (see the module doc)."""
-
-    containers_conf: Path
-    ca_bundle: str | None
-    find_links: str | None
 
 
 @dataclass(frozen=True)
@@ -100,7 +90,7 @@ class Plan:
     digest: list[str]
     base_image: str
     global_flags: list[str] = field(default_factory=list)
-    compat: Compat | None = None
+    settings: es.EngineSettings = es.NO_SETTINGS
     wheel: str | None = None
     results_owner: int | None = None
 
@@ -155,7 +145,9 @@ def image_tag(
 
 
 def build_args(
-    spec: PlatformSpec, base_override: str | None = None, compat: Compat | None = None
+    spec: PlatformSpec,
+    base_override: str | None = None,
+    settings: es.EngineSettings = es.NO_SETTINGS,
 ) -> dict[str, str]:
     """The Dockerfile's build arguments for a platform of matrix.yaml."""
     src = spec.vllm
@@ -173,22 +165,15 @@ def build_args(
     args["TORCH_INDEX"] = spec.torch_index or ""
     if spec.extra_packages:
         args["EXTRA_PACKAGES"] = " ".join(spec.extra_packages)
-    if compat is not None:
-        if compat.ca_bundle:
-            args.update(PIP_CERT=compat.ca_bundle, SSL_CERT_FILE=compat.ca_bundle)
-        if compat.find_links:
-            # The local wheel folder stands in for PyTorch's index, which such hosts cannot
-            # reach (the torch pin is resolved from the folder).
-            args.update(UV_FIND_LINKS=COMPAT_WHEELS, TORCH_INDEX="")
+    if settings.ca_bundle:
+        args.update(PIP_CERT=settings.ca_bundle, SSL_CERT_FILE=settings.ca_bundle)
+    if settings.find_links:
+        # The local wheel folder stands in for PyTorch's index, which such hosts cannot
+        # reach (the torch pin is resolved from the folder).
+        args.update(UV_FIND_LINKS=BUILD_WHEELS, TORCH_INDEX="")
+    if settings.extra_index_urls:
+        args["UV_EXTRA_INDEX_URL"] = " ".join(settings.extra_index_urls)
     return args
-
-
-def global_flags(engine: str, compat: Compat | None) -> list[str]:
-    """Flags that go before the engine's subcommand."""
-    if engine == "podman" and compat is not None:
-        # crun refuses a hybrid cgroup v1/v2 layout; runc with cgroupfs accepts it.
-        return ["--runtime", "runc", "--cgroup-manager=cgroupfs"]
-    return []
 
 
 def build_command(
@@ -197,12 +182,12 @@ def build_command(
     platform: str,
     tag: str,
     args: dict[str, str],
-    compat: Compat | None = None,
+    settings: es.EngineSettings = es.NO_SETTINGS,
     cache_from: str | None = None,
 ) -> list[str]:
     cmd = [
         engine,
-        *global_flags(engine, compat),
+        *es.global_flags(settings),
         "build",
         "--file",
         str(root / "docker" / f"Dockerfile.{platform}"),
@@ -225,24 +210,24 @@ def build_command(
         cmd += ["--layers"]
     for key in sorted(args):
         cmd += ["--build-arg", f"{key}={args[key]}"]
-    if engine == "podman" and compat is not None:
+    if engine == "podman":
         # `--format docker` keeps the SHELL instruction (the OCI format drops it).
-        cmd += ["--format", "docker", "--network=host"]
-        if compat.ca_bundle:
-            cmd += ["--volume", f"{compat.ca_bundle}:{compat.ca_bundle}:ro"]
-        if compat.find_links:
-            cmd += ["--volume", f"{compat.find_links}:{COMPAT_WHEELS}:ro"]
+        cmd += ["--format", "docker"]
+        if settings.ca_bundle:
+            cmd += ["--volume", f"{settings.ca_bundle}:{settings.ca_bundle}:ro"]
+        if settings.find_links:
+            cmd += ["--volume", f"{settings.find_links}:{BUILD_WHEELS}:ro"]
+    if settings.host_network:
+        cmd += ["--network=host"]
     cmd.append(str(root))
     return cmd
 
 
-def build_env(engine: str, compat: Compat | None) -> dict[str, str]:
+def build_env(engine: str, settings: es.EngineSettings) -> dict[str, str]:
     """Environment for the build: BuildKit for Docker, the ulimit-free config for Podman."""
     if engine == "docker":
         return {"DOCKER_BUILDKIT": "1"}
-    if compat is not None:
-        return {"CONTAINERS_CONF": str(compat.containers_conf)}
-    return {}
+    return es.engine_env(settings)
 
 
 # --- run -------------------------------------------------------------------------------------
@@ -288,11 +273,11 @@ def run_command(
     host: Host,
     pytest_args: Sequence[str] = (),
     matrix: Path | None = None,
-    compat: Compat | None = None,
+    settings: es.EngineSettings = es.NO_SETTINGS,
 ) -> list[str]:
     cmd = [
         engine,
-        *global_flags(engine, compat),
+        *es.global_flags(settings),
         "run",
         "--rm",
         "--name",
@@ -304,9 +289,10 @@ def run_command(
         "ALL",
         "--shm-size",
         SHM_SIZE,
-        # The column is offline by design; only the compat hosts need the host network.
+        # The column is offline by design; only hosts whose engine cannot do without it
+        # get the host network.
         "--network",
-        "host" if compat is not None else "none",
+        "host" if settings.host_network else "none",
         *device_args(platform, engine, host),
         "--volume",
         f"{results}:{CONTAINER_RESULTS}",
@@ -329,12 +315,12 @@ def results_owner(engine: str, host: Host) -> int | None:
     return None
 
 
-def remove_command(engine: str, name: str, compat: Compat | None = None) -> list[str]:
-    return [engine, *global_flags(engine, compat), "rm", "--force", name]
+def remove_command(engine: str, name: str, flags: Sequence[str] = ()) -> list[str]:
+    return [engine, *flags, "rm", "--force", name]
 
 
-def digest_command(engine: str, tag: str, compat: Compat | None = None) -> list[str]:
-    return [engine, *global_flags(engine, compat), "image", "inspect", "--format", "{{.Id}}", tag]
+def digest_command(engine: str, tag: str, flags: Sequence[str] = ()) -> list[str]:
+    return [engine, *flags, "image", "inspect", "--format", "{{.Id}}", tag]
 
 
 # --- command line --------------------------------------------------------------------------
@@ -347,12 +333,13 @@ class Args:
     engine: str
     matrix: Path | None
     results: Path | None
-    podman_compat: bool
+    host_settings: str | None
     pytest_args: list[str]
 
 
-def parse_args(argv: Sequence[str]) -> Args:
+def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
     """Our options, with unknown ones and everything after `--` kept for pytest."""
+    env = dict(os.environ) if env is None else env
     argv = list(argv)
     tail: list[str] = []
     if "--" in argv:
@@ -368,16 +355,28 @@ def parse_args(argv: Sequence[str]) -> Args:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the build and run commands and exit"
     )
-    parser.add_argument("--engine", choices=("auto", "docker", "podman"), default="auto")
+    engine = env.get("KVRIG_ENGINE") or "auto"
+    if engine not in ENGINES:
+        raise UsageError(
+            f"KVRIG_ENGINE={engine!r} is not one of {', '.join(ENGINES)}. Unset it to take"
+            " Docker when its daemon answers, else Podman."
+        )
+    parser.add_argument("--engine", choices=ENGINES, default=engine, help="also KVRIG_ENGINE")
     parser.add_argument("--matrix", type=Path, help="matrix file (default: the checkout's)")
     parser.add_argument(
         "--results", type=Path, help="host folder for the results (default: results/<platform>)"
     )
     parser.add_argument(
+        "--host-settings",
+        choices=es.MODES,
+        help="restricted-host engine settings: auto (default), on or off (KVRIG_HOST_SETTINGS)",
+    )
+    parser.add_argument(
         "--podman-compat",
-        action="store_true",
-        default=os.environ.get("KVRIG_PODMAN_COMPAT", "") not in ("", "0"),
-        help="Podman settings for sandboxed VMs (also KVRIG_PODMAN_COMPAT=1)",
+        dest="host_settings",
+        action="store_const",
+        const="on",
+        help="same as --host-settings on (also KVRIG_PODMAN_COMPAT=1)",
     )
     ns, unknown = parser.parse_known_args(argv)
     return Args(
@@ -386,9 +385,20 @@ def parse_args(argv: Sequence[str]) -> Args:
         ns.engine,
         ns.matrix,
         ns.results,
-        ns.podman_compat,
+        ns.host_settings,
         [*unknown, *tail],
     )
+
+
+ENGINES = ("auto", "docker", "podman")
+
+
+def requested_engine(args: Args, env: dict[str, str]) -> str:
+    """Forcing the restricted-host settings on means Podman: they are Podman's settings."""
+    forced = args.host_settings == "on" or (
+        args.host_settings is None and env.get("KVRIG_PODMAN_COMPAT", "") not in ("", "0")
+    )
+    return "podman" if forced and args.engine == "auto" else args.engine
 
 
 def find_root(start: Path) -> Path:
@@ -411,14 +421,6 @@ def find_root(start: Path) -> Path:
     )
 
 
-def compat_settings(env: dict[str, str], cache_dir: Path) -> Compat:
-    return Compat(
-        containers_conf=Path(env.get("KVRIG_CONTAINERS_CONF") or cache_dir / "containers.conf"),
-        ca_bundle=env.get("KVRIG_CA_BUNDLE") or env.get("PIP_CERT") or DEFAULT_CA_BUNDLE,
-        find_links=env.get("KVRIG_FIND_LINKS") or env.get("PIP_FIND_LINKS") or None,
-    )
-
-
 def render_gids(dri: Path = Path("/dev/dri")) -> tuple[int, ...]:
     """The groups owning the GPU nodes (render, sometimes video): what --group-add needs."""
     gids = (
@@ -434,10 +436,7 @@ def render_gids(dri: Path = Path("/dev/dri")) -> tuple[int, ...]:
     return tuple(sorted(g for g in gids if g != 0))
 
 
-def make_plan(
-    args: Args, root: Path, host: Host, engine: str, env: dict[str, str], name: str
-) -> Plan:
-    """The whole column as commands; reads the checkout's files but changes nothing."""
+def load_spec(args: Args, root: Path) -> PlatformSpec:
     matrix_path = args.matrix or root / "matrix.yaml"
     try:
         matrix = load_matrix(matrix_path)
@@ -450,9 +449,28 @@ def make_plan(
             f" {', '.join(matrix.platforms) or 'none'}). Add it under platforms, or pick one"
             " of those."
         )
-    cache_dir = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvrig"
-    compat = compat_settings(env, cache_dir) if args.podman_compat else None
-    bargs = build_args(spec, env.get("KVRIG_BASE_IMAGE") or None, compat)
+    return spec
+
+
+def cache_dir(env: dict[str, str]) -> Path:
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvrig"
+
+
+def make_plan(
+    args: Args,
+    root: Path,
+    host: Host,
+    engine: str,
+    env: dict[str, str],
+    name: str,
+    settings: es.EngineSettings | None = None,
+    base_override: str | None = None,
+) -> Plan:
+    """The whole column as commands; reads the checkout's files but changes nothing."""
+    spec = load_spec(args, root)
+    if settings is None:
+        settings = es.decide(engine, es.HostFacts(), env, cache_dir(env), args.host_settings)
+    bargs = build_args(spec, base_override or env.get("KVRIG_BASE_IMAGE") or None, settings)
     dockerfile = (root / "docker" / f"Dockerfile.{args.platform}").read_bytes()
     files = rig_files(root)
     tag = image_tag(
@@ -464,6 +482,7 @@ def make_plan(
     )
     results = (args.results or root / "results" / args.platform).resolve()
     custom_matrix = args.matrix.resolve() if args.matrix is not None else None
+    flags = es.global_flags(settings)
     return Plan(
         platform=args.platform,
         engine=engine,
@@ -471,17 +490,25 @@ def make_plan(
         container=name,
         results=results,
         build=build_command(
-            engine, root, args.platform, tag, bargs, compat, env.get("KVRIG_CACHE_FROM") or None
+            engine, root, args.platform, tag, bargs, settings, env.get("KVRIG_CACHE_FROM") or None
         ),
-        build_env=build_env(engine, compat),
+        build_env=build_env(engine, settings),
         run=run_command(
-            engine, args.platform, tag, name, results, host, args.pytest_args, custom_matrix, compat
+            engine,
+            args.platform,
+            tag,
+            name,
+            results,
+            host,
+            args.pytest_args,
+            custom_matrix,
+            settings,
         ),
-        remove=remove_command(engine, name, compat),
-        digest=digest_command(engine, tag, compat),
+        remove=remove_command(engine, name, flags),
+        digest=digest_command(engine, tag, flags),
         base_image=bargs["BASE_IMAGE"],
-        global_flags=global_flags(engine, compat),
-        compat=compat,
+        global_flags=flags,
+        settings=settings,
         wheel=spec.vllm.wheel if spec.vllm.kind == "wheel" else None,
         results_owner=results_owner(engine, host),
     )
@@ -490,13 +517,13 @@ def make_plan(
 def dry_run_lines(plan: Plan) -> list[str]:
     """The commands, shell-quoted, one per line, in the order a real run uses them."""
     q = shlex.join
-    lines = []
-    if plan.compat is not None:
-        conf_lines = " ".join(shlex.quote(ln) for ln in CONTAINERS_CONF_TEXT.splitlines())
+    lines = [f"# {reason}" for reason in plan.settings.reasons]
+    conf = plan.settings.containers_conf
+    if conf is not None:
+        conf_lines = " ".join(shlex.quote(ln) for ln in es.CONTAINERS_CONF_TEXT.splitlines())
         lines.append(
-            f"mkdir -p {shlex.quote(str(plan.compat.containers_conf.parent))} &&"
-            f" printf '%s\\n' {conf_lines}"
-            f" > {shlex.quote(str(plan.compat.containers_conf))}"
+            f"mkdir -p {shlex.quote(str(conf.parent))} &&"
+            f" printf '%s\\n' {conf_lines} > {shlex.quote(str(conf))}"
         )
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.build_env.items())
     lines.append(f"# built only when {plan.image} is absent:")
@@ -506,11 +533,7 @@ def dry_run_lines(plan: Plan) -> list[str]:
         owner = f"{plan.results_owner}:{plan.results_owner}"
         lines.append(f"chown {owner} {shlex.quote(str(plan.results))}")
     lines.append(f'export KVRIG_IMAGE_DIGEST="$({q(plan.digest)})"')
-    env_prefix = (
-        f"CONTAINERS_CONF={shlex.quote(str(plan.compat.containers_conf))} "
-        if plan.compat is not None
-        else ""
-    )
+    env_prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in es.engine_env(plan.settings).items())
     lines.append(env_prefix + q(plan.run))
     return lines
 
@@ -526,18 +549,14 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Terminated
 
 
-def _engine_env(plan: Plan) -> dict[str, str]:
-    env = dict(os.environ)
-    if plan.compat is not None:
-        env["CONTAINERS_CONF"] = str(plan.compat.containers_conf)
-    return env
+def _engine_env(settings: es.EngineSettings) -> dict[str, str]:
+    return {**os.environ, **es.engine_env(settings)}
 
 
-def _image_present(plan: Plan) -> bool:
-    cmd = [plan.engine, *plan.global_flags, "image", "inspect", plan.image]
-    return (
-        subprocess.run(cmd, capture_output=True, env=_engine_env(plan), check=False).returncode == 0
-    )
+def _image_present(engine: str, image: str, settings: es.EngineSettings) -> bool:
+    cmd = [engine, *es.global_flags(settings), "image", "inspect", image]
+    done = subprocess.run(cmd, capture_output=True, env=_engine_env(settings), check=False)
+    return done.returncode == 0
 
 
 def _prepare_results(plan: Plan) -> None:
@@ -547,25 +566,63 @@ def _prepare_results(plan: Plan) -> None:
         os.chown(plan.results, plan.results_owner, plan.results_owner)
 
 
+def _run_teed(cmd: list[str], env: dict[str, str], keep: int = 400) -> tuple[int, str]:
+    """Runs `cmd` with its output shown as it comes, and returns the output's last lines
+    too, so a failure can be explained rather than only shown."""
+    tail: collections.deque[str] = collections.deque(maxlen=keep)
+    with subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            tail.append(line)
+        code = proc.wait()
+    sys.stdout.flush()
+    return code, "".join(tail)
+
+
+def resolve_base(
+    engine: str, wanted: str, settings: es.EngineSettings, probe: preflight.Probe
+) -> str | None:
+    """None when `wanted` is here or can be pulled; else the local image standing in for it,
+    built first when absent. Raises when no local image can stand in."""
+    flags = es.global_flags(settings)
+    try:
+        preflight.check_base_image(engine, wanted, probe, flags)
+        return None
+    except preflight.PreflightError:
+        suite = base_image.can_stand_in(wanted)
+        if suite is None:
+            raise
+    local = base_image.local_tag(suite)
+    if probe.run([engine, *flags, "image", "inspect", local])[0] == 0:
+        print(f"kvrig.containers: {wanted} cannot be pulled; building on {local}", flush=True)
+        return local
+    print(
+        f"kvrig.containers: {wanted} cannot be pulled; building {local} from Debian's"
+        " packages (debootstrap) to build on instead",
+        flush=True,
+    )
+    try:
+        base_image.build(engine, local, suite, os.environ.get("KVRIG_DEBIAN_MIRROR") or None)
+    except base_image.BaseImageError as exc:
+        raise preflight.PreflightError(str(exc)) from None
+    return local
+
+
 def execute(plan: Plan, probe: preflight.Probe) -> int:
-    if plan.compat is not None:
-        plan.compat.containers_conf.parent.mkdir(parents=True, exist_ok=True)
-        plan.compat.containers_conf.write_text(CONTAINERS_CONF_TEXT)
-    if not _image_present(plan):
-        preflight.check_base_image(plan.engine, plan.base_image, probe, plan.global_flags)
+    es.write_containers_conf(plan.settings)
+    if not _image_present(plan.engine, plan.image, plan.settings):
         print("+ " + shlex.join(plan.build), file=sys.stderr, flush=True)
-        built = subprocess.run(plan.build, env={**_engine_env(plan), **plan.build_env}, check=False)
-        if built.returncode != 0:
-            raise preflight.PreflightError(
-                f"Building {plan.image} failed (exit {built.returncode}) and no cell was run;"
-                " the engine's output above names the failing step. Fix it and run again, or"
-                " run the column on this host without a container with `nox -s local`."
-            )
+        code, output = _run_teed(plan.build, {**_engine_env(plan.settings), **plan.build_env})
+        if code != 0:
+            raise preflight.PreflightError(preflight.build_failure(plan.image, code, output))
     digest = subprocess.run(
-        plan.digest, capture_output=True, text=True, env=_engine_env(plan), check=False
+        plan.digest, capture_output=True, text=True, env=_engine_env(plan.settings), check=False
     ).stdout.strip()
     _prepare_results(plan)
-    env = {**_engine_env(plan), "KVRIG_IMAGE_DIGEST": digest}
+    env = {**_engine_env(plan.settings), "KVRIG_IMAGE_DIGEST": digest}
     print("+ " + shlex.join(plan.run), file=sys.stderr, flush=True)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     proc = subprocess.Popen(plan.run, env=env)
@@ -585,10 +642,11 @@ def _stop(plan: Plan, proc: subprocess.Popen[bytes]) -> None:
     while the client is still creating the container, so removal is retried until the
     client has gone, and once more after. A second Ctrl-C must not cut this short.
     """
+    env = _engine_env(plan.settings)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         for _ in range(3):
-            subprocess.run(plan.remove, capture_output=True, env=_engine_env(plan), check=False)
+            subprocess.run(plan.remove, capture_output=True, env=env, check=False)
             try:
                 proc.wait(timeout=10)
                 break
@@ -597,7 +655,7 @@ def _stop(plan: Plan, proc: subprocess.Popen[bytes]) -> None:
         else:
             proc.kill()
             proc.wait()
-        subprocess.run(plan.remove, capture_output=True, env=_engine_env(plan), check=False)
+        subprocess.run(plan.remove, capture_output=True, env=env, check=False)
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -612,27 +670,44 @@ def host_facts(engine: str) -> Host:
 def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None) -> int:
     probe = probe or preflight.Probe()
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
-        root = find_root(Path.cwd())
         env = dict(os.environ)
+        args = parse_args(sys.argv[1:] if argv is None else argv, env)
+        root = find_root(Path.cwd())
         name = f"kvrig-{args.platform}-{os.getpid()}"
+        requested = requested_engine(args, env)
+        facts = es.read_host_facts(env)
         if args.dry_run:
-            engine = (
-                "podman"
-                if args.podman_compat
-                else ("docker" if args.engine == "auto" else args.engine)
-            )
-            plan = make_plan(args, root, host_facts(engine), engine, env, name)
+            engine = "docker" if requested == "auto" else requested
+            settings = es.decide(engine, facts, env, cache_dir(env), args.host_settings)
+            plan = make_plan(args, root, host_facts(engine), engine, env, name, settings)
             print("\n".join(dry_run_lines(plan)))
             return 0
-        requested = "podman" if args.podman_compat else args.engine
         engine = preflight.choose_engine(requested, probe)
+        settings = es.decide(engine, facts, env, cache_dir(env), args.host_settings)
+        for reason in settings.reasons:
+            print(f"kvrig.containers: {engine} setting: {reason}", flush=True)
         preflight.check_device(args.platform, probe)
+        es.write_containers_conf(settings)
         host = host_facts(engine)
-        plan = make_plan(args, root, host, engine, env, name)
+        plan = make_plan(args, root, host, engine, env, name, settings)
+        local = resolve_base(engine, plan.base_image, settings, probe)
+        if local is not None:
+            plan = make_plan(args, root, host, engine, env, name, settings, local)
         preflight.check_wheel(root, plan.wheel, probe)
+        if preflight.check_engine_runs(
+            engine,
+            plan.base_image,
+            es.global_flags(settings),
+            es.engine_env(settings),
+            probe,
+            settings.host_network,
+            es.may_add_host_network(engine, env, args.host_settings),
+        ):
+            settings = es.with_host_network(settings)
+            print(f"kvrig.containers: {engine} setting: {settings.reasons[-1]}", flush=True)
+            plan = make_plan(args, root, host, engine, env, name, settings, local)
         return execute(plan, probe)
-    except (preflight.PreflightError, UsageError) as exc:
+    except (preflight.PreflightError, UsageError, es.SettingsError) as exc:
         print(f"kvrig.containers: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     except (MatrixError, InstallError) as exc:
         print(f"kvrig: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({"args": args, "env": build_env(spec, ns.platform)}))
+    plan_out = {"args": args, "env": build_env(spec, ns.platform), "package": spec.vllm.package}
+    print(json.dumps(plan_out))
     return 0
 
 

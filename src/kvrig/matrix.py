@@ -7,6 +7,7 @@ that does not validate must stop the run before any engine starts.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 from collections.abc import Iterable
@@ -74,6 +75,19 @@ class VllmSource(_Strict):
         }[self.kind]
 
 
+class CiSpec(_Strict):
+    """Where a column runs in generated CI pipelines (`kvrig pipeline`)."""
+
+    # GitHub Actions runner labels, and Buildkite agent tags (e.g. queue: gpu).
+    runs_on: Annotated[list[str], Field(min_length=1)] = Field(
+        default_factory=lambda: ["ubuntu-latest"]
+    )
+    agents: dict[str, str] = Field(default_factory=lambda: {"queue": "default"})
+    # Jobs the column is split into; `kvrig column --shard i/n` runs one of them.
+    shards: int = Field(default=1, ge=1, le=64)
+    timeout_minutes: int = Field(default=120, ge=1)
+
+
 class PlatformSpec(_Strict):
     """One column of the matrix: how its engines are installed, reached and configured."""
 
@@ -94,6 +108,7 @@ class PlatformSpec(_Strict):
     parallel: int = Field(default=1, ge=1)
     timeout_s: float = Field(default=300, gt=0)
     memory_limit_gb: float = Field(default=8, gt=0)
+    ci: CiSpec = Field(default_factory=CiSpec)
 
 
 # --- models ----------------------------------------------------------------------------
@@ -104,6 +119,10 @@ class ModelSpec(_Strict):
 
     family: Literal["hybrid_mamba", "gdn", "dsa", "dense"]
     config: str
+    # A shape-faithful miniature names the checkpoint whose per-layer shapes it keeps and
+    # where those numbers come from; its block size is then the checkpoint's own.
+    checkpoint: str | None = None
+    source: str = ""
     overrides: dict[str, Any] = Field(default_factory=dict)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     max_model_len: int = Field(default=256, ge=16)
@@ -157,6 +176,9 @@ class Knobs(_Strict):
     enable_prefix_caching: bool | None = None
     mamba_ssm_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
     kv_cache_dtype: str | None = None
+    # Layers (by index or name) kept at the model dtype beside a quantized KV cache: vLLM's
+    # phase 3 then sizes the shared block from the primary backend.
+    kv_cache_dtype_skip_layers: list[str] | None = None
     attention_backend: str | None = Field(default=None, pattern=_BACKEND_NAME)
     multiprocessing: bool | None = None
 
@@ -217,10 +239,25 @@ Expectation = Annotated[
 ]
 
 
+class KnownDefect(_Strict):
+    """A released vLLM that does not do what the case expects (a strict expected failure).
+
+    `shows` is what the defect looks like on each platform; a cell passes as "xfail" only
+    while its record matches it, and fails as soon as vLLM does the right thing (so the
+    marker is removed) or does something else again (so nobody misses it).
+    """
+
+    reason: str = Field(min_length=1)
+    shows: dict[Platform, Expectation]
+
+
 class Case(_Strict):
     id: str = Field(pattern=_NAME)
     model: str
     doc: str = ""
+    # The statement of the reviewed change this case stands for (a quote, or "control").
+    review: str = ""
+    known_defect: KnownDefect | None = None
     knobs: Knobs = Field(default_factory=Knobs)
     crafted: Crafted = Field(default_factory=Crafted)
     expect: dict[Platform, Expectation]
@@ -229,11 +266,25 @@ class Case(_Strict):
     max_tokens: int = Field(default=4, ge=1)
 
 
+class Allowance(_Strict):
+    """A required cell the release gate lets fail, skip or be missing, for a while.
+
+    The expiry date is mandatory so an allowance cannot outlive the reason for it: once it
+    has passed the gate fails until someone renews or removes the allowance.
+    """
+
+    cell: str = Field(pattern=r"^(cpu|cuda|xpu)-[a-z0-9][a-z0-9_]*-[a-z0-9][a-z0-9_]*$")
+    reason: str = Field(min_length=1)
+    owner: str = Field(min_length=1)
+    expires: dt.date
+
+
 class Matrix(_Strict):
     version: Literal[1]
     platforms: dict[Platform, PlatformSpec]
     models: dict[str, ModelSpec]
     cases: list[Case]
+    allowances: list[Allowance] = Field(default_factory=list)
 
     @field_validator("models")
     @classmethod
@@ -257,12 +308,32 @@ class Matrix(_Strict):
             if key in seen:
                 raise ValueError(f"cases.{i}.id: case {case.id!r} of {case.model!r} repeats")
             seen.add(key)
+            defect = case.known_defect.shows if case.known_defect else {}
+            for platform in defect:
+                if platform not in case.expect:
+                    raise ValueError(
+                        f"cases.{i}.known_defect.shows.{platform}: case {case.id!r} has no"
+                        f" expectation on {platform!r} for the defect to stand against"
+                    )
             for platform in case.expect:
                 if platform not in self.platforms:
                     raise ValueError(
                         f"cases.{i}.expect.{platform}: platform {platform!r} is not defined"
                         " under platforms"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _allowances_name_cells(self) -> Matrix:
+        cells = {
+            f"{p}-{c.model}-{c.id}" for c in self.cases for p in c.expect if p in self.platforms
+        }
+        for i, allowance in enumerate(self.allowances):
+            if allowance.cell not in cells:
+                raise ValueError(
+                    f"allowances.{i}.cell: {allowance.cell!r} is not a cell of this matrix"
+                    " (kvrig cells lists them); fix the name or remove the allowance"
+                )
         return self
 
 
@@ -282,6 +353,12 @@ class Cell(_Strict):
     @property
     def id(self) -> str:
         return f"{self.platform}-{self.model_name}-{self.case.id}"
+
+    @property
+    def defect(self) -> Expectation | None:
+        """What a known vLLM defect makes this cell show instead of its expectation."""
+        known = self.case.known_defect
+        return known.shows.get(self.platform) if known else None
 
     @property
     def multiprocessing(self) -> bool:
@@ -383,6 +460,11 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
         msg = f"outcome must be one of {', '.join(sorted(_TAGS))}"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
+    if line is None and (named := re.match(r"^([\w.]+): ", msg)):
+        # A cross-reference check names the field it is about at the start of its message.
+        parts = [int(p) if p.isdigit() else p for p in named.group(1).split(".")]
+        line = _line_of(data, parts)
+        where = f"{path}:{line}" if line else where
     more = err.error_count() - 1
     extra = f" ({more} more problem{'s' if more > 1 else ''} after this one.)" if more else ""
     got = first.get("input")

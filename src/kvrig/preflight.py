@@ -8,9 +8,10 @@ in so the decisions are testable without an engine or hardware.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,9 +78,9 @@ def choose_engine(requested: str, probe: Probe) -> str:
         reasons.append(f"`{engine} info` failed ({last or f'exit {code}'})")
     raise PreflightError(
         "No container engine is reachable: " + "; ".join(reasons) + ". Start the Docker"
-        " daemon (for example `sudo systemctl start docker`), or install Podman and pass"
-        " `--engine podman` (hosts like a sandboxed VM also need KVRIG_PODMAN_COMPAT=1, see"
-        f" README.md). {ALTERNATIVES}"
+        " daemon (for example `sudo systemctl start docker`), or install Podman (as root"
+        " `python -m kvrig.system_packages podman runc`) and pass `--engine podman`."
+        f" {ALTERNATIVES}"
     )
 
 
@@ -186,3 +187,98 @@ def check_wheel(root: Path, wheel: str | None, probe: Probe) -> None:
             " or download it into docker/wheels/, or switch the platform's vLLM source back"
             " to a PyPI version."
         )
+
+
+# Raw errors of restricted hosts, each with the setting that fixes it (kvrig.engine_settings).
+RESTRICTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"setrlimit|setting rlimit", re.IGNORECASE),
+        "the runtime may not raise the container's ulimits (root lacks CAP_SYS_RESOURCE):"
+        " set KVRIG_ULIMITS=none (a containers.conf with default_ulimits = [])",
+    ),
+    (
+        re.compile(r"cgroups in hybrid mode not supported", re.IGNORECASE),
+        "crun refuses this host's hybrid cgroup v1/v2 layout: set KVRIG_RUNTIME=runc and"
+        " KVRIG_CGROUP_MANAGER=cgroupfs",
+    ),
+    (
+        re.compile(
+            r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|invalid peer certificate"
+            r"|UnknownIssuer|self[- ]signed certificate",
+            re.IGNORECASE,
+        ),
+        "TLS to the package index is intercepted by a proxy whose CA the image lacks: set"
+        " KVRIG_CA_BUNDLE to the host's CA bundle (or export PIP_CERT, SSL_CERT_FILE or"
+        " REQUESTS_CA_BUNDLE naming it)",
+    ),
+    (
+        re.compile(r"torch==[^\s,]*\+cpu", re.IGNORECASE),
+        "the pinned torch build is not on any index the build reaches: set KVRIG_FIND_LINKS"
+        " to a folder holding its wheel, or KVRIG_EXTRA_INDEX_URL to an index serving it",
+    ),
+    (
+        re.compile(
+            r"Temporary failure in name resolution|Could not resolve host|no such host"
+            r"|Network is unreachable",
+            re.IGNORECASE,
+        ),
+        "the container cannot reach the network the host reaches: set KVRIG_NETWORK=host",
+    ),
+)
+
+
+def diagnose(output: str) -> list[str]:
+    """The known restrictions behind an engine's output, each with its fix (pure)."""
+    return [fix for pattern, fix in RESTRICTIONS if pattern.search(output)]
+
+
+def build_failure(image: str, code: int, output: str) -> str:
+    found = diagnose(output)
+    cause = (
+        " The output shows that " + "; and ".join(found) + "."
+        if found
+        else " The engine's output above names the failing step."
+    )
+    return (
+        f"Building {image} failed (exit {code}) and no cell was run.{cause} Fix it and run"
+        " again (README.md, Hosts that need special engine settings), or run the column on"
+        " this host without a container with `nox -s local`."
+    )
+
+
+def check_engine_runs(
+    engine: str,
+    image: str,
+    global_flags: Sequence[str],
+    engine_env: Mapping[str, str],
+    probe: Probe,
+    host_network: bool = False,
+    may_use_host_network: bool = False,
+) -> bool:
+    """A trivial container starts, so a restricted host fails here with its fix named,
+    not minutes into a build with the runtime's raw error. Podman only: Docker's daemon
+    owns these settings.
+
+    The container gets the network the build gets. When that fails and the host's network
+    works, True says the host network is needed (if `may_use_host_network`).
+    """
+    if engine != "podman":
+        return False
+    prefix = ["env", *(f"{k}={v}" for k, v in engine_env.items())] if engine_env else []
+    base = [*prefix, engine, *global_flags, "run", "--rm"]
+    net = ["--network=host"] if host_network else []
+    cmd = [*base, *net, image, "true"]
+    code, last = probe.run(cmd)
+    if code == 0:
+        return False
+    retry = [*base, "--network=host", image, "true"]
+    if not host_network and may_use_host_network and probe.run(retry)[0] == 0:
+        return True
+    found = diagnose(last)
+    cause = "; and ".join(found) if found else f"it said: {last or f'exit {code}'}"
+    raise PreflightError(
+        f"Podman cannot start a trivial container here (`{' '.join(cmd)}` failed): {cause}."
+        " Leave KVRIG_HOST_SETTINGS at auto so kvrig applies the settings this host needs,"
+        " or set the one named (README.md, Hosts that need special engine settings)."
+        f" {ALTERNATIVES}"
+    )

@@ -1,33 +1,56 @@
-"""Summaries of a results folder: a terminal table, Markdown and HTML (pure renderers)."""
+"""Summaries of results: a terminal table, Markdown and a self-contained HTML grid.
+
+The renderers are pure (rows and details in, text out); `gather` and `write` are the only
+parts that read records and logs from disk. The Markdown suits $GITHUB_STEP_SUMMARY and
+Buildkite annotations; the HTML page is one file a person can open anywhere, with the
+matrix as a grid (case rows, platform columns) whose cells open their record, the tail of
+their log and the commands that rerun them.
+"""
 
 from __future__ import annotations
 
 import html
+import json
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvrig import repro as repro_mod
 from kvrig import results as results_mod
+from kvrig.matrix import PLATFORMS
 
-_MARK = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
-
-
-def _block(row: dict[str, Any]) -> str:
-    w, e = row.get("worker_block_size"), row.get("engine_block_size")
-    if w is None:
-        return "-"
-    return str(w) if e in (None, w) else f"{w} (core {e})"
+Row = dict[str, Any]
+_MARK = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "xfail": "XFAIL"}
+_ICON = {"pass": "✅", "fail": "❌", "skip": "⏭️", "xfail": "⚠️"}
+LOG_TAIL_LINES = 40
 
 
-def _what(row: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class Detail:
+    """What a grid cell opens: the cell's record, its log's tail, its repro commands."""
+
+    record: dict[str, Any] | None = None
+    log_tail: str = ""
+    repro: list[str] = field(default_factory=list)
+
+
+def _what(row: Row) -> str:
     return row["reason"].removeprefix("as expected: ")
 
 
-def counts(rows: list[dict[str, Any]]) -> Counter[str]:
+def counts(rows: list[Row]) -> Counter[str]:
     return Counter(r["status"] for r in rows)
 
 
-def terminal(rows: list[dict[str, Any]]) -> str:
+def _tally(rows: list[Row]) -> str:
+    c = counts(rows)
+    known = f", {c['xfail']} known vLLM defect(s) (xfail)" if c["xfail"] else ""
+    return f"{c['pass']} passed, {c['fail']} failed, {c['skip']} skipped{known}"
+
+
+def terminal(rows: list[Row]) -> str:
     if not rows:
         return "no cells were judged"
     id_w = max(len(r["cell_id"]) for r in rows)
@@ -36,64 +59,247 @@ def terminal(rows: list[dict[str, Any]]) -> str:
     ]
     for r in rows:
         wall = f"{r['wall_s']:.0f}s" if r.get("wall_s") is not None else "-"
-        what = _what(r)
         lines.append(
             f"{r['cell_id']:<{id_w}}  {_MARK[r['status']]:<7}  {r['expected']:<11}  "
-            f"{_block(r):<14}  {wall:>6}  {what}"
+            f"{results_mod.block_text(r):<14}  {wall:>6}  {_what(r)}"
         )
-    c = counts(rows)
-    lines.append(f"{c['pass']} passed, {c['fail']} failed, {c['skip']} skipped")
+    lines.append(_tally(rows))
     return "\n".join(lines)
 
 
-def markdown(rows: list[dict[str, Any]], title: str) -> str:
-    c = counts(rows)
-    out = [
-        f"# {title}",
-        "",
-        f"{c['pass']} passed, {c['fail']} failed, {c['skip']} skipped",
-        "",
-        "| cell | verdict | gate | expected | block size | kernel blocks | what happened |",
-        "|---|---|---|---|---|---|---|",
-    ]
+# --- the grid ------------------------------------------------------------------------------
+
+
+def platforms_of(rows: list[Row]) -> list[str]:
+    seen = {r.get("platform") or r["cell_id"].split("-", 1)[0] for r in rows}
+    return [p for p in PLATFORMS if p in seen]
+
+
+def _key(row: Row) -> tuple[str, str, str]:
+    return (row.get("family") or "?", row.get("model") or "?", row.get("case") or row["cell_id"])
+
+
+def grid(rows: list[Row]) -> list[tuple[tuple[str, str, str], dict[str, Row]]]:
+    """Case rows (family, model, case) in first-seen order, each with its platforms' rows."""
+    out: dict[tuple[str, str, str], dict[str, Row]] = {}
     for r in rows:
-        what = _what(r).replace("|", "\\|")
-        kernels = ", ".join(str(k) for k in r.get("kernel_block_sizes") or []) or "-"
-        out.append(
-            f"| `{r['cell_id']}` | {_MARK[r['status']]} | {'yes' if r.get('gate') else ''}"
-            f" | {r['expected']} | {_block(r)} | {kernels} | {what} |"
+        platform = r.get("platform") or r["cell_id"].split("-", 1)[0]
+        out.setdefault(_key(r), {})[platform] = r
+    return list(out.items())
+
+
+def run_facts(rows: list[Row]) -> list[str]:
+    """One line per platform: what ran where, so merged results stay traceable."""
+    lines = []
+    for platform in platforms_of(rows):
+        mine = [r for r in rows if (r.get("platform") or r["cell_id"].split("-")[0]) == platform]
+
+        def values(key: str, rs: list[Row] = mine) -> str:
+            return ", ".join(sorted({str(r[key]) for r in rs if r.get(key)})) or "?"
+
+        starts = sorted(r["started_at"] for r in mine if r.get("started_at"))
+        ends = sorted(r["ended_at"] for r in mine if r.get("ended_at"))
+        span = f"{starts[0]} to {ends[-1]}" if starts and ends else "times unknown"
+        lines.append(
+            f"{platform}: {len(mine)} cells, {_tally(mine)}; vLLM {values('vllm_version')}"
+            f" (commit {values('vllm_commit')}), rig {values('rig_version')},"
+            f" host {values('host_id')}; {span}"
         )
+    return lines
+
+
+# --- Markdown ------------------------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(rows: list[Row], title: str, repro: Callable[[Row], list[str]] | None = None) -> str:
+    platforms = platforms_of(rows)
+    out = [f"# {title}", "", _tally(rows), ""]
+    out += [f"- {line}" for line in run_facts(rows)]
+    out += [
+        "",
+        "| family | model | case | " + " | ".join(platforms) + " |",
+        "|---|---|---|" + "---|" * len(platforms),
+    ]
+    for (family, model, case), by_platform in grid(rows):
+        gate = " (gate)" if any(r.get("gate") for r in by_platform.values()) else ""
+        cells = []
+        for p in platforms:
+            r = by_platform.get(p)
+            cells.append(
+                "·"
+                if r is None
+                else f"{_ICON[r['status']]} {_MARK[r['status']]} {results_mod.block_text(r)}"
+            )
+        out.append(f"| {family} | {model} | {case}{gate} | " + " | ".join(cells) + " |")
+    failed = [r for r in rows if r["status"] == "fail"]
+    if failed:
+        out += ["", f"## Failures ({len(failed)})", ""]
+        for r in failed:
+            out.append(
+                f"- **`{r['cell_id']}`**{' (gate)' if r.get('gate') else ''}: {_md(r['reason'])}"
+            )
+            if repro is not None:
+                out += ["  ```", *(f"  {x}" for x in repro(r)), "  ```"]
+    skipped = [r for r in rows if r["status"] == "skip"]
+    if skipped:
+        out += ["", f"## Skipped ({len(skipped)})", ""]
+        out += [f"- `{r['cell_id']}`: {_md(_what(r))}" for r in skipped]
     return "\n".join(out) + "\n"
 
 
-def to_html(rows: list[dict[str, Any]], title: str) -> str:
-    c = counts(rows)
-    body = []
-    for r in rows:
-        cls = r["status"]
-        body.append(
-            f"<tr class={cls}><td><code>{html.escape(r['cell_id'])}</code></td>"
-            f"<td>{_MARK[cls]}</td><td>{'yes' if r.get('gate') else ''}</td>"
-            f"<td>{html.escape(r['expected'])}</td><td>{html.escape(_block(r))}</td>"
-            f"<td>{html.escape(_what(r))}</td></tr>"
+# --- HTML ----------------------------------------------------------------------------------
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em}
+table{border-collapse:collapse}th,td{padding:4px 10px;border:1px solid #ddd;text-align:left}
+td.cell{cursor:pointer;font-weight:600}td.cell:hover{outline:2px solid #333}
+.pass{background:#d7f5dd}.fail{background:#f9d0d0}.skip{background:#e6e6e6}
+.xfail{background:#fbe9c6}
+td.none{color:#aaa}small{color:#555;font-weight:normal}
+dialog{max-width:90vw;width:70em}pre{white-space:pre-wrap;background:#f6f6f6;padding:6px}
+body.only-fail tr.clean{display:none}
+"""
+
+_SCRIPT = """
+(function(){
+  var dlg=document.getElementById('detail'),body=document.getElementById('detail-body');
+  function open(td){
+    var t=document.getElementById('t-'+td.dataset.cell);
+    body.replaceChildren(t.content.cloneNode(true));
+    dlg.showModal();
+  }
+  document.querySelectorAll('td.cell').forEach(function(td){
+    td.addEventListener('click',function(){open(td);});
+    td.addEventListener('keydown',function(e){if(e.key==='Enter'){open(td);}});
+  });
+  document.getElementById('close').addEventListener('click',function(){dlg.close();});
+  document.getElementById('only-fail').addEventListener('change',function(e){
+    document.body.classList.toggle('only-fail',e.target.checked);
+  });
+  document.body.dataset.ready='1';
+})();
+"""
+
+
+def _esc(x: object) -> str:
+    return html.escape(str(x))
+
+
+def _template(r: Row, d: Detail) -> str:
+    record = json.dumps(d.record, indent=2, sort_keys=True) if d.record else "(no record)"
+    parts = [
+        f"<h2>{_esc(r['cell_id'])} <span class={r['status']}>{_MARK[r['status']]}</span></h2>",
+        f"<p>{_esc(r['reason'])}</p>",
+        f"<p>expected {_esc(r.get('expected'))}; block size {_esc(results_mod.block_text(r))};"
+        f" vLLM {_esc(r.get('vllm_version'))}; host {_esc(r.get('host_id'))}</p>",
+    ]
+    if d.repro:
+        parts.append(
+            "<h3>Rerun it alone</h3><pre class=repro>" + _esc("\n".join(d.repro)) + "</pre>"
         )
+    parts.append(
+        f"<h3>Log (last {LOG_TAIL_LINES} lines)</h3>"
+        f"<pre class=log>{_esc(d.log_tail or '(no log)')}</pre>"
+    )
+    parts.append(f"<h3>Record</h3><pre class=record>{_esc(record)}</pre>")
+    return f"<template id='t-{_esc(r['cell_id'])}'>{''.join(parts)}</template>"
+
+
+def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = None) -> str:
+    details = details or {}
+    platforms = platforms_of(rows)
+    head = "".join(f"<th>{_esc(p)}</th>" for p in platforms)
+    trs, templates = [], []
+    for (family, model, case), by_platform in grid(rows):
+        gate = " <small>gate</small>" if any(r.get("gate") for r in by_platform.values()) else ""
+        clean = all(r["status"] != "fail" for r in by_platform.values())
+        tds = []
+        for p in platforms:
+            r = by_platform.get(p)
+            if r is None:
+                tds.append("<td class=none>·</td>")
+                continue
+            tds.append(
+                f"<td class='cell {r['status']}' data-cell='{_esc(r['cell_id'])}' tabindex=0"
+                f" title='{_esc(_what(r))}'>{_MARK[r['status']]}"
+                f" <small>{_esc(results_mod.block_text(r))}</small></td>"
+            )
+            templates.append(_template(r, details.get(r["cell_id"], Detail())))
+        trs.append(
+            f"<tr class={'clean' if clean else 'dirty'}><td>{_esc(family)}</td>"
+            f"<td>{_esc(model)}</td><td>{_esc(case)}{gate}</td>{''.join(tds)}</tr>"
+        )
+    facts = "".join(f"<li>{_esc(x)}</li>" for x in run_facts(rows))
+    failed = [r for r in rows if r["status"] == "fail"]
+    failures = (
+        f"<h2>Failures ({len(failed)})</h2><ul id=failures>"
+        + "".join(
+            f"<li><code>{_esc(r['cell_id'])}</code>: {_esc(r['reason'])}</li>" for r in failed
+        )
+        + "</ul>"
+        if failed
+        else ""
+    )
     return (
-        "<!doctype html><meta charset=utf-8>"
-        f"<title>{html.escape(title)}</title><style>body{{font-family:sans-serif}}"
-        "td,th{padding:2px 8px;text-align:left}.pass td:nth-child(2){color:green}"
-        ".fail td:nth-child(2){color:#b00;font-weight:bold}.skip td:nth-child(2){color:#888}"
-        f"</style><h1>{html.escape(title)}</h1>"
-        f"<p>{c['pass']} passed, {c['fail']} failed, {c['skip']} skipped</p>"
-        "<table><tr><th>cell<th>verdict<th>gate<th>expected<th>block size<th>what happened"
-        f"</tr>{''.join(body)}</table>\n"
+        "<!doctype html><html lang=en><meta charset=utf-8>"
+        f"<title>{_esc(title)}</title><style>{_STYLE}</style><body>"
+        f"<h1>{_esc(title)}</h1><p id=tally>{_esc(_tally(rows))}</p><ul>{facts}</ul>"
+        "<label><input type=checkbox id=only-fail> only rows with a failure</label>"
+        f"<table id=grid><thead><tr><th>family</th><th>model</th><th>case</th>{head}</tr></thead>"
+        f"<tbody>{''.join(trs)}</tbody></table>"
+        "<p><small>Click a cell for its record, log and the commands that rerun it.</small></p>"
+        f"{failures}"
+        "<dialog id=detail><button id=close>close</button><div id=detail-body></div></dialog>"
+        f"{''.join(templates)}<script>{_SCRIPT}</script></body></html>\n"
     )
 
 
-def write(results: Path) -> tuple[Path, Path]:
-    """Writes report.md and report.html beside the results; returns their paths."""
-    rows = results_mod.read(results)
-    title = f"kvrig results: {results.name}"
-    md, page = results / "report.md", results / "report.html"
-    md.write_text(markdown(rows, title))
-    page.write_text(to_html(rows, title))
+# --- reading and writing -------------------------------------------------------------------
+
+
+def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def repro_lines(r: Row) -> list[str]:
+    platform = r.get("platform") or r["cell_id"].split("-", 1)[0]
+    return repro_mod.lines(platform, r["cell_id"], r.get("image"))
+
+
+def gather(merged: results_mod.Merged) -> dict[str, Detail]:
+    """Each cell's record and log tail, looked up beside the results file it came from."""
+    out = {}
+    for r in merged.rows:
+        cid = r["cell_id"]
+        folder = merged.sources[cid].parent
+        record_path = folder / "records" / f"{cid}.json"
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            record = None
+        log = folder / "logs" / f"{cid}.log"
+        if not log.exists() and r.get("log"):
+            log = Path(r["log"])
+        out[cid] = Detail(record, _tail(log), repro_lines(r))
+    return out
+
+
+def write_merged(merged: results_mod.Merged, out: Path, title: str) -> tuple[Path, Path]:
+    """Writes report.md and report.html into `out`; returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    md, page = out / "report.md", out / "report.html"
+    md.write_text(markdown(merged.rows, title, repro_lines))
+    page.write_text(to_html(merged.rows, title, gather(merged)))
     return md, page
+
+
+def write(results: Path) -> tuple[Path, Path]:
+    """Writes report.md and report.html beside one folder's results; returns their paths."""
+    return write_merged(results_mod.collect([results]), results, f"kvrig results: {results.name}")

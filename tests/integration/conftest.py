@@ -22,6 +22,7 @@ from kvrig import hardware, report
 from kvrig import results as results_mod
 from kvrig.forkserver import Pool, die_with_parent
 from kvrig.matrix import DEFAULT_MATRIX, PLATFORMS, MatrixError, expand, load
+from kvrig.pipeline import ShardError, shard_cells
 from kvrig.progress import ProgressPlugin
 from kvrig.runner import ResultsFolderError, check_results_folder
 
@@ -42,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--kvrig-rerun",
         action="store_true",
         help="start a new run even if the last one did not finish (default: resume it)",
+    )
+    group.addoption(
+        "--kvrig-shard", default=None, help="I/N: run only shard I of N (kvrig.pipeline)"
     )
 
 
@@ -95,7 +99,8 @@ def _fingerprint(config: pytest.Config) -> str:
     """What must not change for a run to be resumed: the matrix, the selection, the mode."""
     matrix = Path(config.getoption("--kvrig-matrix"))
     h = hashlib.sha256(matrix.read_bytes() if matrix.is_file() else b"")
-    h.update(json.dumps([config.getoption("keyword"), config.getoption("markexpr")]).encode())
+    selection = [config.getoption(o) for o in ("keyword", "markexpr", "--kvrig-shard")]
+    h.update(json.dumps(selection).encode())
     h.update(str(config.getoption("--kvrig-cold")).encode())
     return h.hexdigest()[:16]
 
@@ -127,7 +132,7 @@ def _start_run(config: pytest.Config, results: Path) -> None:
             " cells already done are not run again (kvrig column --rerun starts over)."
         )
     elif current.exists():
-        current.replace(results / ("previous-" + results_mod.RESULTS_FILE))
+        current.replace(results / results_mod.PREVIOUS_FILE)
     started = last.get("started") if resume else time.strftime("%Y-%m-%d %H:%M:%S %Z")
     state = {"state": "running", "started": started, "fingerprint": fingerprint}
     state_file.write_text(json.dumps(state) + "\n")
@@ -171,6 +176,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks.append(pytest.mark.gate)
         params.append(pytest.param(cell, id=cell.id, marks=marks))
     metafunc.parametrize("cell", params)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--kvrig-shard keeps one deterministic part of the column (same in every xdist worker)."""
+    shard = config.getoption("--kvrig-shard")
+    if not shard:
+        return
+    ids = [c.id for c in expand(load(config.getoption("--kvrig-matrix")), _platform(config))]
+    try:
+        mine = shard_cells(ids, shard)
+    except ShardError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    cell_of = {i: getattr(i, "callspec", None) for i in items}
+    keep = [i for i in items if (c := cell_of[i]) is None or c.params["cell"].id in mine]
+    config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+    items[:] = keep
 
 
 @pytest.fixture(scope="session")

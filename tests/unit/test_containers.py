@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvrig import containers as c
+from kvrig import engine_settings as es
 from kvrig import preflight
 from kvrig.matrix import PlatformSpec, VllmSource
 
@@ -67,7 +68,7 @@ def plan_for(
     engine: str = "docker",
     env: dict[str, str] | None = None,
 ) -> c.Plan:
-    args = c.parse_args(argv)
+    args = c.parse_args(argv, {})
     return c.make_plan(
         args, checkout, host, engine, env or {"HOME": str(checkout)}, f"kvrig-{args.platform}-42"
     )
@@ -300,39 +301,153 @@ def test_tag_carries_the_rig_version() -> None:
     assert tag != c.image_tag("xpu", b"FROM x", "0.4.0", "d", {"A": "2"})
 
 
-# --- the Podman opt-in -----------------------------------------------------------------------
+# --- Podman and the restricted-host settings ---------------------------------------------------
+
+RESTRICTED = es.HostFacts(
+    cap_sys_resource=False,
+    cgroup_hybrid=True,
+    files=frozenset({"/etc/ssl/certs/ca-certificates.crt"}),
+    torch_wheel_dirs=frozenset({"/opt/wheels"}),
+)
+RESTRICTED_ENV = {"PIP_CERT": "/etc/ssl/certs/ca-certificates.crt", "PIP_FIND_LINKS": "/opt/wheels"}
 
 
-def test_podman_compat_is_off_unless_asked(checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KVRIG_PODMAN_COMPAT", raising=False)
-    plan = plan_for(checkout, ["cpu"], engine="podman")
-    assert plan.compat is None
+def settings_plan(
+    checkout: Path, engine: str, facts: es.HostFacts, env: dict[str, str], argv: list[str]
+) -> c.Plan:
+    env = {"HOME": str(checkout), **env}
+    args = c.parse_args(argv, env)
+    settings = es.decide(engine, facts, env, checkout / "cache", args.host_settings)
+    return c.make_plan(args, checkout, USER, engine, env, "kvrig-cpu-42", settings)
+
+
+def test_podman_on_an_ordinary_host_gets_no_settings(checkout: Path) -> None:
+    plan = settings_plan(checkout, "podman", es.HostFacts(), {}, ["cpu"])
+    assert plan.build[:2] == ["podman", "build"] and plan.run[:2] == ["podman", "run"]
+    # The OCI format drops SHELL, which the Dockerfiles use.
+    assert flag_values(plan.build, "--format") == ["docker"]
     joined = " ".join(plan.build + plan.run)
-    assert "runc" not in joined and "--network=host" not in joined
-    assert "ca-certificates" not in joined
+    assert "runc" not in joined and "--network=host" not in joined and "--volume" not in plan.build
+    assert flag_values(plan.run, "--network") == ["none"]
+    assert plan.build_env == {}
 
 
-def test_podman_compat_settings(checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KVRIG_PODMAN_COMPAT", "1")
-    env = {
-        "HOME": str(checkout),
-        "PIP_FIND_LINKS": "/opt/wheels",
-        "KVRIG_BASE_IMAGE": "localhost/kvrig-base:bookworm",
-    }
-    plan = plan_for(checkout, ["cpu"], engine="podman", env=env)
-    assert plan.compat is not None
+def test_restricted_podman_host_gets_its_settings_automatically(checkout: Path) -> None:
+    plan = settings_plan(checkout, "podman", RESTRICTED, RESTRICTED_ENV, ["cpu"])
     assert plan.build[:4] == ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
     assert plan.run[:4] == ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
+    ca = "/etc/ssl/certs/ca-certificates.crt"
+    assert f"{ca}:{ca}:ro" in flag_values(plan.build, "--volume")
+    assert f"/opt/wheels:{c.BUILD_WHEELS}:ro" in flag_values(plan.build, "--volume")
+    bargs = flag_values(plan.build, "--build-arg")
+    assert f"UV_FIND_LINKS={c.BUILD_WHEELS}" in bargs and "TORCH_INDEX=" in bargs
+    assert f"PIP_CERT={ca}" in bargs
+    assert plan.build_env == {"CONTAINERS_CONF": str(checkout / "cache" / "containers.conf")}
+    # Each setting is printed with its reason, in the dry run as in a real one.
+    lines = c.dry_run_lines(plan)
+    assert any("hybrid cgroup" in ln for ln in lines)
+    assert any("CAP_SYS_RESOURCE" in ln for ln in lines)
+    # The column itself stays offline and unprivileged.
+    assert flag_values(plan.run, "--network") == ["none"]
+    assert "--privileged" not in plan.run
+
+
+def test_settings_can_be_turned_off(checkout: Path) -> None:
+    plan = settings_plan(
+        checkout, "podman", RESTRICTED, RESTRICTED_ENV, ["cpu", "--host-settings", "off"]
+    )
+    assert plan.settings == es.NO_SETTINGS
+    assert "--volume" not in plan.build and "runc" not in plan.build
+
+
+def test_podman_compat_forces_every_setting_and_podman(checkout: Path) -> None:
+    env = {"KVRIG_PODMAN_COMPAT": "1", "HOME": str(checkout)}
+    args = c.parse_args(["cpu"], env)
+    assert c.requested_engine(args, env) == "podman"
+    plan = settings_plan(checkout, "podman", es.HostFacts(), env, ["cpu"])
+    assert plan.build[:4] == ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
     assert "--network=host" in plan.build
     assert flag_values(plan.run, "--network") == ["host"]
-    ca = c.DEFAULT_CA_BUNDLE
-    assert f"{ca}:{ca}:ro" in flag_values(plan.build, "--volume")
-    assert f"/opt/wheels:{c.COMPAT_WHEELS}:ro" in flag_values(plan.build, "--volume")
-    bargs = flag_values(plan.build, "--build-arg")
-    assert "BASE_IMAGE=localhost/kvrig-base:bookworm" in bargs
-    assert f"UV_FIND_LINKS={c.COMPAT_WHEELS}" in bargs and "TORCH_INDEX=" in bargs
-    assert plan.build_env["CONTAINERS_CONF"].endswith("containers.conf")
-    assert "--privileged" not in plan.run
+
+
+def test_engine_comes_from_kvrig_engine() -> None:
+    assert c.parse_args(["cpu"], {"KVRIG_ENGINE": "podman"}).engine == "podman"
+    assert (
+        c.parse_args(["cpu", "--engine", "docker"], {"KVRIG_ENGINE": "podman"}).engine == "docker"
+    )
+    with pytest.raises(c.UsageError, match="KVRIG_ENGINE='rkt'"):
+        c.parse_args(["cpu"], {"KVRIG_ENGINE": "rkt"})
+
+
+def test_extra_index_reaches_the_build(checkout: Path) -> None:
+    env = {"KVRIG_EXTRA_INDEX_URL": "https://mirror/torch https://mirror/b"}
+    plan = settings_plan(checkout, "docker", es.HostFacts(), env, ["cpu"])
+    assert "UV_EXTRA_INDEX_URL=https://mirror/torch https://mirror/b" in flag_values(
+        plan.build, "--build-arg"
+    )
+
+
+def test_docker_host_is_unchanged_by_restricted_facts(checkout: Path) -> None:
+    restricted = settings_plan(checkout, "docker", RESTRICTED, RESTRICTED_ENV, ["cpu"])
+    ordinary = plan_for(checkout, ["cpu"])
+    assert restricted.build == ordinary.build
+    assert restricted.run == ordinary.run
+
+
+# --- the base image ---------------------------------------------------------------------------
+
+
+def base_probe(present: set[str]) -> tuple[preflight.Probe, list[list[str]]]:
+    calls: list[list[str]] = []
+
+    def run(cmd: list[str]) -> tuple[int, str]:
+        calls.append(list(cmd))
+        if "inspect" in cmd:
+            return (0, "") if cmd[-1] in present else (1, "no such image")
+        return 125, "dial tcp: lookup registry-1.docker.io: no such host"
+
+    return preflight.Probe(run=run), calls
+
+
+def test_public_base_that_is_here_is_used() -> None:
+    probe, _ = base_probe({"python:3.12-slim-bookworm"})
+    got = c.resolve_base("podman", "python:3.12-slim-bookworm", es.NO_SETTINGS, probe)
+    assert got is None
+
+
+def test_unpullable_debian_base_is_replaced_by_the_local_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    probe, _ = base_probe({"localhost/kvrig-base:bookworm"})
+    got = c.resolve_base("podman", "python:3.12-slim-bookworm", es.NO_SETTINGS, probe)
+    assert got == "localhost/kvrig-base:bookworm"
+    assert "cannot be pulled; building on localhost/kvrig-base:bookworm" in capsys.readouterr().out
+
+
+def test_unpullable_local_base_is_built_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    probe, _ = base_probe(set())
+    built: list[tuple[str, str]] = []
+    monkeypatch.setattr(c.base_image, "build", lambda engine, tag, *a: built.append((engine, tag)))
+    got = c.resolve_base("podman", "python:3.12-slim-bookworm", es.NO_SETTINGS, probe)
+    assert got == "localhost/kvrig-base:bookworm"
+    assert built == [("podman", "localhost/kvrig-base:bookworm")]
+
+
+def test_unpullable_base_without_a_local_stand_in_stops() -> None:
+    probe, _ = base_probe({"localhost/kvrig-base:bookworm"})
+    with pytest.raises(preflight.PreflightError, match="KVRIG_BASE_IMAGE"):
+        c.resolve_base("podman", "nvidia/cuda:13.0.2-runtime-ubuntu24.04", es.NO_SETTINGS, probe)
+
+
+def test_local_base_changes_the_tag(checkout: Path) -> None:
+    args = c.parse_args(["cpu"], {})
+    env = {"HOME": str(checkout)}
+    public = c.make_plan(args, checkout, USER, "podman", env, "n")
+    local = c.make_plan(
+        args, checkout, USER, "podman", env, "n", None, "localhost/kvrig-base:bookworm"
+    )
+    assert local.image != public.image
+    assert "BASE_IMAGE=localhost/kvrig-base:bookworm" in flag_values(local.build, "--build-arg")
 
 
 # --- dry run ---------------------------------------------------------------------------------

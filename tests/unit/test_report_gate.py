@@ -1,71 +1,309 @@
 from __future__ import annotations
 
+import copy
+import datetime as dt
+import json
 from pathlib import Path
+from typing import Any
 
-from kvrig import gate, report, results
-from kvrig.matrix import Matrix
+import pytest
+
+from kvrig import cli, gate, report, repro, results
+from kvrig.matrix import Matrix, MatrixError, expand, load
+from kvrig.record import Record
+from kvrig.verdict import Verdict
 
 from .conftest import BASE
 
+TODAY = dt.date(2026, 11, 29)
+ENDED = dt.datetime(2026, 11, 29, 17, 40, tzinfo=dt.timezone.utc)
+REQUIRED = "cpu-granite_hybrid-default"
+OTHER = "cpu-granite_hybrid-sibling_rejects"
 
-def row(cell_id: str, status: str, **kw) -> dict:
-    base = {
-        "cell_id": cell_id,
-        "status": status,
-        "expected": "runs",
-        "outcome": "ran",
-        "reason": f"as expected: engine ran ({cell_id})",
-        "gate": False,
-        "worker_block_size": 384,
-        "engine_block_size": 256,
-        "wall_s": 12.0,
-    }
-    base.update(kw)
-    return base
+
+def row(cell_id: str, status: str, **kw: Any) -> dict[str, Any]:
+    """A results row as kvrig.results.row writes it, for a cell of BASE."""
+    cell = next(c for c in expand(Matrix.model_validate(BASE)) if c.id == cell_id)
+    rec = Record(
+        cell_id=cell_id,
+        platform="cpu",
+        model=cell.model_name,
+        case=cell.case.id,
+        family=cell.model.family,
+        outcome="ran",
+        worker_block_size=kw.pop("block", 384),
+        engine_block_size=kw.pop("core", 384),
+        timings={"wall_s": 30.0},
+        vllm_version="0.32.0",
+        host={"hostname": "vm", "cores": 2, "cpu_model": "Xeon"},
+    )
+    out = results.row(
+        cell, rec, Verdict(cell_id, status, kw.pop("reason", "as expected: ran")), ENDED
+    )
+    out.update(kw)
+    return out
+
+
+def matrix(allowances: list[dict[str, Any]] | None = None) -> Matrix:
+    data = copy.deepcopy(BASE)
+    data["allowances"] = allowances or []
+    return Matrix.model_validate(data)
+
+
+def allowance(expires: dt.date, cell: str = REQUIRED) -> dict[str, Any]:
+    return {"cell": cell, "reason": "known vLLM bug", "owner": "kv-team", "expires": expires}
+
+
+# --- results ----------------------------------------------------------------------------------
 
 
 def test_results_keep_the_latest_row_per_cell(tmp_path: Path) -> None:
-    results.append(tmp_path, row("a", "fail"))
-    results.append(tmp_path, row("b", "pass"))
-    results.append(tmp_path, row("a", "pass"))
+    results.append(tmp_path, row(REQUIRED, "fail"))
+    results.append(tmp_path, row(OTHER, "pass"))
+    results.append(tmp_path, row(REQUIRED, "pass"))
     with open(tmp_path / results.RESULTS_FILE, "a") as fh:
         fh.write('{"cell_id": "c", "sta')  # a line cut short by a crash
     assert [(r["cell_id"], r["status"]) for r in results.read(tmp_path)] == [
-        ("a", "pass"),
-        ("b", "pass"),
+        (REQUIRED, "pass"),
+        (OTHER, "pass"),
     ]
 
 
+def test_a_row_says_where_when_and_with_what_it_ran() -> None:
+    r = row(REQUIRED, "pass")
+    assert r["started_at"] == "2026-11-29T17:39:30Z" and r["ended_at"] == "2026-11-29T17:40:00Z"
+    assert r["vllm_version"] == "0.32.0" and r["rig_version"] != ""
+    assert len(r["host_id"]) == 12 and r["host"]["cores"] == 2
+    # The same hardware under another hostname is the same fingerprint.
+    assert results.host_id({"hostname": "a", "cores": 2}) == results.host_id(
+        {"hostname": "b", "cores": 2}
+    )
+    assert results.host_id({"cores": 2}) != results.host_id({"cores": 4})
+
+
+def test_folders_from_several_machines_merge_and_clashes_are_named(tmp_path: Path) -> None:
+    a, b = tmp_path / "ci" / "kvrig-cpu-shard1", tmp_path / "ci" / "kvrig-cpu-shard2"
+    results.append(a, row(REQUIRED, "fail", ended_at="2026-11-29T10:00:00Z"))
+    results.append(b, row(OTHER, "pass"))
+    results.append(b, row(REQUIRED, "pass", ended_at="2026-11-29T11:00:00Z"))
+    merged = results.collect([tmp_path / "ci"])  # a tree of downloaded artifacts
+    assert {r["cell_id"]: r["status"] for r in merged.rows} == {REQUIRED: "pass", OTHER: "pass"}
+    assert len(merged.clashes) == 1 and "kept" in merged.clashes[0]
+    assert merged.sources[REQUIRED].parent == b
+    # A folder named directly, and the default folders that skip side runs.
+    assert len(results.collect([a]).rows) == 1
+    (tmp_path / "results" / "cpu-mutation").mkdir(parents=True)
+    (tmp_path / "results" / "cpu").mkdir()
+    (tmp_path / "results" / "cpu-shard2").mkdir()
+    names = [p.name for p in results.default_folders(tmp_path / "results", ("cpu", "cuda"))]
+    assert names == ["cpu", "cpu-shard2"]
+
+
+# --- report -----------------------------------------------------------------------------------
+
+
 def test_terminal_and_markdown_reports() -> None:
-    rows = [row("cpu-m-a", "pass"), row("cpu-m-b", "fail", reason="expected X; got Y")]
+    rows = [
+        row(REQUIRED, "pass", core=256),
+        row(OTHER, "fail", reason="expected X; got Y | Z", block=None),
+    ]
     text = report.terminal(rows)
     assert "384 (core 256)" in text and "expected X; got Y" in text
     assert text.splitlines()[-1] == "1 passed, 1 failed, 0 skipped"
-    md = report.markdown(rows, "t")
-    assert "| `cpu-m-b` | FAIL |" in md
-    assert "<td>FAIL</td>" in report.to_html(rows, "t")
+    md = report.markdown(rows, "t", lambda r: repro.lines("cpu", r["cell_id"]))
+    assert "| family | model | case | cpu |" in md
+    assert "| hybrid_mamba | granite_hybrid | default (gate) | ✅ PASS 384 (core 256) |" in md
+    assert f"- **`{OTHER}`**: expected X; got Y \\| Z" in md
+    assert f"nox -s local -- -k 'test_cell[{OTHER}]'" in md
+    assert "cpu: 2 cells, 1 passed, 1 failed, 0 skipped; vLLM 0.32.0" in md
 
 
-def test_gate_requires_every_gating_cell_to_pass() -> None:
-    m = Matrix.model_validate(BASE)  # cpu-granite_hybrid-default gates
-    ok = gate.evaluate(m, {"cpu": [row("cpu-granite_hybrid-default", "pass")]})
-    assert ok.passed
-    bad = gate.evaluate(m, {"cpu": [row("cpu-granite_hybrid-default", "fail", reason="r")]})
-    assert not bad.passed and "FAIL cpu-granite_hybrid-default: r" in bad.lines
-    missing = gate.evaluate(m, {"cpu": []})
-    assert not missing.passed and "not run" in missing.lines[0]
-    assert not gate.evaluate(m, {}).passed
+def test_html_has_one_grid_cell_per_row_with_its_details() -> None:
+    rows = [row(REQUIRED, "pass"), row(OTHER, "fail", reason="<bad>")]
+    details = {OTHER: report.Detail({"cell_id": OTHER}, "last log line", ["host: nox ..."])}
+    page = report.to_html(rows, "t", details)
+    assert page.count("<td class='cell ") == 2
+    assert f"<template id='t-{OTHER}'>" in page and "last log line" in page
+    assert "&lt;bad&gt;" in page and "<bad>" not in page
 
 
-def test_gate_ignores_non_gating_failures() -> None:
-    m = Matrix.model_validate(BASE)
-    res = gate.evaluate(
-        m,
-        {
-            "cpu": [
-                row("cpu-granite_hybrid-default", "pass"),
-                row("cpu-granite_hybrid-sibling_rejects", "fail"),
-            ]
-        },
+def test_repro_reruns_exactly_one_cell() -> None:
+    assert repro.host_command("cpu-m-a") == "nox -s local -- -k 'test_cell[cpu-m-a]'"
+    assert repro.session_command("cuda", "cuda-m-a") == "nox -s cuda -- -k 'test_cell[cuda-m-a]'"
+    docker = repro.docker_command("cpu", "cpu-m-a", image="kvrig-cpu:0.1.0-abc")
+    assert docker is not None and docker.startswith("docker run --rm")
+    assert "kvrig-cpu:0.1.0-abc kvrig column --platform cpu" in docker
+    assert docker.endswith("-k 'test_cell[cpu-m-a]'")
+
+
+# --- gate -------------------------------------------------------------------------------------
+
+
+def test_gate_passes_when_every_required_cell_passed() -> None:
+    rows = [row(REQUIRED, "pass"), row(OTHER, "fail")]
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda p, c, i: [f"rerun {c}"])
+    assert res.passed and res.lines[-1] == "gate: PASS"
+    assert f"          rerun {OTHER}" in res.lines  # every failing cell says how to rerun it
+    assert "required cells on cpu: 1 passed, 0 allowed, 0 failed" in res.lines
+    assert any(OTHER in x for x in res.lines)  # named, though not required
+
+
+@pytest.mark.parametrize(
+    ("rows", "why"),
+    [
+        ([], "not run"),
+        ([row(REQUIRED, "fail", reason="block size 256, expected 384")], "failed"),
+        ([row(REQUIRED, "skip", reason="skipped by hand")], "skipped"),
+    ],
+)
+def test_gate_fails_on_a_missing_failed_or_unexplained_skip(rows, why) -> None:
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda p, c, i: [f"rerun {c}"])
+    assert not res.passed and res.lines[-1].startswith("gate: FAIL")
+    fail = next(x for x in res.lines if x.startswith("FAIL"))
+    assert REQUIRED in fail and why in fail
+    assert f"          rerun {REQUIRED}" in res.lines
+    # An unexpired allowance lets it through, and says whose it is.
+    ok = gate.evaluate(matrix([allowance(TODAY)]), rows, ["cpu"], TODAY)
+    assert ok.passed and any(
+        x.startswith(f"ALLOWED {REQUIRED}") and "kv-team" in x for x in ok.lines
     )
-    assert res.passed
+
+
+def test_an_expired_allowance_fails_the_gate_by_itself() -> None:
+    m = matrix([allowance(TODAY - dt.timedelta(days=1))])
+    res = gate.evaluate(m, [row(REQUIRED, "pass")], ["cpu"], TODAY)
+    assert not res.passed
+    assert any(x.startswith(f"EXPIRED allowance for {REQUIRED}") for x in res.lines)
+    assert not gate.evaluate(m, [], ["cpu"], TODAY).passed
+
+
+def test_gate_with_no_platform_fails() -> None:
+    assert not gate.evaluate(matrix(), [], [], TODAY).passed
+
+
+def test_gate_compares_with_the_previous_run_and_block_size_changes_are_loud() -> None:
+    before = [row(REQUIRED, "pass", block=384), row(OTHER, "pass", block=384)]
+    now = [row(REQUIRED, "pass", block=256, core=256), row(OTHER, "fail", reason="boom")]
+    new_fail, fixed, moved = gate.changes(now, before)
+    assert new_fail == [f"{OTHER}: boom"] and fixed == []
+    assert moved == [f"{REQUIRED}: 384 -> 256"]
+    assert gate.changes(before, now)[1] == [OTHER]
+    res = gate.evaluate(matrix(), now, ["cpu"], TODAY, previous=before)
+    assert not res.passed and f"  BLOCK SIZE CHANGED {REQUIRED}: 384 -> 256" in res.lines
+    assert f"  NEW FAILURE {OTHER}: boom" in res.lines
+    accepted = gate.evaluate(
+        matrix(), now, ["cpu"], TODAY, previous=before, accept_block_size_changes=True
+    )
+    assert accepted.passed
+
+
+def test_allowances_are_validated_with_their_line(write_matrix, base) -> None:
+    base["allowances"] = [allowance(TODAY, cell="cpu-granite_hybrid-nope")]
+    with pytest.raises(MatrixError) as err:
+        load(write_matrix(base))
+    msg = str(err.value)
+    assert "matrix.yaml:" in msg.split(":", 2)[0] + ":" and "cpu-granite_hybrid-nope" in msg
+    assert "kvrig cells" in msg and msg.split(": the matrix")[0].rsplit(":", 1)[1].isdigit()
+    base["allowances"] = [{"cell": REQUIRED, "reason": "r", "owner": "o"}]
+    with pytest.raises(MatrixError, match="required field 'expires' is missing"):
+        load(write_matrix(base))
+
+
+# --- the commands, on a results folder --------------------------------------------------------
+
+
+def _folder(tmp_path: Path, rows: list[dict[str, Any]]) -> Path:
+    folder = tmp_path / "results" / "cpu"
+    for r in rows:
+        results.append(folder, r)
+    return folder
+
+
+def test_gate_command_exit_status_and_previous_beside(tmp_path, write_matrix, base, capsys) -> None:
+    m = str(write_matrix(base))
+    folder = _folder(tmp_path, [row(REQUIRED, "pass"), row(OTHER, "pass")])
+    assert cli.main(["--matrix", m, "gate", "--results", str(folder)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "gate: PASS"
+    # The previous run kept beside results.jsonl is compared with by default.
+    prev = json.dumps(row(REQUIRED, "pass", block=288)) + "\n"
+    (folder / results.PREVIOUS_FILE).write_text(prev)
+    assert cli.main(["--matrix", m, "gate", "--results", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert "comparing with" in out and "BLOCK SIZE CHANGED" in out
+    assert cli.main(["--matrix", m, "gate", "--results", str(folder), "--no-previous"]) == 0
+    assert cli.main(["--matrix", m, "gate", "--results", str(tmp_path / "none")]) == 2
+
+
+def test_report_command_writes_markdown_and_html(
+    tmp_path, write_matrix, base, capsys, monkeypatch
+) -> None:
+    folder = _folder(tmp_path, [row(REQUIRED, "pass"), row(OTHER, "fail", reason="r")])
+    (folder / "logs").mkdir()
+    (folder / "logs" / f"{OTHER}.log").write_text("\n".join(f"line {i}" for i in range(100)))
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert cli.main(["--matrix", str(write_matrix(base)), "report", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "1 passed, 1 failed, 0 skipped" in out and "report.html" in out
+    page = (folder / "report.html").read_text()
+    assert "line 99" in page and "line 59" not in page  # the log's tail only
+    assert summary.read_text() == (folder / "report.md").read_text()
+
+
+# --- the release scenario on the shipped matrix -------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _real_column(folder: Path) -> tuple[list[str], str]:
+    """A results folder holding a passing row for every CPU cell of matrix.yaml."""
+    cells = expand(load(ROOT / "matrix.yaml"), "cpu")
+    for cell in cells:
+        rec = Record(
+            cell_id=cell.id,
+            platform="cpu",
+            model=cell.model_name,
+            case=cell.case.id,
+            family=cell.model.family,
+            outcome="ran",
+            timings={"wall_s": 20.0},
+        )
+        expected = "skip" if cell.expect.outcome == "skip" else "pass"
+        results.append(folder, results.row(cell, rec, Verdict(cell.id, expected, "as expected")))
+    required = [c.id for c in cells if c.case.gate and c.expect.outcome != "skip"]
+    return required, (ROOT / "matrix.yaml").read_text()
+
+
+def test_gate_release_scenario_on_the_shipped_matrix(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "results" / "cpu"
+    required, text = _real_column(folder)
+    target = required[0]
+    m = tmp_path / "matrix.yaml"
+    m.write_text(text)
+
+    def gate_exit() -> int:
+        return cli.main(["--matrix", str(m), "gate", "--results", str(folder), "--no-previous"])
+
+    assert gate_exit() == 0
+    lines = (folder / results.RESULTS_FILE).read_text().splitlines()
+    kept = [ln for ln in lines if json.loads(ln)["cell_id"] != target]
+    (folder / results.RESULTS_FILE).write_text("\n".join(kept) + "\n")
+    assert gate_exit() == 1  # the required cell's row was deleted
+    assert f"FAIL    {target}: not run" in capsys.readouterr().out
+
+    skipped = {**json.loads(next(ln for ln in lines if target in ln)), "status": "skip"}
+    results.append(folder, {**skipped, "reason": "skipped: no reason given"})
+    assert gate_exit() == 1  # turned into an unexplained skip
+    assert f"FAIL    {target}: skipped" in capsys.readouterr().out
+
+    later = (dt.date.today() + dt.timedelta(days=30)).isoformat()
+    entry = f"  - {{cell: {target}, reason: vLLM issue 1234, owner: kv-team, expires: {later}}}"
+    m.write_text(text.replace("allowances: []", "allowances:\n" + entry))
+    assert gate_exit() == 0  # an unexpired allowance lets it through
+    assert f"ALLOWED {target}" in capsys.readouterr().out
+
+    m.write_text(
+        text.replace("allowances: []", "allowances:\n" + entry.replace(later, "2020-01-01"))
+    )
+    assert gate_exit() == 1  # and once it has expired, the gate fails again
+    assert f"EXPIRED allowance for {target}" in capsys.readouterr().out

@@ -205,3 +205,48 @@ def test_skip() -> None:
 def test_early_error_parser() -> None:
     assert early_error_backends(EARLY.format("A, B")) == (384, ["A", "B"])
     assert early_error_backends("something else") is None
+
+
+AVX512_BF16 = {"isa": {"avx512_bf16": True}}
+
+
+def test_a_size_other_than_the_computed_one_fails_with_both_sizes() -> None:
+    # The tiny granite aligns to 384 on an AVX512-BF16 CPU; 416 runs, but is not vLLM's rule.
+    v = judge(cell_with(RUNS), ran(worker_block_size=416, host=AVX512_BF16))
+    assert v.status == "fail" and "vLLM chose 416, expected 384" in v.reason
+    assert judge(cell_with(RUNS), ran(host=AVX512_BF16)).expected_block_size == 384
+
+
+def test_the_early_error_size_is_compared_too() -> None:
+    cell = cell_with({"outcome": "early_error", "backends": ["KVRIG_SIBLING"]})
+    msg = EARLY.replace("384", "416").format("KVRIG_SIBLING")
+    rec = failed(msg, "_check_aligned_block_size", sized=False).model_copy(
+        update={"host": AVX512_BF16}
+    )
+    v = judge(cell, rec)
+    assert v.status == "fail" and "vLLM raised at 416, expected 384" in v.reason
+
+
+DEFECT = {
+    "reason": "rounds by the LCM",
+    "shows": {"cpu": {"outcome": "early_error", "backends": ["KVRIG_SIBLING"]}},
+}
+
+
+def test_a_known_defect_showing_as_recorded_is_an_expected_failure() -> None:
+    cell = cell_with(RUNS, known_defect=DEFECT)
+    rec = failed(EARLY.format("KVRIG_SIBLING"), "_check_aligned_block_size", sized=False)
+    v = judge(cell, rec)
+    assert v.status == "xfail" and v.passed and "known vLLM defect: rounds by the LCM" in v.reason
+
+
+def test_a_known_defect_that_no_longer_shows_fails_the_cell() -> None:
+    v = judge(cell_with(RUNS, known_defect=DEFECT), ran())
+    assert v.status == "fail" and "no longer shows" in v.reason
+
+
+def test_a_known_defect_cell_failing_some_other_way_fails() -> None:
+    cell = cell_with(RUNS, known_defect=DEFECT)
+    rec = failed(EARLY.format("CPU_ATTN"), "_check_aligned_block_size", sized=False)
+    v = judge(cell, rec)
+    assert v.status == "fail" and "nor does it show the known defect" in v.reason

@@ -1,0 +1,99 @@
+"""The container run's check: every cell back on the host, passing, naming its image, and
+judged as the host judged it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kvrig import container_check as cc
+from kvrig import results as results_mod
+
+from .conftest import BASE, cells_of
+
+CELLS = cells_of(BASE)
+IMAGE = {"image": "kvrig-cpu:0.1.0-abc", "image_digest": "sha256:123"}
+
+
+def row(cell_id: str, status: str = "pass", **extra: Any) -> dict[str, Any]:
+    return {
+        "cell_id": cell_id,
+        "status": status,
+        "reason": "r",
+        "outcome": "ran",
+        "worker_block_size": 384,
+        "engine_block_size": 384,
+        "kernel_block_sizes": [384],
+        **extra,
+    }
+
+
+def good() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    rows = [row(c.id) for c in CELLS]
+    records = {c.id: {"cell_id": c.id, "host": dict(IMAGE)} for c in CELLS}
+    return rows, records
+
+
+def test_a_complete_passing_run_has_no_problems() -> None:
+    rows, records = good()
+    assert cc.check(CELLS, rows, records, rows, "kvrig-cpu:") == []
+
+
+def test_no_results_at_all() -> None:
+    assert cc.check(CELLS, [], {}) == [
+        "no results came back from the container (results.jsonl is missing or empty)"
+    ]
+
+
+def test_missing_failing_and_unnamed_cells_are_each_reported() -> None:
+    rows, records = good()
+    missing, failing = CELLS[0].id, CELLS[1].id
+    rows = [r if r["cell_id"] != failing else row(failing, "fail") for r in rows[1:]]
+    records[failing]["host"] = {}
+    problems = cc.check(CELLS, rows, records, (), "kvrig-cpu:")
+    assert f"{missing}: no result came back from the container" in problems
+    assert any(p.startswith(f"{failing}: fail in the container") for p in problems)
+    assert any(p.startswith(f"{failing}: its record does not name the image") for p in problems)
+
+
+def test_a_cell_judged_differently_from_the_host() -> None:
+    rows, records = good()
+    host = [dict(r) for r in rows]
+    host[0]["engine_block_size"] = 288
+    problems = cc.check(CELLS, rows, records, host, "kvrig-cpu:")
+    assert problems == [
+        f"{CELLS[0].id}: differs from the host's run in engine_block_size (288 on the host)"
+    ]
+
+
+def test_main_reads_the_folders(tmp_path: Path, write_matrix: Any, capsys: Any) -> None:
+    matrix = write_matrix(BASE)
+    rows, records = good()
+    folder = tmp_path / "cpu-container"
+    for r in rows:
+        results_mod.append(folder, r)
+    for cell_id, rec in records.items():
+        (folder / "records").mkdir(exist_ok=True)
+        (folder / "records" / f"{cell_id}.json").write_text(json.dumps(rec))
+    assert cc.main([str(folder), "--matrix", str(matrix)]) == 0
+    assert "container results ok: 2 cpu cells" in capsys.readouterr().out
+    (folder / "records" / f"{CELLS[0].id}.json").unlink()
+    assert cc.main([str(folder), "--matrix", str(matrix)]) == 1
+
+
+def test_partial_checks_only_the_cells_that_ran(tmp_path: Path, write_matrix: Any) -> None:
+    matrix = write_matrix(BASE)
+    folder = tmp_path / "cpu-container"
+    results_mod.append(folder, row(CELLS[0].id))
+    (folder / "records").mkdir()
+    record = {"cell_id": CELLS[0].id, "host": dict(IMAGE)}
+    (folder / "records" / f"{CELLS[0].id}.json").write_text(json.dumps(record))
+    assert cc.main([str(folder), "--matrix", str(matrix)]) == 1
+    assert cc.main([str(folder), "--matrix", str(matrix), "--partial"]) == 0
+
+
+def test_a_known_defect_showing_as_recorded_counts_as_passing() -> None:
+    rows, records = good()
+    rows[0]["status"] = "xfail"
+    assert cc.check(CELLS, rows, records, (), "kvrig-cpu:") == []
