@@ -164,7 +164,8 @@ class ProgressPlugin:
         if report.failed:
             self.outcomes[report.nodeid] = "failed"
         elif report.skipped:
-            self.outcomes.setdefault(report.nodeid, "skipped")
+            kind = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+            self.outcomes.setdefault(report.nodeid, kind)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         now = time.monotonic()
