@@ -12,6 +12,7 @@ Everything here is pure: a config dict and a few facts in, an `Expected` out.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -126,10 +127,6 @@ class Expected:
     phase1_error: bool = False
     steps: list[str] = field(default_factory=list)
 
-    @property
-    def early_error(self) -> bool:
-        return bool(self.rejecting)
-
     def explain(self) -> str:
         return "; ".join(self.steps)
 
@@ -158,9 +155,7 @@ def head_size(config: dict[str, Any]) -> int:
 
 
 def kv_dtype(model_dtype: str, kv_cache_dtype: str | None) -> str:
-    if kv_cache_dtype in (None, "auto"):
-        return model_dtype
-    return "bfloat16" if kv_cache_dtype == "bfloat16" else kv_cache_dtype
+    return model_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
 
 
 def ssm_dtype(
@@ -272,18 +267,11 @@ def phase1(backends: Sequence[Backend], default: int) -> int | None:
     if all(b.supports(default) for b in backends):
         return default
     choices = [sorted({k.size for k in b.kernels}) for b in backends]
-    candidates = sorted({math.lcm(*combo) for combo in _product(choices)})
+    candidates = sorted({math.lcm(*combo) for combo in itertools.product(*choices)})
     for size in candidates:
         if all(b.supports(size) for b in backends):
             return size
     return None
-
-
-def _product(choices: list[list[int]]) -> list[tuple[int, ...]]:
-    combos: list[tuple[int, ...]] = [()]
-    for options in choices:
-        combos = [(*c, o) for c in combos for o in options]
-    return combos
 
 
 def align_hybrid(
