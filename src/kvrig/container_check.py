@@ -22,6 +22,7 @@ from typing import Any
 from kvrig import results as results_mod
 from kvrig.matrix import Cell, MatrixError, expand
 from kvrig.matrix import load as load_matrix
+from kvrig.verdict import PASSING
 
 # What must agree between a host row and a container row of the same cell.
 SAME_AS_HOST = ("status", "outcome", "worker_block_size", "engine_block_size", "kernel_block_sizes")
@@ -47,7 +48,7 @@ def check(
             continue
         # As the verdict counts it: a pass, a known defect showing as recorded (xfail), or
         # a skip the matrix asks for.
-        allowed = ("pass", "xfail", "skip") if cell.expect.outcome == "skip" else ("pass", "xfail")
+        allowed = (*PASSING, "skip") if cell.expect.outcome == "skip" else PASSING
         if row["status"] not in allowed:
             problems.append(f"{cell.id}: {row['status']} in the container: {row.get('reason')}")
         host = records.get(cell.id, {}).get("host", {})
