@@ -261,7 +261,7 @@ def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = Non
 # --- reading and writing -------------------------------------------------------------------
 
 
-def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
+def log_tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
     except OSError:
@@ -287,7 +287,7 @@ def gather(merged: results_mod.Merged) -> dict[str, Detail]:
         log = folder / "logs" / f"{cid}.log"
         if not log.exists() and r.get("log"):
             log = Path(r["log"])
-        out[cid] = Detail(record, _tail(log), repro_lines(r))
+        out[cid] = Detail(record, log_tail(log), repro_lines(r))
     return out
 
 

@@ -6,20 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from kvrig import repro, results
+from kvrig import report, repro, results
 from kvrig.forkserver import Pool
 from kvrig.matrix import Cell
 from kvrig.runner import finished_record, run_cell
 from kvrig.verdict import judge
-
-LOG_LINES_ON_FAILURE = 40
-
-
-def _log_tail(path: str | None) -> str:
-    if not path or not Path(path).exists():
-        return "(no log)"
-    lines = Path(path).read_text(errors="replace").splitlines()
-    return "\n".join(lines[-LOG_LINES_ON_FAILURE:])
 
 
 def test_cell(cell: Cell, results_dir: Path, cell_pool: Pool) -> None:
@@ -36,6 +27,7 @@ def test_cell(cell: Cell, results_dir: Path, cell_pool: Pool) -> None:
     assert verdict.passed, (
         f"{cell.id}: {verdict.reason}\n"
         f"record: {results_dir / 'records' / (cell.id + '.json')}\n"
-        f"log ({record.log}), last {LOG_LINES_ON_FAILURE} lines:\n{_log_tail(record.log)}\n"
+        f"log ({record.log}), last {report.LOG_TAIL_LINES} lines:\n"
+        f"{(record.log and report.log_tail(Path(record.log))) or '(no log)'}\n"
         "rerun it alone:\n" + "\n".join(repro.lines(cell.platform, cell.id))
     )
