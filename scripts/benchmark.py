@@ -30,29 +30,12 @@ import threading
 import time
 from pathlib import Path
 
-from kvrig.runner import session_pss_mb
+from kvrig.run.procs import pss_mb, tree_pids
+
+DEFAULT_MATRIX = Path(__file__).resolve().parents[1] / "matrix.yaml"
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"setup_s": 180.0, "column_s": 300.0, "peak_gb": 4.0, "ratio": 1.3, "speedup": 5.0}
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry.name}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
 
 
 class Sampler:
@@ -65,7 +48,7 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._done.is_set():
-            self.peak_mb = max(self.peak_mb, session_pss_mb(descendants(self.root)))
+            self.peak_mb = max(self.peak_mb, pss_mb(tree_pids(self.root)))
             self._done.wait(0.5)
 
     def __enter__(self) -> Sampler:
@@ -103,8 +86,9 @@ def naive_run(results: Path, workers: int, select: list[str]) -> int:
     """Body of the naive column (in the interpreter under test)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kvrig.matrix import DEFAULT_MATRIX, expand, load
-    from kvrig.runner import run_cell
+    from kvrig.define.cells import expand
+    from kvrig.define.matrix import load
+    from kvrig.run.runner import run_cell
 
     cells = [
         c
@@ -171,7 +155,11 @@ def setup(venv: Path, no_cache: bool) -> tuple[int, float]:
         check=True,
     )
     plan = subprocess.run(
-        [py, "-m", "kvrig.install", "cpu"], check=True, capture_output=True, text=True, cwd=ROOT
+        [py, "-m", "kvrig.provision.install", "cpu"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     spec = json.loads(plan.stdout.strip().splitlines()[-1])
     code = subprocess.run(

@@ -1,101 +1,112 @@
 """Proves the rig notices when vLLM's early check is gone.
 
-Edits the vLLM installed in THIS interpreter's environment so that
-`Platform._check_aligned_block_size` returns at once, runs the column's early_error
-cells, and requires every one of them to fail with a verdict saying the error came late
-or not at all. The edit is undone afterwards, also on Ctrl-C; `nox -s mutation` runs this
-in an environment of its own, reinstalled first, so no other environment is touched.
+Runs every early_error cell of the CPU column with `_check_aligned_block_size` disabled
+in every vLLM process of the cell (KVRIG_MUTATE, applied in memory by kvrig's vLLM
+plugin: no installed file is edited, so uv's cache and other environments are never
+touched), and requires every one of them to fail with a record showing the error came
+late (after the KV cache was sized) or not at all. The count must be the matrix's.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from kvrig import results as results_mod
+from kvrig.define.cells import expand
+from kvrig.define.matrix import load
+from kvrig.define.paths import MUTATION, results_folder
+from kvrig.host import hardware, isa
+from kvrig.publish import results as results_mod
+from kvrig.run.vllm_plugin import MUTATE_ENV
 
-FUNCTION = "_check_aligned_block_size"
-MARK = "# kvrig mutation: early check disabled"
-
-
-def interface_path() -> Path:
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin is None:
-        sys.exit("mutation check: vLLM is not installed in this environment")
-    return Path(spec.origin).parent / "platforms" / "interface.py"
+MUTATION_NAME = "no_early_check"
 
 
-def disable_check(source: str) -> str:
-    """The source with `return` as the first statement of the check (after its docstring)."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == FUNCTION:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                first = node.body[1]
-            lines = source.splitlines(keepends=True)
-            indent = lines[first.lineno - 1][: first.col_offset]
-            lines.insert(first.lineno - 1, f"{indent}return None  {MARK}\n")
-            return "".join(lines)
-    raise SystemExit(f"mutation check: {FUNCTION} not found in vLLM; nothing to mutate")
+def expected_cells(matrix: Path | None) -> set[str]:
+    """The early_error cells of the host's CPU column (their ids as a native run has them)."""
+    cls, _ = isa.resolve(isa.NATIVE, hardware.cpu_flags(), hardware.cpu_info()["arch"])
+    return {c.id for c in expand(load(matrix), "cpu", isa=cls) if c.expect.outcome == "early_error"}
 
 
-def verdict_problems(rows: list[dict]) -> list[str]:
-    """Every early_error cell must have failed, saying the error was late or absent."""
+def came_late_or_not_at_all(record: dict) -> bool:
+    """The record, not the reason's wording: the engine ran, or its error came after the
+    KV cache was sized."""
+    if record.get("outcome") == "ran":
+        return True
+    return record.get("outcome") == "error" and record.get("kv_cache_sized_before_error") is True
+
+
+def verdict_problems(
+    rows: list[dict], records: dict[str, dict], expected: set[str] | None = None
+) -> list[str]:
+    """Every expected early_error cell must have run and failed, its record showing the
+    error late or absent."""
     problems = []
-    early = [r for r in rows if r["expected"] == "early_error"]
+    early = {r["cell_id"]: r for r in rows if r["expected"] == "early_error"}
     if not early:
         problems.append("no early_error cell ran")
-    for r in early:
+    if expected is not None:
+        missing = sorted(expected - set(early))
+        if missing:
+            problems.append(
+                f"{len(early)} of the matrix's {len(expected)} early_error cells ran;"
+                f" missing: {', '.join(missing)}"
+            )
+    for cid, r in sorted(early.items()):
         if r["status"] != "fail":
-            problems.append(f"{r['cell_id']} still passed with the check disabled")
-        elif not ("got engine ran" in r["reason"] or "after KV-cache sizing" in r["reason"]):
-            problems.append(f"{r['cell_id']} failed for another reason: {r['reason']}")
+            problems.append(f"{cid} still passed with the check disabled")
+        elif not came_late_or_not_at_all(records.get(cid, {})):
+            problems.append(f"{cid} failed for another reason: {r['reason']}")
     return problems
+
+
+def read_records(folder: Path) -> dict[str, dict]:
+    out = {}
+    for path in sorted((folder / "records").glob("*.json")):
+        data = json.loads(path.read_text())
+        out[data["cell_id"]] = data
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", default="results/cpu-mutation")
+    ap.add_argument("--results", default=str(results_folder(MUTATION)))
+    ap.add_argument("--matrix", default=None)
     ap.add_argument("pytest_args", nargs="*")
     ns = ap.parse_args()
-    path = interface_path()
-    original = path.read_text()
-    if MARK in original:
-        sys.exit(f"mutation check: {path} is already mutated; reinstall vLLM first")
     results = Path(ns.results).resolve()
-    (results / results_mod.RESULTS_FILE).unlink(missing_ok=True)
-    try:
-        path.write_text(disable_check(original))
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "kvrig",
-                "column",
-                "--platform",
-                "cpu",
-                "--results",
-                str(results),
-                "-m",
-                "expect_early_error",
-                "-q",
-                "--tb=no",  # the failures are expected; the summary below reads them
-                *ns.pytest_args,
-            ],
-            check=False,
-        )
-    finally:
-        path.write_text(original)
+    expected = expected_cells(Path(ns.matrix) if ns.matrix else None)
+    matrix = ["--matrix", ns.matrix] if ns.matrix else []
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvrig",
+            *matrix,
+            "column",
+            "--platform",
+            "cpu",
+            "--results",
+            str(results),
+            "--rerun",
+            "-m",
+            "expect_early_error",
+            "-q",
+            "--tb=no",  # the failures are expected; the summary below reads them
+            *ns.pytest_args,
+        ],
+        env={**os.environ, MUTATE_ENV: MUTATION_NAME},
+        check=False,
+    )
     rows = results_mod.read(results)
     print("\nWith _check_aligned_block_size disabled:")
     for r in rows:
         print(f"  {r['status'].upper():<4} {r['cell_id']}: {r['reason']}")
-    problems = verdict_problems(rows)
+    problems = verdict_problems(rows, read_records(results), expected)
     if problems:
         print(
             "mutation check FAILED: the rig did not notice the missing check:\n  "
@@ -103,8 +114,8 @@ def main() -> int:
         )
         return 1
     print(
-        f"mutation check passed: all {len(rows)} early_error cells turned red, each saying"
-        " the error came late or not at all."
+        f"mutation check passed: all {len(rows)} early_error cells turned red, each record"
+        " showing the error late or not at all."
     )
     return 0
 

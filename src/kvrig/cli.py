@@ -13,41 +13,38 @@ import os
 import sys
 from pathlib import Path
 
-from kvrig import gate as gate_mod
-from kvrig import hardware, pipeline, report, repro
-from kvrig import results as results_mod
-from kvrig.matrix import DEFAULT_MATRIX, PLATFORMS, MatrixError, expand, load
-from kvrig.runner import ResultsFolderError, check_results_folder
+from kvrig.define.cells import columns, expand
+from kvrig.define.matrix import PLATFORMS, MatrixError, default_matrix, load
+from kvrig.define.paths import RESULTS_ROOT, column_folders, results_folder
+from kvrig.host import hardware, isa
+from kvrig.publish import gate as gate_mod
+from kvrig.publish import pipeline, report, repro
+from kvrig.publish import results as results_mod
+from kvrig.run.runner import ResultsFolderError, check_results_folder
 
 
 class UsageError(Exception):
     """A one-paragraph message for the user; the command exits 2."""
 
 
-def _tests_dir() -> Path:
-    for base in (os.environ.get("KVRIG_HOME"), os.getcwd(), str(DEFAULT_MATRIX.parent)):
-        if base and (Path(base) / "tests" / "integration").is_dir():
-            return Path(base) / "tests" / "integration"
-    raise UsageError(
-        "Cannot find tests/integration: run kvrig from its checkout (or the image's /opt/kvrig),"
-        " or set KVRIG_HOME to the folder that holds tests/integration."
-    )
-
-
 def column_args(
-    platform: str, results: Path, matrix: Path, extra: list[str], tests: Path
+    platform: str, cls: str, results: Path, matrix: Path, extra: list[str], column: str
 ) -> list[str]:
-    """The pytest command line that runs one platform's column (pure; shared by nox)."""
+    """The pytest command line that runs one column (pure)."""
     return [
-        str(tests),
+        str(matrix),  # collected by kvrig's pytest plugin (the `pytest11` entry point)
         f"--kvrig-platform={platform}",
+        f"--kvrig-isa={cls}",
         f"--kvrig-results={results}",
-        f"--kvrig-matrix={matrix}",
         f"--junitxml={results / 'junit.xml'}",
-        f"--override-ini=junit_suite_name=kvrig-{platform}",  # merged JUnit keeps columns apart
+        f"--override-ini=junit_suite_name=kvrig-{column}",  # merged JUnit keeps columns apart
+        "--override-ini=console_output_style=classic",  # kvrig prints a line per cell
         "-v",  # a line per cell as it ends: progress on a long column
         "-p",
         "no:cacheprovider",
+        # kvrig is imported before pytest starts, so pytest cannot rewrite its asserts.
+        "-W",
+        "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning",
         *extra,
     ]
 
@@ -59,14 +56,33 @@ def with_workers(extra: list[str], workers: int) -> list[str]:
     return ["-n", str(workers), *extra]
 
 
+def resolve_column(platform: str, requested: str) -> tuple[str, str]:
+    """(column, the class pytest is told) for a platform and an --isa value, refusing an
+    unknown class or one above the host's before anything runs."""
+    if platform != "cpu":
+        if requested != isa.NATIVE:
+            raise UsageError(
+                f"--isa {requested} names a CPU class, and the {platform} column has none;"
+                " leave it out."
+            )
+        return platform, isa.NATIVE
+    try:
+        cls, emulated = isa.resolve(requested, hardware.cpu_flags(), hardware.cpu_info()["arch"])
+    except isa.IsaError as exc:
+        raise UsageError(str(exc)) from None
+    return (f"cpu-{cls}" if emulated else "cpu"), requested
+
+
 def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
     platform = ns.platform or hardware.detect_platform()
     if platform not in PLATFORMS:
         raise UsageError(f"Unknown platform {platform!r}; kvrig knows {', '.join(PLATFORMS)}.")
-    matrix = load(ns.matrix)  # refuse a bad matrix before pytest starts
-    results = Path(ns.results or Path("results") / platform).resolve()
+    matrix_path = Path(ns.matrix) if ns.matrix else default_matrix()
+    matrix = load(matrix_path)  # refuse a bad matrix before pytest starts
+    column, cls = resolve_column(platform, ns.isa)
+    results = Path(ns.results or results_folder(column)).resolve()
     try:
         check_results_folder(results)
     except ResultsFolderError as exc:
@@ -80,14 +96,42 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
     if ns.shard:
         extra = [*extra, f"--kvrig-shard={pipeline.parse_shard(ns.shard)}"]
     args = column_args(
-        platform, results, Path(ns.matrix).resolve(), with_workers(extra, workers), _tests_dir()
+        platform, cls, results, matrix_path.resolve(), with_workers(extra, workers), column
     )
     return int(pytest.main(args))
 
 
+def cmd_isa(ns: argparse.Namespace) -> int:
+    """The host's CPU class, its flags and the classes a column can emulate here."""
+    info = hardware.cpu_info()
+    flags = hardware.cpu_flags()
+    own = isa.host_class(flags, info["arch"])
+    have = [f for f in hardware.ISA_FLAGS if f in flags]
+    can = isa.emulatable(flags, info["arch"])
+    if ns.lesser:  # for scripts: the classes below the host's own, space-separated
+        print(" ".join(c for c in can if c != own))
+    elif ns.markdown:
+        print(f"**CPU class:** {own or 'below avx2'} ({info['cpu_model']}, {info['arch']})  ")
+        print(f"**flags:** {' '.join(have) or 'none'}  ")
+        print(f"**can emulate:** {', '.join(can) or 'none'}")
+    else:
+        print(f"class:        {own or 'below avx2'}")
+        print(f"cpu:          {info['cpu_model']} ({info['arch']}, {info['cores']} cores)")
+        print(f"flags:        {' '.join(have) or 'none'}")
+        print(f"can emulate:  {', '.join(can) or 'none'}")
+    return 0
+
+
 def cmd_cells(ns: argparse.Namespace) -> int:
     m = load(ns.matrix)
-    for cell in expand(m, ns.platform):
+    cls, emulated = None, False
+    if ns.isa != isa.NATIVE:
+        try:
+            isa.check_known(ns.isa)
+        except isa.IsaError as exc:
+            raise UsageError(str(exc)) from None
+        cls, emulated = ns.isa, True
+    for cell in expand(m, ns.platform, isa=cls, emulated=emulated):
         gate = " [gate]" if cell.case.gate else ""
         print(f"{cell.id:<45} {cell.expect.outcome:<12}{gate}")
     return 0
@@ -96,15 +140,15 @@ def cmd_cells(ns: argparse.Namespace) -> int:
 def cmd_validate(ns: argparse.Namespace) -> int:
     m = load(ns.matrix)
     n = sum(len(expand(m, p)) for p in m.platforms)
-    print(f"{ns.matrix}: valid ({len(m.models)} models, {len(m.cases)} cases, {n} cells)")
+    print(f"{m.path}: valid ({len(m.models)} models, {len(m.cases)} cases, {n} cells)")
     return 0
 
 
 def _folders(given: list[str] | None) -> list[Path]:
-    """The folders named, else results/<platform> (and its shards) under the working dir."""
+    """The folders named, else results/<column> (and its shards) under the working dir."""
     if given:
         return [Path(g) for g in given]
-    return results_mod.default_folders(Path("results"), PLATFORMS)
+    return column_folders(RESULTS_ROOT, columns())
 
 
 def _collect(given: list[str] | None, what: str, empty_ok: bool = False) -> results_mod.Merged:
@@ -136,7 +180,7 @@ def cmd_report(ns: argparse.Namespace) -> int:
     _in_matrix_order(merged, ns.matrix)
     folders = sorted({str(p.parent) for p in merged.sources.values()})
     out = Path(ns.out) if ns.out else Path(os.path.commonpath(folders))
-    title = "kvrig results: " + ", ".join(report.platforms_of(merged.rows))
+    title = "kvrig results: " + ", ".join(report.columns_of(merged.rows))
     md, page = report.write_merged(merged, out, title)
     print(report.terminal(merged.rows))
     for line in report.run_facts(merged.rows):
@@ -171,7 +215,7 @@ def cmd_gate(ns: argparse.Namespace) -> int:
     m = load(ns.matrix)
     # With --platform the gate knows what to require, so no results at all is a failure.
     merged = _collect(ns.results, "gate", empty_ok=bool(ns.platform))
-    platforms = ns.platform or report.platforms_of(merged.rows)
+    platforms = ns.platform or report.columns_of(merged.rows)
     previous = None if ns.no_previous else _previous(ns, merged)
     if previous:
         print(f"comparing with {previous[1]}")
@@ -201,11 +245,17 @@ def cmd_pipeline(ns: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kvrig", description=__doc__.splitlines()[0])
-    p.add_argument("--matrix", default=str(DEFAULT_MATRIX), help="matrix file (matrix.yaml)")
+    p.add_argument("--matrix", default=None, help="matrix file (default: ./matrix.yaml)")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("column", help="run one platform's cells (extra args go to pytest)")
     c.add_argument("--platform", choices=PLATFORMS, help="default: this host's")
-    c.add_argument("--results", help="default: results/<platform>")
+    c.add_argument(
+        "--isa",
+        default=isa.NATIVE,
+        help=f"CPU class ({isa.NATIVE}, {', '.join(isa.CLASSES)}); one below the host's is"
+        " emulated, its results go to results/cpu-<class>",
+    )
+    c.add_argument("--results", help="default: results/<column>")
     c.add_argument(
         "--cold",
         action="store_true",
@@ -219,6 +269,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--shard", help="run shard I of N of the column (e.g. 2/3), for CI jobs")
     cl = sub.add_parser("cells", help="list the cells of the matrix")
     cl.add_argument("--platform", choices=PLATFORMS)
+    cl.add_argument("--isa", default=isa.NATIVE, help="list the cells of this emulated class")
+    i = sub.add_parser("isa", help="print this host's CPU class and what it can emulate")
+    i.add_argument("--markdown", action="store_true", help="for a CI job summary")
+    i.add_argument("--lesser", action="store_true", help="only the classes below the host's")
     sub.add_parser("validate", help="check matrix.yaml and count its cells")
     r = sub.add_parser("report", help="print and write the report of results folders")
     r.add_argument("results", nargs="*", help="folders or trees (default: results/<platform>)")
@@ -228,7 +282,10 @@ def parser() -> argparse.ArgumentParser:
         "--results", action="append", help="folder or tree, repeatable (default: results/*)"
     )
     g.add_argument(
-        "--platform", action="append", choices=PLATFORMS, help="required (default: all found)"
+        "--platform",
+        action="append",
+        choices=columns(),
+        help="a column whose required cells must pass, repeatable (default: all found)",
     )
     g.add_argument(
         "--previous",
@@ -257,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             "report": cmd_report,
             "gate": cmd_gate,
             "pipeline": cmd_pipeline,
+            "isa": cmd_isa,
         }.get(ns.command)
         return handler(ns) if handler else cmd_column(ns, extra)
     except (MatrixError, UsageError, pipeline.ShardError) as exc:

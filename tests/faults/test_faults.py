@@ -2,7 +2,7 @@
 SIGKILL and a column stopped with Ctrl-C. Each asserts that no record is lost or corrupt
 and that no process is left behind.
 
-Most cells here misbehave through kvrig.cell's test hook (KVRIG_TEST_FAULT) instead of
+Most cells here misbehave through kvrig.run.cell's test hook (KVRIG_TEST_FAULT) instead of
 starting an engine, so the faults are real (a real SIGILL, a real orphan, a real kill)
 and quick; the last tests fork real vLLM engines from a warm parent.
 """
@@ -22,15 +22,18 @@ from pathlib import Path
 
 import pytest
 
-from kvrig import results as results_mod
-from kvrig.cell import FAULT_ENV, ORPHAN_PID_FILE
-from kvrig.forkserver import Pool
-from kvrig.matrix import DEFAULT_MATRIX, Cell, expand, load
-from kvrig.record import Record
-from kvrig.runner import Paths, run_cell, session_pids
+from kvrig.define.cells import Cell, expand
+from kvrig.define.matrix import load
+from kvrig.publish import results as results_mod
+from kvrig.run.cell import FAULT_ENV, ORPHAN_PID_FILE
+from kvrig.run.forkserver import Pool
+from kvrig.run.record import Record
+from kvrig.run.runner import Paths, run_cell, session_pids
+
+DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
 
 ROOT = Path(__file__).resolve().parents[2]
-LIGHT = ("kvrig.cell",)  # a warm parent without vLLM: forks exactly like the real one
+LIGHT = ("kvrig.run.cell",)  # a warm parent without vLLM: forks exactly like the real one
 
 
 def cells() -> dict[str, Cell]:

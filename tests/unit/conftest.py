@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from kvrig.matrix import Cell, Matrix, expand
+from kvrig.define.cells import Cell, expand
+from kvrig.define.matrix import Matrix
+
+pytest_plugins = ["pytester"]
 
 BASE: dict[str, Any] = {
     "version": 1,

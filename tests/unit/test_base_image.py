@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvrig import base_image as b
+from kvrig.containers import base_image as b
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvrig.cell import cell_env, craft_spec, engine_kwargs
-from kvrig.plugin.crafted import CraftSpec
+from kvrig.run.cell import cell_env, craft_spec, engine_kwargs
+from kvrig.run.vllm_plugin.crafted import CraftSpec
 
 from .conftest import cell_with
 
@@ -32,7 +32,8 @@ def test_knobs_reach_the_engine() -> None:
 
 
 def test_custom_route_selects_custom(base) -> None:
-    from kvrig.matrix import Matrix, expand
+    from kvrig.define.cells import expand
+    from kvrig.define.matrix import Matrix
 
     base["platforms"]["cpu"]["crafted_route"] = "custom"
     base["cases"][0]["crafted"] = {"replace": {"name": "KVRIG_EXACT", "sizes": [16]}}

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvrig import results
 from kvrig.cli import column_args, main
-from kvrig.matrix import DEFAULT_MATRIX
+from kvrig.publish import results
+
+DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
 
 
 def test_validate_and_cells(capsys) -> None:
@@ -50,10 +51,12 @@ def test_report_writes_files(tmp_path: Path, capsys) -> None:
     assert "1 passed, 0 failed" in capsys.readouterr().out
 
 
-def test_column_args_pass_pytest_args_through() -> None:
-    args = column_args("xpu", Path("/r"), Path("/m.yaml"), ["-k", "qwen3_next"], Path("/t"))
-    assert args[0] == "/t" and "--kvrig-platform=xpu" in args
+def test_column_args_collect_the_matrix_and_pass_pytest_args_through() -> None:
+    args = column_args("cpu", "avx2", Path("/r"), Path("/m.yaml"), ["-k", "qwen3_next"], "cpu-avx2")
+    assert args[0] == "/m.yaml"
+    assert "--kvrig-platform=cpu" in args and "--kvrig-isa=avx2" in args
     assert "--junitxml=/r/junit.xml" in args and args[-2:] == ["-k", "qwen3_next"]
+    assert "--override-ini=junit_suite_name=kvrig-cpu-avx2" in args
 
 
 def test_with_workers_respects_the_users_choice() -> None:

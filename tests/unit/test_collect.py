@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from kvrig.collect import assemble, parse_events, root_cause_from_log
+from kvrig.run.collect import assemble, parse_events, root_cause_from_log
 
 from .conftest import cell_with
 

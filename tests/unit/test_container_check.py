@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kvrig import container_check as cc
-from kvrig import results as results_mod
+from kvrig.publish import container_check as cc
+from kvrig.publish import results as results_mod
 
 from .conftest import BASE, cells_of
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from kvrig import containers as c
-from kvrig import engine_settings as es
-from kvrig import preflight
-from kvrig.matrix import PlatformSpec, VllmSource
+from kvrig.containers import launch, preflight
+from kvrig.containers import plan as c
+from kvrig.containers import settings as es
+from kvrig.define.matrix import PlatformSpec, VllmSource
 
 MATRIX = textwrap.dedent("""\
     version: 1
@@ -82,7 +82,9 @@ def flag_values(cmd: list[str], flag: str) -> list[str]:
 
 
 @pytest.mark.parametrize("platform", ["cpu", "cuda", "xpu"])
-def test_run_is_removed_named_unprivileged_and_offline(checkout: Path, platform: str) -> None:
+def test_run_is_removed_named_unprivileged_and_without_network(
+    checkout: Path, platform: str
+) -> None:
     run = plan_for(checkout, [platform]).run
     assert run[:4] == ["docker", "run", "--rm", "--name"]
     assert flag_values(run, "--name") == [f"kvrig-{platform}-42"]
@@ -91,10 +93,9 @@ def test_run_is_removed_named_unprivileged_and_offline(checkout: Path, platform:
     assert flag_values(run, "--cap-drop") == ["ALL"]
     assert flag_values(run, "--network") == ["none"]
     env = flag_values(run, "--env")
+    # The offline variables are every cell's own (kvrig.define.cells.OFFLINE_ENV, see
+    # test_cell_args), so the run names only what the column needs from the host.
     for needed in (
-        "HF_HUB_OFFLINE=1",
-        "TRANSFORMERS_OFFLINE=1",
-        "VLLM_NO_USAGE_STATS=1",
         f"KVRIG_PLATFORM={platform}",
         "KVRIG_IMAGE_DIGEST",
     ):
@@ -251,15 +252,19 @@ def spec(**vllm: str) -> PlatformSpec:
 def test_build_args_follow_the_vllm_source(
     source: dict[str, str], expected: dict[str, str]
 ) -> None:
-    args = c.build_args(spec(**source))
+    args = c.build_args("cuda", spec(**source))
     assert {k: v for k, v in args.items() if k != "TORCH_INDEX"} == expected
 
 
 def test_base_image_override_does_not_replace_a_vllm_image() -> None:
     assert (
-        c.build_args(spec(kind="pypi", version="1"), "local/base:1")["BASE_IMAGE"] == "local/base:1"
+        c.build_args("cuda", spec(kind="pypi", version="1"), "local/base:1")["BASE_IMAGE"]
+        == "local/base:1"
     )
-    assert c.build_args(spec(kind="image", image="rc:1"), "local/base:1")["BASE_IMAGE"] == "rc:1"
+    assert (
+        c.build_args("cuda", spec(kind="image", image="rc:1"), "local/base:1")["BASE_IMAGE"]
+        == "rc:1"
+    )
 
 
 # --- image tag -------------------------------------------------------------------------------
@@ -411,7 +416,7 @@ def base_probe(present: set[str]) -> tuple[preflight.Probe, list[list[str]]]:
 
 def test_public_base_that_is_here_is_used() -> None:
     probe, _ = base_probe({"python:3.12-slim-bookworm"})
-    got = c.resolve_base("podman", "python:3.12-slim-bookworm", es.NO_SETTINGS, probe)
+    got = launch.resolve_base("podman", "python:3.12-slim-bookworm", es.NO_SETTINGS, probe)
     assert got is None
 
 
@@ -419,7 +424,7 @@ def test_unpullable_debian_base_is_replaced_by_the_local_one(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     probe, _ = base_probe({"localhost/kvrig-base:bookworm"})
-    got = c.resolve_base("podman", "python:3.12-slim-bookworm", es.NO_SETTINGS, probe)
+    got = launch.resolve_base("podman", "python:3.12-slim-bookworm", es.NO_SETTINGS, probe)
     assert got == "localhost/kvrig-base:bookworm"
     assert "cannot be pulled; building on localhost/kvrig-base:bookworm" in capsys.readouterr().out
 
@@ -427,8 +432,10 @@ def test_unpullable_debian_base_is_replaced_by_the_local_one(
 def test_unpullable_local_base_is_built_first(monkeypatch: pytest.MonkeyPatch) -> None:
     probe, _ = base_probe(set())
     built: list[tuple[str, str]] = []
-    monkeypatch.setattr(c.base_image, "build", lambda engine, tag, *a: built.append((engine, tag)))
-    got = c.resolve_base("podman", "python:3.12-slim-bookworm", es.NO_SETTINGS, probe)
+    monkeypatch.setattr(
+        launch.base_image, "build", lambda engine, tag, *a: built.append((engine, tag))
+    )
+    got = launch.resolve_base("podman", "python:3.12-slim-bookworm", es.NO_SETTINGS, probe)
     assert got == "localhost/kvrig-base:bookworm"
     assert built == [("podman", "localhost/kvrig-base:bookworm")]
 
@@ -436,7 +443,9 @@ def test_unpullable_local_base_is_built_first(monkeypatch: pytest.MonkeyPatch) -
 def test_unpullable_base_without_a_local_stand_in_stops() -> None:
     probe, _ = base_probe({"localhost/kvrig-base:bookworm"})
     with pytest.raises(preflight.PreflightError, match="KVRIG_BASE_IMAGE"):
-        c.resolve_base("podman", "nvidia/cuda:13.0.2-runtime-ubuntu24.04", es.NO_SETTINGS, probe)
+        launch.resolve_base(
+            "podman", "nvidia/cuda:13.0.2-runtime-ubuntu24.04", es.NO_SETTINGS, probe
+        )
 
 
 def test_local_base_changes_the_tag(checkout: Path) -> None:
@@ -463,7 +472,7 @@ def test_dry_run_prints_runnable_commands_and_needs_no_engine(
         raise AssertionError(f"dry run probed the host: {cmd}")
 
     probe = preflight.Probe(which=lambda name: None, run=no_engine)
-    assert c.main(["cuda", "--dry-run", "-k", "qwen3_next"], probe=probe) == 0
+    assert launch.main(["cuda", "--dry-run", "-k", "qwen3_next"], probe=probe) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("#")]
     build = next(ln for ln in lines if " build " in ln)
     run = next(ln for ln in lines if " run " in ln)
@@ -483,7 +492,7 @@ def test_missing_platform_in_matrix_is_one_paragraph(
     matrix = checkout / "matrix.yaml"
     text = matrix.read_text()
     matrix.write_text(text[: text.index("  cuda:")] + text[text.index("models:") :])
-    assert c.main(["xpu", "--dry-run"]) == 2
+    assert launch.main(["xpu", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "defines no platform 'xpu'" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
@@ -501,7 +510,7 @@ def test_no_engine_stops_with_exit_2_before_any_build(
         return 1, "Cannot connect to the Docker daemon"
 
     probe = preflight.Probe(which=lambda n: "/usr/bin/docker" if n == "docker" else None, run=run)
-    assert c.main(["cuda"], probe=probe) == 2
+    assert launch.main(["cuda"], probe=probe) == 2
     err = capsys.readouterr().err
     assert "No container engine is reachable" in err and "nox -s local" in err
     assert calls == [["docker", "info"]]
@@ -524,8 +533,16 @@ def test_ctrl_c_removes_the_container(checkout: Path, monkeypatch: pytest.Monkey
         returncode = 0
         stdout = "sha256:abc\n"
 
-    monkeypatch.setattr(c.subprocess, "Popen", lambda cmd, env: FakeProc())
-    monkeypatch.setattr(c.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or Done())
-    assert c.execute(plan, preflight.Probe()) == 130
+    monkeypatch.setattr(launch.subprocess, "Popen", lambda cmd, env: FakeProc())
+    monkeypatch.setattr(launch.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or Done())
+    assert launch.execute(plan, preflight.Probe()) == 130
     removals = [cmd for cmd in ran if cmd == ["docker", "rm", "--force", "kvrig-cpu-42"]]
     assert len(removals) == 2  # once to stop it, once after its client has gone
+
+
+def test_cpu_builds_keep_out_the_packages_the_local_install_keeps_out() -> None:
+    from kvrig.provision.install import CPU_EXCLUDED
+
+    args = c.build_args("cpu", spec(kind="pypi", version="1"))
+    assert args["EXCLUDED_PACKAGES"].split() == list(CPU_EXCLUDED)
+    assert "EXCLUDED_PACKAGES" not in c.build_args("cuda", spec(kind="pypi", version="1"))

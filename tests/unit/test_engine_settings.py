@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvrig import engine_settings as es
+from kvrig.containers import settings as es
 
 CA = "/etc/ssl/certs/ca-certificates.crt"
 RESTRICTED = es.HostFacts(

@@ -3,11 +3,16 @@ and against every expectation written by hand in matrix.yaml."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from kvrig import expected as ex
-from kvrig import models
-from kvrig.matrix import DEFAULT_MATRIX, EarlyError, Runs, Unsupported, expand, load
+from kvrig.define import models
+from kvrig.define.cells import expand
+from kvrig.define.matrix import EarlyError, Runs, Unsupported, load
+from kvrig.rules import blocksize as ex
+
+DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
 
 TINY_GRANITE = {
     "architectures": ["GraniteMoeHybridForCausalLM"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvrig import hardware as hw
+from kvrig.host import hardware as hw
 
 
 def test_nvidia_query_rows() -> None:

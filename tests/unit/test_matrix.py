@@ -5,9 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from kvrig.matrix import DEFAULT_MATRIX, MatrixError, expand, load
+from kvrig.define.cells import expand
+from kvrig.define.matrix import MatrixError, load
 
 from .conftest import cells_of
+
+DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
 
 
 def test_shipped_matrix_is_valid_and_has_the_required_cpu_cells() -> None:
@@ -37,7 +40,7 @@ def test_cell_ids_read_platform_model_case(base) -> None:
 
 
 def test_expand_filters_by_platform_and_refuses_unknown(base) -> None:
-    from kvrig.matrix import Matrix
+    from kvrig.define.matrix import Matrix
 
     m = Matrix.model_validate(base)
     assert expand(m, "cuda") == []

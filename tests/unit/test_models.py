@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from kvrig import models
-from kvrig.matrix import DEFAULT_MATRIX, ModelSpec, load
+from kvrig.define import models
+from kvrig.define.matrix import ModelSpec, load
+
+DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
 
 
 def test_every_matrix_model_renders_with_its_architecture(tmp_path: Path) -> None:

@@ -1,15 +1,14 @@
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from kvrig import cli, pipeline
-from kvrig.matrix import Matrix, expand, load
+from kvrig import cli
+from kvrig.define.matrix import Matrix, load
+from kvrig.publish import pipeline
 
 from .conftest import BASE
 
@@ -95,29 +94,8 @@ def test_pipeline_command_prints_or_writes(tmp_path: Path, capsys) -> None:
 
 
 def test_ci_block_is_validated(write_matrix, base) -> None:
-    from kvrig.matrix import MatrixError
+    from kvrig.define.matrix import MatrixError
 
     base["platforms"]["cpu"]["ci"] = {"shards": 0}
     with pytest.raises(MatrixError, match=r"platforms\.cpu\.ci\.shards"):
         load(write_matrix(base))
-
-
-def _collected(*args: str) -> set[str]:
-    out = subprocess.run(
-        [
-            *(sys.executable, "-m", "pytest", str(ROOT / "tests" / "integration"), "--co", "-q"),
-            *("-p", "no:cacheprovider", "--kvrig-platform=cpu", *args),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
-    return {ln.split("[", 1)[1].rstrip("]") for ln in out.stdout.splitlines() if "[" in ln}
-
-
-def test_column_shards_select_disjoint_parts_of_the_real_column() -> None:
-    everything = {c.id for c in expand(load(ROOT / "matrix.yaml"), "cpu")}
-    one, two = _collected("--kvrig-shard=1/2"), _collected("--kvrig-shard=2/2")
-    assert everything and one and two
-    assert one | two == everything and not one & two

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvrig import preflight as pf
+from kvrig.containers import preflight as pf
 
 
 def probe(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from kvrig.progress import State, cell_name, clock, remaining_s
+from kvrig.column.progress import State, cell_name, clock, remaining_s
 
 
 def test_clock() -> None:
@@ -20,10 +20,10 @@ def test_remaining_spreads_the_mean_over_workers_less_time_already_spent() -> No
 
 def test_the_bar_names_running_cells_and_fits_the_width() -> None:
     s = State(total=4, workers=2, started_at=0.0)
-    s.start("t.py::test_cell[cpu-a-b]", 0.0)
-    s.start("t.py::test_cell[cpu-c-d]", 1.0)
+    s.start("t.py::cpu-a-b", 0.0)
+    s.start("t.py::cpu-c-d", 1.0)
     assert "?" in s.bar(2.0)  # no estimate before a cell ended
-    s.finish("t.py::test_cell[cpu-a-b]", 10.0)
+    s.finish("t.py::cpu-a-b", 10.0)
     bar = s.bar(10.0)
     assert bar.startswith("[####............] 1/4  0:10 elapsed  ~")
     assert bar.endswith("running: cpu-c-d")
@@ -32,9 +32,9 @@ def test_the_bar_names_running_cells_and_fits_the_width() -> None:
 
 def test_plain_line_for_ci_logs() -> None:
     s = State(total=2, workers=1, started_at=0.0)
-    s.start("x[cpu-a-b]", 0.0)
-    took = s.finish("x[cpu-a-b]", 12.0)
-    assert s.plain("x[cpu-a-b]", "passed", took, 12.0) == (
+    s.start("m.yaml::cpu-a-b", 0.0)
+    took = s.finish("m.yaml::cpu-a-b", 12.0)
+    assert s.plain("m.yaml::cpu-a-b", "passed", took, 12.0) == (
         "kvrig [1/2] cpu-a-b passed in 12.0 s (0:12 elapsed, ~0:12 left)"
     )
     assert cell_name("plain") == "plain"

@@ -1,7 +1,7 @@
 """The HTML report in a real headless Chromium: it loads without script errors, shows one
 grid cell per record, and a cell opens its record, log tail and repro commands.
 
-Needs Debian's chromium and chromium-driver (`python -m kvrig.system_packages chromium
+Needs Debian's chromium and chromium-driver (`python -m kvrig.provision.system_packages chromium
 chromium-driver`); `nox -s tests` installs them and sets KVRIG_NEED_BROWSER=1, so there a
 missing browser fails instead of skipping.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kvrig import report, results
+from kvrig.publish import report, results
 
 from .test_report_gate import OTHER, REQUIRED, row
 
@@ -29,7 +29,7 @@ DRIVER = shutil.which("chromedriver")
 def browser() -> Iterator[Any]:
     if not (CHROMIUM and DRIVER):
         message = (
-            "headless Chromium is not installed: python -m kvrig.system_packages chromium"
+            "headless Chromium is not installed: python -m kvrig.provision.system_packages chromium"
             " chromium-driver"
         )
         if os.environ.get("KVRIG_NEED_BROWSER"):
@@ -85,7 +85,7 @@ def test_report_page_loads_and_each_cell_opens_its_details(browser: Any, tmp_pat
     assert dialog.get_attribute("open") is not None
     text = dialog.text
     assert "expected an early error" in text
-    assert f"nox -s local -- -k 'test_cell[{OTHER}]'" in text
+    assert f"nox -s local -- --kvrig-cell {OTHER}" in text
     assert "INFO block size 384 chosen" in text and '"outcome": "ran"' in text
     browser.find_element(By.ID, "close").click()
     assert dialog.get_attribute("open") is None

@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
-from kvrig import cli, gate, report, repro, results
-from kvrig.matrix import Matrix, MatrixError, expand, load
-from kvrig.record import Record
-from kvrig.verdict import Verdict
+from kvrig import cli
+from kvrig.define.cells import columns, expand
+from kvrig.define.matrix import Matrix, MatrixError, load
+from kvrig.define.paths import column_folders
+from kvrig.judge.verdict import Status, Verdict
+from kvrig.publish import gate, report, repro, results
+from kvrig.run.record import Record
 
 from .conftest import BASE
 
@@ -22,14 +25,10 @@ OTHER = "cpu-granite_hybrid-sibling_rejects"
 
 
 def row(cell_id: str, status: str, **kw: Any) -> dict[str, Any]:
-    """A results row as kvrig.results.row writes it, for a cell of BASE."""
+    """A results row as kvrig.publish.results.row writes it, for a cell of BASE."""
     cell = next(c for c in expand(Matrix.model_validate(BASE)) if c.id == cell_id)
     rec = Record(
-        cell_id=cell_id,
-        platform="cpu",
-        model=cell.model_name,
-        case=cell.case.id,
-        family=cell.model.family,
+        **cell.identity(),
         outcome="ran",
         worker_block_size=kw.pop("block", 384),
         engine_block_size=kw.pop("core", 384),
@@ -38,7 +37,7 @@ def row(cell_id: str, status: str, **kw: Any) -> dict[str, Any]:
         host={"hostname": "vm", "cores": 2, "cpu_model": "Xeon"},
     )
     out = results.row(
-        cell, rec, Verdict(cell_id, status, kw.pop("reason", "as expected: ran")), ENDED
+        cell, rec, Verdict(cell_id, Status(status), kw.pop("reason", "as expected: ran")), ENDED
     )
     out.update(kw)
     return out
@@ -95,8 +94,10 @@ def test_folders_from_several_machines_merge_and_clashes_are_named(tmp_path: Pat
     (tmp_path / "results" / "cpu-mutation").mkdir(parents=True)
     (tmp_path / "results" / "cpu").mkdir()
     (tmp_path / "results" / "cpu-shard2").mkdir()
-    names = [p.name for p in results.default_folders(tmp_path / "results", ("cpu", "cuda"))]
-    assert names == ["cpu", "cpu-shard2"]
+    (tmp_path / "results" / "cpu-avx2").mkdir()
+    (tmp_path / "results" / "cpu-avx2-shard1").mkdir()
+    names = [p.name for p in column_folders(tmp_path / "results", columns())]
+    assert names == ["cpu", "cpu-avx2", "cpu-avx2-shard1", "cpu-shard2"]
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -110,11 +111,11 @@ def test_terminal_and_markdown_reports() -> None:
     text = report.terminal(rows)
     assert "384 (core 256)" in text and "expected X; got Y" in text
     assert text.splitlines()[-1] == "1 passed, 1 failed, 0 skipped"
-    md = report.markdown(rows, "t", lambda r: repro.lines("cpu", r["cell_id"]))
+    md = report.markdown(rows, "t", lambda r: repro.lines(r["cell_id"], "cpu"))
     assert "| family | model | case | cpu |" in md
     assert "| hybrid_mamba | granite_hybrid | default (gate) | ✅ PASS 384 (core 256) |" in md
     assert f"- **`{OTHER}`**: expected X; got Y \\| Z" in md
-    assert f"nox -s local -- -k 'test_cell[{OTHER}]'" in md
+    assert f"nox -s local -- --kvrig-cell {OTHER}" in md
     assert "cpu: 2 cells, 1 passed, 1 failed, 0 skipped; vLLM 0.32.0" in md
 
 
@@ -128,12 +129,24 @@ def test_html_has_one_grid_cell_per_row_with_its_details() -> None:
 
 
 def test_repro_reruns_exactly_one_cell() -> None:
-    assert repro.host_command("cpu-m-a") == "nox -s local -- -k 'test_cell[cpu-m-a]'"
-    assert repro.session_command("cuda", "cuda-m-a") == "nox -s cuda -- -k 'test_cell[cuda-m-a]'"
-    docker = repro.docker_command("cpu", "cpu-m-a", image="kvrig-cpu:0.1.0-abc")
-    assert docker is not None and docker.startswith("docker run --rm")
+    assert repro.host_command("cpu-m-a", "cpu") == "nox -s local -- --kvrig-cell cpu-m-a"
+    assert repro.session_command("cuda-m-a", "cuda") == "nox -s cuda -- --kvrig-cell cuda-m-a"
+    docker = repro.docker_command("cpu-m-a", "cpu", image="kvrig-cpu:0.1.0-abc")
+    assert docker.startswith("docker run --rm")
     assert "kvrig-cpu:0.1.0-abc kvrig column --platform cpu" in docker
-    assert docker.endswith("-k 'test_cell[cpu-m-a]'")
+    assert docker.endswith("--kvrig-cell cpu-m-a")
+    # Without the image it ran in, the platform's latest build.
+    assert " kvrig-cpu:latest kvrig column " in repro.docker_command("cpu-m-a", "cpu")
+
+
+def test_repro_of_an_emulated_class_emulates_it_again() -> None:
+    cell = "cpu-avx2-m-a"
+    assert repro.host_command(cell, "cpu-avx2") == (
+        "nox -s local -- --kvrig-isa avx2 --kvrig-cell cpu-avx2-m-a"
+    )
+    docker = repro.docker_command(cell, "cpu-avx2")
+    assert docker.endswith("--kvrig-isa avx2 --kvrig-cell cpu-avx2-m-a")
+    assert "/results/cpu-avx2:/results" in docker
 
 
 # --- gate -------------------------------------------------------------------------------------
@@ -141,7 +154,7 @@ def test_repro_reruns_exactly_one_cell() -> None:
 
 def test_gate_passes_when_every_required_cell_passed() -> None:
     rows = [row(REQUIRED, "pass"), row(OTHER, "fail")]
-    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda p, c, i: [f"rerun {c}"])
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda c, col, i: [f"rerun {c}"])
     assert res.passed and res.lines[-1] == "gate: PASS"
     assert f"          rerun {OTHER}" in res.lines  # every failing cell says how to rerun it
     assert "required cells on cpu: 1 passed, 0 allowed, 0 failed" in res.lines
@@ -157,7 +170,7 @@ def test_gate_passes_when_every_required_cell_passed() -> None:
     ],
 )
 def test_gate_fails_on_a_missing_failed_or_unexplained_skip(rows, why) -> None:
-    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda p, c, i: [f"rerun {c}"])
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda c, col, i: [f"rerun {c}"])
     assert not res.passed and res.lines[-1].startswith("gate: FAIL")
     fail = next(x for x in res.lines if x.startswith("FAIL"))
     assert REQUIRED in fail and why in fail
@@ -259,16 +272,8 @@ def _real_column(folder: Path) -> tuple[list[str], str]:
     """A results folder holding a passing row for every CPU cell of matrix.yaml."""
     cells = expand(load(ROOT / "matrix.yaml"), "cpu")
     for cell in cells:
-        rec = Record(
-            cell_id=cell.id,
-            platform="cpu",
-            model=cell.model_name,
-            case=cell.case.id,
-            family=cell.model.family,
-            outcome="ran",
-            timings={"wall_s": 20.0},
-        )
-        expected = "skip" if cell.expect.outcome == "skip" else "pass"
+        rec = Record(**cell.identity(), outcome="ran", timings={"wall_s": 20.0})
+        expected = Status.SKIP if cell.expect.outcome == "skip" else Status.PASS
         results.append(folder, results.row(cell, rec, Verdict(cell.id, expected, "as expected")))
     required = [c.id for c in cells if c.case.gate and c.expect.outcome != "skip"]
     return required, (ROOT / "matrix.yaml").read_text()

@@ -10,15 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kvrig.forkserver import env_key, server_env
-from kvrig.runner import (
-    ResultsFolderError,
-    check_results_folder,
-    finished_record,
-    kill_session,
-    run_cell,
-    session_pids,
-)
+from kvrig.column.one_cell import finished_record
+from kvrig.run.forkserver import env_key, server_env
+from kvrig.run.procs import kill_session, session_pids
+from kvrig.run.runner import ResultsFolderError, check_results_folder, run_cell
 
 from .conftest import cell_with
 
@@ -26,7 +21,7 @@ CELL = cell_with({"outcome": "runs"})
 
 
 def fake_python(tmp_path: Path, body: str) -> str:
-    """An executable standing in for `python -m kvrig.cell WORKDIR` ($3 is WORKDIR)."""
+    """An executable standing in for `python -m kvrig.run.cell WORKDIR` ($3 is WORKDIR)."""
     script = tmp_path / "fake-python"
     script.write_text("#!/bin/bash\n" + body + "\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -53,7 +48,7 @@ def test_a_signal_death_is_a_crash(tmp_path: Path) -> None:
 
 
 def test_a_finished_cell_that_lingers_is_ended(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("kvrig.runner.EXIT_GRACE_S", 0.5)
+    monkeypatch.setattr("kvrig.run.runner.EXIT_GRACE_S", 0.5)
     body = (
         'echo \'{"pid": 1, "tokens_generated": 2, "engine_block_size": 384}\''
         ' > "$3/frontend.json"\nsleep 300'

@@ -16,56 +16,44 @@ def load(name: str):
     return module
 
 
-SOURCE = '''
-class Platform:
-    @classmethod
-    def _check_aligned_block_size(cls, vllm_config, backend_classes, pre_block_size):
-        """Fail now."""
-        block_size = vllm_config
-        raise ValueError("Aligned KV cache block size")
-'''
-
-
-def test_disable_check_returns_before_the_body() -> None:
-    mutation = load("mutation_check")
-    mutated = mutation.disable_check(SOURCE)
-    namespace: dict = {}
-    exec(compile(mutated, "interface.py", "exec"), namespace)
-    assert namespace["Platform"]._check_aligned_block_size(1, [], 16) is None
-    original: dict = {}
-    exec(compile(SOURCE, "interface.py", "exec"), original)
-    try:
-        original["Platform"]._check_aligned_block_size(1, [], 16)
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("the unmutated check must raise")
-
-
-def test_verdict_problems_flag_a_cell_that_still_passes() -> None:
+def test_verdict_problems_read_the_records_and_require_the_full_count() -> None:
     mutation = load("mutation_check")
     rows = [
-        {
-            "cell_id": "a",
-            "expected": "early_error",
-            "status": "fail",
-            "reason": "expected ...; got engine ran, generated 4 token(s)",
-        },
+        {"cell_id": "a", "expected": "early_error", "status": "fail", "reason": "got ran"},
         {"cell_id": "b", "expected": "early_error", "status": "pass", "reason": "ok"},
-        {
-            "cell_id": "c",
-            "expected": "early_error",
-            "status": "fail",
-            "reason": "expected ...; got crashed: SIGILL",
-        },
+        {"cell_id": "c", "expected": "early_error", "status": "fail", "reason": "got SIGILL"},
+        {"cell_id": "d", "expected": "early_error", "status": "fail", "reason": "late"},
+        {"cell_id": "e", "expected": "early_error", "status": "fail", "reason": "early"},
     ]
-    problems = mutation.verdict_problems(rows)
-    assert len(problems) == 2
-    assert "b still passed" in problems[0] and "c failed for another reason" in problems[1]
-    assert mutation.verdict_problems([]) == ["no early_error cell ran"]
+    records = {
+        "a": {"outcome": "ran"},
+        "c": {"outcome": "crashed"},
+        "d": {"outcome": "error", "kv_cache_sized_before_error": True},
+        "e": {"outcome": "error", "kv_cache_sized_before_error": False},
+    }
+    problems = mutation.verdict_problems(rows, records, {"a", "b", "c", "d", "e", "f"})
+    assert problems[0] == "5 of the matrix's 6 early_error cells ran; missing: f"
+    assert problems[1:] == [
+        "b still passed with the check disabled",
+        "c failed for another reason: got SIGILL",
+        "e failed for another reason: early",
+    ]
+    assert mutation.verdict_problems([], {}) == ["no early_error cell ran"]
+
+
+def test_the_mutation_replaces_the_check_in_memory_only() -> None:
+    from kvrig.run.vllm_plugin import mutation
+
+    assert mutation.MUTATIONS == ("no_early_check",)
+    try:
+        mutation.install("nope")
+    except ValueError as exc:
+        assert "unknown kvrig mutation 'nope'" in str(exc)
+    else:
+        raise AssertionError("an unknown mutation must be refused")
 
 
 def test_benchmark_sees_its_own_process_tree() -> None:
     bench = load("benchmark")
-    assert os.getpid() in bench.descendants(os.getppid())
+    assert os.getpid() in bench.tree_pids(os.getppid())
     assert "OVER TARGET" in bench.line("x", 400, 300, "s")

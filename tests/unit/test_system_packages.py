@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvrig import system_packages as sp
+from kvrig.provision import system_packages as sp
 
 
 def test_missing_keeps_order_and_drops_installed() -> None:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvrig.record import ErrorInfo, KVGroup, Record
-from kvrig.verdict import early_error_backends, judge
+from kvrig.judge.verdict import early_error_backends, judge
+from kvrig.run.record import ErrorInfo, KVGroup, Record
 
 from .conftest import cell_with
 

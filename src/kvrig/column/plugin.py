@@ -1,0 +1,315 @@
+"""kvrig's pytest plugin (entry point `pytest11: kvrig`): a column of matrix.yaml as tests.
+
+    pytest -p kvrig matrix.yaml [--kvrig-platform cpu] [--kvrig-isa avx2] [-n 2] [-k ...]
+    kvrig column [--platform cpu] [--isa avx2] [pytest args...]      # the same, set up
+
+Inert unless the command line names a matrix file: installed beside other tests it
+changes nothing. For a column run it picks the column (the host's platform, on CPU its
+class or the one `--kvrig-isa` emulates), refuses a host that cannot run it, resumes an
+unfinished run (kvrig.column.resume), keeps one warm vLLM parent pool per pytest(-xdist)
+process, shows progress, and prints the column's summary and report at the end.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvrig.column import progress, resume
+from kvrig.column.items import COLUMN_KEY, CellItem, MatrixFile
+from kvrig.define.cells import Cell, expand
+from kvrig.define.matrix import PLATFORMS, Matrix, MatrixError, load
+from kvrig.define.paths import results_folder
+from kvrig.host import hardware, isa
+from kvrig.publish import pipeline, report
+from kvrig.publish import results as results_mod
+from kvrig.run.forkserver import Pool, die_with_parent
+from kvrig.run.runner import ResultsFolderError, check_results_folder
+
+MARKERS = {
+    "hybrid_mamba": "cells of hybrid Mamba2 models (GraniteMoeHybrid, NemotronH)",
+    "gdn": "cells of gated-delta-net models (Qwen3-Next)",
+    "dsa": "cells of DeepSeek sparse attention models (DeepSeek-V3.2)",
+    "dense": "cells of non-hybrid control models",
+    "gate": "cells that gate a release",
+    "expect_runs": "cells expected to run and generate",
+    "expect_early_error": "cells expected to fail early in _check_aligned_block_size",
+    "expect_late_error": "cells expected to fail after KV-cache sizing",
+    "expect_unsupported": "cells expected to hit a platform's not-supported error",
+    "expect_skip": "cells the matrix skips, with a reason",
+}
+
+
+@dataclass
+class ColumnRun:
+    """This pytest process's view of the run: the matrix (parsed once), the column's
+    cells, where results go, and (lazily) the warm parents its items fork from."""
+
+    matrix: Matrix
+    platform: str
+    isa: str | None
+    emulated: bool
+    cells: list[Cell]
+    results: Path
+    cold: bool
+    resumed: bool = False
+    state: dict[str, Any] = field(default_factory=dict)
+    _pool: Pool | None = None
+
+    @property
+    def column(self) -> str:
+        return f"{self.platform}-{self.isa}" if self.emulated else self.platform
+
+    def pool(self) -> Pool:
+        if self._pool is None:
+            self._pool = Pool(warm=not self.cold, log_dir=self.results / "logs")
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvrig", "kvrig: a column of matrix.yaml on real vLLM engines")
+    group.addoption("--kvrig-platform", choices=PLATFORMS, help="default: this host's platform")
+    group.addoption(
+        "--kvrig-isa",
+        default=isa.NATIVE,
+        help=f"CPU class to follow ({isa.NATIVE}, {', '.join(isa.CLASSES)}); a class below"
+        " the host's is emulated (default: native, the host's own)",
+    )
+    group.addoption("--kvrig-results", default=None, help="default: results/<column>")
+    group.addoption(
+        "--kvrig-cold",
+        action="store_true",
+        help="start each cell in a fresh interpreter instead of forking a warm vLLM parent",
+    )
+    group.addoption(
+        "--kvrig-rerun",
+        action="store_true",
+        help="start a new run even if the last one did not finish (default: resume it)",
+    )
+    group.addoption(
+        "--kvrig-shard", default=None, help="I/N: run only shard I of N (kvrig.pipeline)"
+    )
+    group.addoption(
+        "--kvrig-cell",
+        action="append",
+        default=[],
+        help="run exactly this cell (an id, repeatable); -k also matches ids it is part of",
+    )
+
+
+def _matrix_args(args: list[str]) -> list[Path]:
+    found = []
+    for arg in args:
+        path = Path(arg.split("::", 1)[0])
+        if path.suffix in (".yaml", ".yml") and path.is_file():
+            found.append(path)
+    return found
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, doc in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+    matrices = _matrix_args(list(config.args))
+    if not matrices or config.option.help:
+        return
+    if len(matrices) > 1:
+        raise pytest.UsageError(
+            f"A column run takes one matrix file; got {', '.join(map(str, matrices))}."
+        )
+    try:
+        run = _column_run(config, matrices[0])
+    except (MatrixError, isa.IsaError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[COLUMN_KEY] = run
+    if config.option.collectonly:
+        return
+    if importlib.util.find_spec("vllm") is None:
+        raise pytest.UsageError(
+            "vLLM is not installed in this Python environment, so no engine can start. Run the"
+            " column through nox (nox -s local or nox -s tests), which installs the platform's"
+            " vLLM first."
+        )
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker goes when the run does (even a SIGKILLed one), and with it
+        # its warm parent and that parent's cells; otherwise it would finish its queue.
+        die_with_parent()
+        run.resumed = bool(config.workerinput.get("kvrig_resumed"))
+        return
+    try:
+        check_results_folder(run.results)
+    except ResultsFolderError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    parts = resume.fingerprint(
+        matrices[0],
+        {
+            "keyword": config.getoption("keyword"),
+            "markexpr": config.getoption("markexpr"),
+            "shard": config.getoption("--kvrig-shard"),
+            "cells": sorted(config.getoption("--kvrig-cell")),
+            "cold": run.cold,
+        },
+        {"column": run.column, "isa": run.isa},
+        resume.environment_parts(),
+    )
+    began = resume.start(run.results, parts, config.getoption("--kvrig-rerun"))
+    run.resumed, run.state = began.resumed, began.state
+    config.stash[_MESSAGE_KEY] = began.message or ""
+    workers = int(getattr(config.option, "numprocesses", 0) or 0)
+    config.pluginmanager.register(
+        progress.ProgressPlugin(config, max(1, workers)), "kvrig-progress"
+    )
+
+
+def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
+    matrix = load(matrix_path)
+    platform = config.getoption("--kvrig-platform") or hardware.detect_platform()
+    host = hardware.detect_platform()
+    if platform != "cpu" and platform != host:
+        needs = (
+            "an NVIDIA GPU (nvidia-smi lists none here)"
+            if platform == "cuda"
+            else "an Intel XPU (no render node in /dev/dri answering xpu-smi or sycl-ls here)"
+        )
+        raise pytest.UsageError(
+            f"The {platform} column needs {needs}, and this host offers only {host}."
+            f" Run the {host} column here (nox -s local), or run nox -s {platform} on a host that"
+            " has the hardware."
+        )
+    cls, emulated = None, False
+    requested = config.getoption("--kvrig-isa")
+    if platform == "cpu":
+        flags = hardware.cpu_flags()
+        cls, emulated = isa.resolve(requested, flags, hardware.cpu_info()["arch"])
+    elif requested != isa.NATIVE:
+        raise isa.IsaError(
+            f"--kvrig-isa {requested} names a CPU class, and the {platform} column has none."
+        )
+    cells = expand(matrix, platform, isa=cls, emulated=emulated)
+    if not cells:
+        raise MatrixError(
+            f"{matrix_path} has no cell for the {platform} platform: no case has an"
+            f" expectation under `expect: {platform}:`. Add one, or run another platform's"
+            " column."
+        )
+    column = cells[0].column
+    given = config.getoption("--kvrig-results")
+    results = Path(given) if given else config.invocation_params.dir / results_folder(column)
+    return ColumnRun(
+        matrix=matrix,
+        platform=platform,
+        isa=cls,
+        emulated=emulated,
+        cells=cells,
+        results=results.resolve(),
+        cold=bool(config.getoption("--kvrig-cold")),
+    )
+
+
+_MESSAGE_KEY = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: workers learn whether the controller resumed (they reuse finished records)."""
+    run = node.config.stash.get(COLUMN_KEY, None)
+    if run is not None:
+        node.workerinput["kvrig_resumed"] = run.resumed
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    run = config.stash.get(COLUMN_KEY, None)
+    if run is None:
+        return None
+    where = "emulated" if run.emulated else "this host's own"
+    lines = [f"kvrig: the {run.column} column, {len(run.cells)} cells, into {run.results}"]
+    if run.isa:
+        lines.append(f"kvrig: CPU class {run.isa} ({where})")
+    message = config.stash.get(_MESSAGE_KEY, "")
+    return [*lines, message] if message else lines
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> MatrixFile | None:
+    run = parent.config.stash.get(COLUMN_KEY, None)
+    if run is not None and run.matrix.path is not None and file_path == run.matrix.path.resolve():
+        return MatrixFile.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--kvrig-shard keeps one deterministic part of the column (the same in every xdist
+    worker), --kvrig-cell exactly the cells named."""
+    run = config.stash.get(COLUMN_KEY, None)
+    if run is None:
+        return
+    keep = list(items)
+    shard = config.getoption("--kvrig-shard")
+    if shard:
+        try:
+            mine = pipeline.shard_cells([c.id for c in run.cells], shard)
+        except pipeline.ShardError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        keep = [i for i in keep if not isinstance(i, CellItem) or i.cell.id in mine]
+    wanted = set(config.getoption("--kvrig-cell"))
+    if wanted:
+        unknown = sorted(wanted - {c.id for c in run.cells})
+        if unknown:
+            raise pytest.UsageError(
+                f"--kvrig-cell {', '.join(unknown)}: not a cell of the {run.column} column"
+                " (kvrig cells --platform lists them)."
+            )
+        keep = [i for i in keep if not isinstance(i, CellItem) or i.cell.id in wanted]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    run = config.stash.get(COLUMN_KEY, None)
+    if run is None:
+        return
+    run.close()
+    if run.state and exitstatus != pytest.ExitCode.INTERRUPTED:
+        resume.finish(run.results, run.state)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    run = config.stash.get(COLUMN_KEY, None)
+    if run is None or config.option.collectonly or hasattr(config, "workerinput"):
+        return
+    tr = terminalreporter
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        filters = [
+            f"{name} {value!r}"
+            for name, value in (
+                ("-k", config.getoption("keyword")),
+                ("-m", config.getoption("markexpr")),
+                ("--kvrig-cell", ", ".join(config.getoption("--kvrig-cell"))),
+                ("--kvrig-shard", config.getoption("--kvrig-shard")),
+            )
+            if value
+        ]
+        tr.write_line(
+            f"kvrig: {' and '.join(filters) or 'the selection'} matched no cell of the"
+            f" {run.column} column ({len(run.cells)} cells; kvrig cells lists them)."
+        )
+        return
+    rows = results_mod.read(run.results)
+    if not rows:
+        return
+    order = {c.id: i for i, c in enumerate(run.cells)}
+    rows.sort(key=lambda r: order.get(r["cell_id"], len(order)))
+    md, page = report.write(run.results)
+    tr.section(f"kvrig {run.column} column")
+    tr.write_line(report.terminal(rows))
+    tr.write_line(f"results: {run.results}/results.jsonl (records/, logs/, junit.xml)")
+    tr.write_line(f"report:  {md}  {page}")

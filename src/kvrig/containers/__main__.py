@@ -1,0 +1,5 @@
+import sys
+
+from kvrig.containers.launch import main
+
+sys.exit(main())

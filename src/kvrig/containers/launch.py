@@ -1,0 +1,205 @@
+"""Builds a platform's image and runs its column inside it: `python -m kvrig.containers`.
+
+    python -m kvrig.containers {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
+        [--matrix PATH] [--results DIR] [--podman-compat] [-- pytest args...]
+
+The commands come from kvrig.containers.plan (pure); this module is the edge that checks
+the host (kvrig.containers.preflight), runs them, and removes the container on Ctrl-C or
+SIGTERM.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from kvrig.containers import base_image, preflight
+from kvrig.containers import settings as es
+from kvrig.containers.plan import (
+    Plan,
+    UsageError,
+    cache_dir,
+    dry_run_lines,
+    find_root,
+    host_facts,
+    make_plan,
+    parse_args,
+    requested_engine,
+)
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+def _engine_env(settings: es.EngineSettings) -> dict[str, str]:
+    return {**os.environ, **es.engine_env(settings)}
+
+
+def _image_present(engine: str, image: str, settings: es.EngineSettings) -> bool:
+    cmd = [engine, *es.global_flags(settings), "image", "inspect", image]
+    done = subprocess.run(cmd, capture_output=True, env=_engine_env(settings), check=False)
+    return done.returncode == 0
+
+
+def _prepare_results(plan: Plan) -> None:
+    plan.results.mkdir(parents=True, exist_ok=True)
+    if plan.results_owner is not None:
+        # The column runs as the image's unprivileged user (see user_args): hand it the folder.
+        os.chown(plan.results, plan.results_owner, plan.results_owner)
+
+
+def _run_teed(cmd: list[str], env: dict[str, str], keep: int = 400) -> tuple[int, str]:
+    """Runs `cmd` with its output shown as it comes, and returns the output's last lines
+    too, so a failure can be explained rather than only shown."""
+    tail: collections.deque[str] = collections.deque(maxlen=keep)
+    with subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            tail.append(line)
+        code = proc.wait()
+    sys.stdout.flush()
+    return code, "".join(tail)
+
+
+def resolve_base(
+    engine: str, wanted: str, settings: es.EngineSettings, probe: preflight.Probe
+) -> str | None:
+    """None when `wanted` is here or can be pulled; else the local image standing in for it,
+    built first when absent. Raises when no local image can stand in."""
+    flags = es.global_flags(settings)
+    try:
+        preflight.check_base_image(engine, wanted, probe, flags)
+        return None
+    except preflight.PreflightError:
+        suite = base_image.can_stand_in(wanted)
+        if suite is None:
+            raise
+    local = base_image.local_tag(suite)
+    if probe.run([engine, *flags, "image", "inspect", local])[0] == 0:
+        print(f"kvrig.containers: {wanted} cannot be pulled; building on {local}", flush=True)
+        return local
+    print(
+        f"kvrig.containers: {wanted} cannot be pulled; building {local} from Debian's"
+        " packages (debootstrap) to build on instead",
+        flush=True,
+    )
+    try:
+        base_image.build(engine, local, suite, os.environ.get("KVRIG_DEBIAN_MIRROR") or None)
+    except base_image.BaseImageError as exc:
+        raise preflight.PreflightError(str(exc)) from None
+    return local
+
+
+def execute(plan: Plan, probe: preflight.Probe) -> int:
+    es.write_containers_conf(plan.settings)
+    if not _image_present(plan.engine, plan.image, plan.settings):
+        print("+ " + shlex.join(plan.build), file=sys.stderr, flush=True)
+        code, output = _run_teed(plan.build, {**_engine_env(plan.settings), **plan.build_env})
+        if code != 0:
+            raise preflight.PreflightError(preflight.build_failure(plan.image, code, output))
+    digest = subprocess.run(
+        plan.digest, capture_output=True, text=True, env=_engine_env(plan.settings), check=False
+    ).stdout.strip()
+    _prepare_results(plan)
+    env = {**_engine_env(plan.settings), "KVRIG_IMAGE_DIGEST": digest}
+    print("+ " + shlex.join(plan.run), file=sys.stderr, flush=True)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    proc = subprocess.Popen(plan.run, env=env)
+    try:
+        return proc.wait()
+    except (KeyboardInterrupt, _Terminated) as exc:
+        _stop(plan, proc)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(plan: Plan, proc: subprocess.Popen[bytes]) -> None:
+    """Removes the container whatever state its client is in.
+
+    The engine's --rm does not fire when its client dies first, and an interrupt can land
+    while the client is still creating the container, so removal is retried until the
+    client has gone, and once more after. A second Ctrl-C must not cut this short.
+    """
+    env = _engine_env(plan.settings)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for _ in range(3):
+            subprocess.run(plan.remove, capture_output=True, env=env, check=False)
+            try:
+                proc.wait(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            proc.kill()
+            proc.wait()
+        subprocess.run(plan.remove, capture_output=True, env=env, check=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None) -> int:
+    probe = probe or preflight.Probe()
+    try:
+        env = dict(os.environ)
+        args = parse_args(sys.argv[1:] if argv is None else argv, env)
+        root = find_root(Path.cwd())
+        name = f"kvrig-{args.platform}-{os.getpid()}"
+        requested = requested_engine(args, env)
+        facts = es.read_host_facts(env)
+        if args.dry_run:
+            engine = "docker" if requested == "auto" else requested
+            settings = es.decide(engine, facts, env, cache_dir(env), args.host_settings)
+            plan = make_plan(args, root, host_facts(engine), engine, env, name, settings)
+            print("\n".join(dry_run_lines(plan)))
+            return 0
+        engine = preflight.choose_engine(requested, probe)
+        settings = es.decide(engine, facts, env, cache_dir(env), args.host_settings)
+        for reason in settings.reasons:
+            print(f"kvrig.containers: {engine} setting: {reason}", flush=True)
+        preflight.check_device(args.platform, probe)
+        es.write_containers_conf(settings)
+        host = host_facts(engine)
+        plan = make_plan(args, root, host, engine, env, name, settings)
+        local = resolve_base(engine, plan.base_image, settings, probe)
+        if local is not None:
+            plan = make_plan(args, root, host, engine, env, name, settings, local)
+        preflight.check_wheel(root, plan.wheel, probe)
+        if preflight.check_engine_runs(
+            engine,
+            plan.base_image,
+            es.global_flags(settings),
+            es.engine_env(settings),
+            probe,
+            settings.host_network,
+            es.may_add_host_network(engine, env, args.host_settings),
+        ):
+            settings = es.with_host_network(settings)
+            print(f"kvrig.containers: {engine} setting: {settings.reasons[-1]}", flush=True)
+            plan = make_plan(args, root, host, engine, env, name, settings, local)
+        return execute(plan, probe)
+    except (preflight.PreflightError, UsageError, es.SettingsError) as exc:
+        print(f"kvrig.containers: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,546 @@
+"""A column in its container, as commands: image tag, build, run, and the dry run's lines.
+
+    python -m kvrig.containers {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
+        [--matrix PATH] [--results DIR] [--podman-compat] [-- pytest args...]
+
+Arguments it does not know (e.g. `-k qwen3_next`) go to the column's pytest, as does
+everything after `--`.
+
+The commands are built by pure functions from matrix.yaml and the host's facts, so what
+`--dry-run` prints is what runs, and unit tests check them without an engine. The image
+tag is a hash of everything the image is built from, so an image is built only when one
+of its inputs changed and a record's image tag names exactly what ran.
+
+Settings for restricted hosts (sandboxed VMs: no CAP_SYS_RESOURCE, a hybrid cgroup layout,
+a TLS-intercepting proxy, no image registry) are decided per host by kvrig.containers.settings
+and printed one line each; `--host-settings on|off` (KVRIG_HOST_SETTINGS) forces them.
+    KVRIG_ENGINE=docker|podman: the engine, as --engine.
+    KVRIG_BASE_IMAGE=IMAGE: build on IMAGE instead of the platform's base_image. When the
+        base cannot be pulled and a local Debian image can stand in for it, that image is
+        built with debootstrap (kvrig.containers.base_image) and used, with a line saying so.
+    KVRIG_CACHE_FROM=REF: an image to take BuildKit layer cache from (a CI registry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import hashlib
+import json
+import os
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvrig.containers import settings as es
+from kvrig.define.matrix import PLATFORMS, MatrixError, PlatformSpec
+from kvrig.define.matrix import load as load_matrix
+from kvrig.provision import install
+
+IMAGE_REPO = "kvrig-{platform}"
+CONTAINER_RESULTS = "/results"
+CONTAINER_MATRIX = "/opt/kvrig/matrix.yaml"
+# The image's own unprivileged user (docker/Dockerfile.*: ARG KVRIG_UID).
+IMAGE_UID = 10001
+SHM_SIZE = "8g"
+# Where a host's wheel folder is mounted during the build.
+BUILD_WHEELS = "/opt/kvrig-wheels"
+# What the images are built from besides the Dockerfile (docker/Dockerfile.*: COPY).
+RIG_INPUTS = ("pyproject.toml", "README.md", "matrix.yaml", "src")
+
+
+class UsageError(Exception):
+    """A bad command line or matrix; the message is one paragraph."""
+
+
+# --- facts and settings ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the run command depends on about the host."""
+
+    uid: int
+    gid: int
+    render_gids: tuple[int, ...] = ()
+    rootless_podman: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one column needs, as argv lists; printing it is the dry run."""
+
+    platform: str
+    engine: str
+    image: str
+    container: str
+    results: Path
+    build: list[str]
+    build_env: dict[str, str]
+    run: list[str]
+    remove: list[str]
+    digest: list[str]
+    base_image: str
+    global_flags: list[str] = field(default_factory=list)
+    settings: es.EngineSettings = es.NO_SETTINGS
+    wheel: str | None = None
+    results_owner: int | None = None
+
+
+# --- image tag ---------------------------------------------------------------------------
+
+
+def rig_version(pyproject_text: str) -> str:
+    match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject_text, re.MULTILINE)
+    return match.group(1) if match else "0"
+
+
+def rig_files(root: Path) -> list[Path]:
+    """The files COPY'd into the image, in a stable order; caches and bytecode excluded."""
+    files: list[Path] = []
+    for name in RIG_INPUTS:
+        path = root / name
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files.extend(
+                p
+                for p in sorted(path.rglob("*"))
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+            )
+    return files
+
+
+def inputs_digest(root: Path, files: Iterable[Path]) -> str:
+    h = hashlib.sha256()
+    for path in files:
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def image_tag(
+    platform: str, dockerfile: bytes, version: str, rig_digest: str, build_args: dict[str, str]
+) -> str:
+    """kvrig-<platform>:<version>-<hash>, the hash over every input of the build.
+
+    The build args carry the vLLM source (kind, version, image, wheel, git ref) and the base
+    image, so a new vLLM gives a new tag even when no file of the checkout changed.
+    """
+    h = hashlib.sha256()
+    h.update(dockerfile)
+    h.update(b"\0" + version.encode() + b"\0" + rig_digest.encode() + b"\0")
+    h.update(json.dumps(build_args, sort_keys=True).encode())
+    return f"{IMAGE_REPO.format(platform=platform)}:{version}-{h.hexdigest()[:12]}"
+
+
+# --- build ---------------------------------------------------------------------------------
+
+
+def build_args(
+    platform: str,
+    spec: PlatformSpec,
+    base_override: str | None = None,
+    settings: es.EngineSettings = es.NO_SETTINGS,
+) -> dict[str, str]:
+    """The Dockerfile's build arguments for a platform of matrix.yaml."""
+    src = spec.vllm
+    args = {"VLLM_SOURCE": src.kind, "BASE_IMAGE": base_override or spec.base_image}
+    if src.kind == "pypi":
+        args.update(VLLM_PACKAGE=src.package, VLLM_VERSION=str(src.version))
+    elif src.kind == "image":
+        # A prebuilt vLLM image is the base; the Dockerfile only adds the rig to it.
+        args["BASE_IMAGE"] = str(src.image)
+    elif src.kind == "wheel":
+        wheel = Path(str(src.wheel))
+        args.update(VLLM_WHEEL=wheel.name, VLLM_WHEEL_DIR=str(wheel.parent))
+    elif src.kind == "git":
+        args.update(VLLM_GIT_URL=src.git_url, VLLM_GIT_REF=str(src.git_ref))
+    args["TORCH_INDEX"] = spec.torch_index or ""
+    if platform == "cpu":
+        # PyPI's CUDA builds kept out of a CPU vLLM (kvrig.provision.install).
+        args["EXCLUDED_PACKAGES"] = " ".join(install.CPU_EXCLUDED)
+    if spec.extra_packages:
+        args["EXTRA_PACKAGES"] = " ".join(spec.extra_packages)
+    if settings.ca_bundle:
+        args.update(PIP_CERT=settings.ca_bundle, SSL_CERT_FILE=settings.ca_bundle)
+    if settings.find_links:
+        # The local wheel folder stands in for PyTorch's index, which such hosts cannot
+        # reach (the torch pin is resolved from the folder).
+        args.update(UV_FIND_LINKS=BUILD_WHEELS, TORCH_INDEX="")
+    if settings.extra_index_urls:
+        args["UV_EXTRA_INDEX_URL"] = " ".join(settings.extra_index_urls)
+    return args
+
+
+def build_command(
+    engine: str,
+    root: Path,
+    platform: str,
+    tag: str,
+    args: dict[str, str],
+    settings: es.EngineSettings = es.NO_SETTINGS,
+    cache_from: str | None = None,
+) -> list[str]:
+    cmd = [
+        engine,
+        *es.global_flags(settings),
+        "build",
+        "--file",
+        str(root / "docker" / f"Dockerfile.{platform}"),
+        "--tag",
+        tag,
+        "--tag",
+        f"{IMAGE_REPO.format(platform=platform)}:latest",
+    ]
+    if engine == "docker":
+        # Inline cache metadata lets a pushed image seed the next host's build.
+        cmd += [
+            "--build-arg",
+            "BUILDKIT_INLINE_CACHE=1",
+            "--cache-from",
+            cache_from or f"{IMAGE_REPO.format(platform=platform)}:latest",
+        ]
+    elif cache_from:
+        cmd += ["--cache-from", cache_from]
+    else:
+        cmd += ["--layers"]
+    for key in sorted(args):
+        cmd += ["--build-arg", f"{key}={args[key]}"]
+    if engine == "podman":
+        # `--format docker` keeps the SHELL instruction (the OCI format drops it).
+        cmd += ["--format", "docker"]
+        if settings.ca_bundle:
+            cmd += ["--volume", f"{settings.ca_bundle}:{settings.ca_bundle}:ro"]
+        if settings.find_links:
+            cmd += ["--volume", f"{settings.find_links}:{BUILD_WHEELS}:ro"]
+    if settings.host_network:
+        cmd += ["--network=host"]
+    cmd.append(str(root))
+    return cmd
+
+
+def build_env(engine: str, settings: es.EngineSettings) -> dict[str, str]:
+    """Environment for the build: BuildKit for Docker, the ulimit-free config for Podman."""
+    if engine == "docker":
+        return {"DOCKER_BUILDKIT": "1"}
+    return es.engine_env(settings)
+
+
+# --- run -------------------------------------------------------------------------------------
+
+
+def user_args(engine: str, host: Host) -> list[str]:
+    """Who the column runs as, so that the bind-mounted results are writable.
+
+    - A rootless Podman user: `--userns=keep-id` maps the host's uid into the container
+      unchanged, so files in results/ belong to that user and the container's root is not
+      the host's.
+    - Any other non-root host user: `--user uid:gid`, so files in results/ belong to the
+      user who ran the session and need no chown afterwards. The image's HOME is writable
+      by any uid.
+    - A host running as root (many CI runners): the image's own unprivileged user, never
+      root; the caller hands it the results folder (chown) before the run.
+    """
+    if engine == "podman" and host.rootless_podman:
+        return ["--userns=keep-id", "--user", f"{host.uid}:{host.gid}"]
+    if host.uid != 0:
+        return ["--user", f"{host.uid}:{host.gid}"]
+    return ["--user", f"{IMAGE_UID}:{IMAGE_UID}"]
+
+
+def device_args(platform: str, engine: str, host: Host) -> list[str]:
+    if platform == "cuda":
+        # Docker's --gpus needs the NVIDIA Container Toolkit; Podman reaches GPUs via CDI.
+        return ["--gpus", "all"] if engine == "docker" else ["--device", "nvidia.com/gpu=all"]
+    if platform == "xpu":
+        args = ["--device", "/dev/dri"]
+        for gid in host.render_gids:
+            args += ["--group-add", str(gid)]
+        return args
+    return []
+
+
+def run_command(
+    engine: str,
+    platform: str,
+    tag: str,
+    name: str,
+    results: Path,
+    host: Host,
+    pytest_args: Sequence[str] = (),
+    matrix: Path | None = None,
+    settings: es.EngineSettings = es.NO_SETTINGS,
+) -> list[str]:
+    cmd = [
+        engine,
+        *es.global_flags(settings),
+        "run",
+        "--rm",
+        "--name",
+        name,
+        *user_args(engine, host),
+        "--security-opt",
+        "no-new-privileges",
+        "--cap-drop",
+        "ALL",
+        "--shm-size",
+        SHM_SIZE,
+        # The column is offline by design; only hosts whose engine cannot do without it
+        # get the host network.
+        "--network",
+        "host" if settings.host_network else "none",
+        *device_args(platform, engine, host),
+        "--volume",
+        f"{results}:{CONTAINER_RESULTS}",
+    ]
+    if matrix is not None:
+        cmd += ["--volume", f"{matrix}:{CONTAINER_MATRIX}:ro"]
+    # Offline by design: every cell's own environment says so (kvrig.define.cells).
+    for key, value in {"KVRIG_PLATFORM": platform, "KVRIG_IMAGE": tag}.items():
+        cmd += ["--env", f"{key}={value}"]
+    # Passed by name: the caller exports the digest it read from the engine.
+    cmd += ["--env", "KVRIG_IMAGE_DIGEST"]
+    cmd += [tag, "kvrig", "column", "--platform", platform, "--results", CONTAINER_RESULTS]
+    cmd += list(pytest_args)
+    return cmd
+
+
+def results_owner(engine: str, host: Host) -> int | None:
+    """The uid the results folder must belong to before the run, when the host's won't do."""
+    if user_args(engine, host)[-1] == f"{IMAGE_UID}:{IMAGE_UID}":
+        return IMAGE_UID
+    return None
+
+
+def remove_command(engine: str, name: str, flags: Sequence[str] = ()) -> list[str]:
+    return [engine, *flags, "rm", "--force", name]
+
+
+def digest_command(engine: str, tag: str, flags: Sequence[str] = ()) -> list[str]:
+    return [engine, *flags, "image", "inspect", "--format", "{{.Id}}", tag]
+
+
+# --- command line --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Args:
+    platform: str
+    dry_run: bool
+    engine: str
+    matrix: Path | None
+    results: Path | None
+    host_settings: str | None
+    pytest_args: list[str]
+
+
+def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
+    """Our options, with unknown ones and everything after `--` kept for pytest."""
+    env = dict(os.environ) if env is None else env
+    argv = list(argv)
+    tail: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, tail = argv[:cut], argv[cut + 1 :]
+    parser = argparse.ArgumentParser(
+        prog="python -m kvrig.containers",
+        allow_abbrev=False,
+        description="Build a platform's image and run its column of the matrix inside it.",
+        epilog="Other arguments, and all after `--`, are passed to the column's pytest.",
+    )
+    parser.add_argument("platform", choices=PLATFORMS)
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the build and run commands and exit"
+    )
+    engine = env.get("KVRIG_ENGINE") or "auto"
+    if engine not in ENGINES:
+        raise UsageError(
+            f"KVRIG_ENGINE={engine!r} is not one of {', '.join(ENGINES)}. Unset it to take"
+            " Docker when its daemon answers, else Podman."
+        )
+    parser.add_argument("--engine", choices=ENGINES, default=engine, help="also KVRIG_ENGINE")
+    parser.add_argument("--matrix", type=Path, help="matrix file (default: the checkout's)")
+    parser.add_argument(
+        "--results", type=Path, help="host folder for the results (default: results/<platform>)"
+    )
+    parser.add_argument(
+        "--host-settings",
+        choices=es.MODES,
+        help="restricted-host engine settings: auto (default), on or off (KVRIG_HOST_SETTINGS)",
+    )
+    parser.add_argument(
+        "--podman-compat",
+        dest="host_settings",
+        action="store_const",
+        const="on",
+        help="same as --host-settings on (also KVRIG_PODMAN_COMPAT=1)",
+    )
+    ns, unknown = parser.parse_known_args(argv)
+    return Args(
+        ns.platform,
+        ns.dry_run,
+        ns.engine,
+        ns.matrix,
+        ns.results,
+        ns.host_settings,
+        [*unknown, *tail],
+    )
+
+
+ENGINES = ("auto", "docker", "podman")
+
+
+def requested_engine(args: Args, env: dict[str, str]) -> str:
+    """Forcing the restricted-host settings on means Podman: they are Podman's settings."""
+    forced = args.host_settings == "on" or (
+        args.host_settings is None and env.get("KVRIG_PODMAN_COMPAT", "") not in ("", "0")
+    )
+    return "podman" if forced and args.engine == "auto" else args.engine
+
+
+def find_root(start: Path) -> Path:
+    """The checkout: the first folder upwards holding docker/ and pyproject.toml.
+
+    nox installs kvrig into its own venv, so the module's location says nothing about the
+    checkout; the working directory does.
+    """
+    for folder in (start, *start.parents):
+        if (folder / "docker" / "Dockerfile.cpu").is_file() and (
+            folder / "pyproject.toml"
+        ).is_file():
+            return folder
+    fallback = Path(__file__).resolve().parents[2]
+    if (fallback / "docker").is_dir():
+        return fallback
+    raise UsageError(
+        f"No kvrig checkout (a folder with docker/Dockerfile.cpu and pyproject.toml) holds"
+        f" {start}. Run from the checkout, where the images are built from."
+    )
+
+
+def render_gids(dri: Path = Path("/dev/dri")) -> tuple[int, ...]:
+    """The groups owning the GPU nodes (render, sometimes video): what --group-add needs."""
+    gids = (
+        {p.stat().st_gid for p in sorted(dri.glob("*")) if not p.is_dir()}
+        if dri.is_dir()
+        else set()
+    )
+    if not gids:
+        try:
+            gids = {grp.getgrnam("render").gr_gid}
+        except KeyError:
+            gids = set()
+    return tuple(sorted(g for g in gids if g != 0))
+
+
+def load_spec(args: Args, root: Path) -> PlatformSpec:
+    matrix_path = args.matrix or root / "matrix.yaml"
+    try:
+        matrix = load_matrix(matrix_path)
+    except MatrixError as exc:
+        raise UsageError(str(exc)) from None
+    spec = matrix.platforms.get(args.platform)  # type: ignore[call-overload]
+    if spec is None:
+        raise UsageError(
+            f"{matrix_path} defines no platform {args.platform!r} (it defines"
+            f" {', '.join(matrix.platforms) or 'none'}). Add it under platforms, or pick one"
+            " of those."
+        )
+    return spec
+
+
+def cache_dir(env: dict[str, str]) -> Path:
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvrig"
+
+
+def make_plan(
+    args: Args,
+    root: Path,
+    host: Host,
+    engine: str,
+    env: dict[str, str],
+    name: str,
+    settings: es.EngineSettings | None = None,
+    base_override: str | None = None,
+) -> Plan:
+    """The whole column as commands; reads the checkout's files but changes nothing."""
+    spec = load_spec(args, root)
+    if settings is None:
+        settings = es.decide(engine, es.HostFacts(), env, cache_dir(env), args.host_settings)
+    bargs = build_args(
+        args.platform, spec, base_override or env.get("KVRIG_BASE_IMAGE") or None, settings
+    )
+    dockerfile = (root / "docker" / f"Dockerfile.{args.platform}").read_bytes()
+    files = rig_files(root)
+    tag = image_tag(
+        args.platform,
+        dockerfile,
+        rig_version((root / "pyproject.toml").read_text()),
+        inputs_digest(root, files),
+        bargs,
+    )
+    results = (args.results or root / "results" / args.platform).resolve()
+    custom_matrix = args.matrix.resolve() if args.matrix is not None else None
+    flags = es.global_flags(settings)
+    return Plan(
+        platform=args.platform,
+        engine=engine,
+        image=tag,
+        container=name,
+        results=results,
+        build=build_command(
+            engine, root, args.platform, tag, bargs, settings, env.get("KVRIG_CACHE_FROM") or None
+        ),
+        build_env=build_env(engine, settings),
+        run=run_command(
+            engine,
+            args.platform,
+            tag,
+            name,
+            results,
+            host,
+            args.pytest_args,
+            custom_matrix,
+            settings,
+        ),
+        remove=remove_command(engine, name, flags),
+        digest=digest_command(engine, tag, flags),
+        base_image=bargs["BASE_IMAGE"],
+        global_flags=flags,
+        settings=settings,
+        wheel=spec.vllm.wheel if spec.vllm.kind == "wheel" else None,
+        results_owner=results_owner(engine, host),
+    )
+
+
+def dry_run_lines(plan: Plan) -> list[str]:
+    """The commands, shell-quoted, one per line, in the order a real run uses them."""
+    q = shlex.join
+    lines = [f"# {reason}" for reason in plan.settings.reasons]
+    conf = plan.settings.containers_conf
+    if conf is not None:
+        conf_lines = " ".join(shlex.quote(ln) for ln in es.CONTAINERS_CONF_TEXT.splitlines())
+        lines.append(
+            f"mkdir -p {shlex.quote(str(conf.parent))} &&"
+            f" printf '%s\\n' {conf_lines} > {shlex.quote(str(conf))}"
+        )
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.build_env.items())
+    lines.append(f"# built only when {plan.image} is absent:")
+    lines.append(f"{prefix} {q(plan.build)}".strip())
+    lines.append(f"mkdir -p {shlex.quote(str(plan.results))}")
+    if plan.results_owner is not None:
+        owner = f"{plan.results_owner}:{plan.results_owner}"
+        lines.append(f"chown {owner} {shlex.quote(str(plan.results))}")
+    lines.append(f'export KVRIG_IMAGE_DIGEST="$({q(plan.digest)})"')
+    env_prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in es.engine_env(plan.settings).items())
+    lines.append(env_prefix + q(plan.run))
+    return lines
+
+
+def host_facts(engine: str) -> Host:
+    uid, gid = os.getuid(), os.getgid()
+    return Host(
+        uid=uid, gid=gid, render_gids=render_gids(), rootless_podman=engine == "podman" and uid != 0
+    )

@@ -1,0 +1,284 @@
+"""Checks that a containerised column can start here, each failing with one paragraph.
+
+A column that dies ten minutes into a build, or inside the container with a CUDA stack
+trace, wastes a CI slot and says nothing useful; these checks run first and name the
+missing piece and what to run instead. The probes (`which`, `run`, `exists`) are passed
+in so the decisions are testable without an engine or hardware.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ALTERNATIVES = (
+    "To run the column on this host without a container use `nox -s local`; to see the"
+    " commands without running anything add `--dry-run`."
+)
+
+
+class PreflightError(Exception):
+    """A missing engine, device or image; the message is the one paragraph users see."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How preflight looks at the host: swapped for fakes in tests."""
+
+    which: Callable[[str], str | None] = shutil.which
+    exists: Callable[[Path], bool] = Path.exists
+    glob: Callable[[Path, str], list[Path]] = lambda p, pat: sorted(p.glob(pat))
+    read: Callable[[Path], str | None] = lambda p: _read(p)
+    run: Callable[[Sequence[str]], tuple[int, str]] = lambda cmd: _run(cmd)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _run(cmd: Sequence[str], timeout: float = 60) -> tuple[int, str]:
+    """Return code and the last non-empty line of stderr, else of stdout (the useful one)."""
+    try:
+        done = subprocess.run(
+            list(cmd), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except FileNotFoundError:
+        return 127, f"{cmd[0]}: command not found"
+    except subprocess.TimeoutExpired:
+        return 124, f"`{' '.join(cmd)}` did not answer within {timeout:.0f} s"
+    for text in (done.stderr, done.stdout):
+        lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+        if lines:
+            return done.returncode, lines[-1]
+    return done.returncode, ""
+
+
+def choose_engine(requested: str, probe: Probe) -> str:
+    """docker or podman: the requested one if it answers, for auto the first that answers.
+
+    `docker info` (not just the binary) is the test, because a client without a reachable
+    daemon is the common failure: the build would otherwise fail after a long context upload.
+    """
+    reasons: list[str] = []
+    candidates = ("docker", "podman") if requested == "auto" else (requested,)
+    for engine in candidates:
+        if probe.which(engine) is None:
+            reasons.append(f"{engine} is not installed")
+            continue
+        code, last = probe.run([engine, "info"])
+        if code == 0:
+            return engine
+        reasons.append(f"`{engine} info` failed ({last or f'exit {code}'})")
+    raise PreflightError(
+        "No container engine is reachable: " + "; ".join(reasons) + ". Start the Docker"
+        " daemon (for example `sudo systemctl start docker`), or install Podman (as root"
+        " `python -m kvrig.provision.system_packages podman runc`) and pass `--engine podman`."
+        f" {ALTERNATIVES}"
+    )
+
+
+def check_nvidia_gpu(probe: Probe) -> None:
+    """The CUDA column needs a GPU the host's driver sees."""
+    if probe.which("nvidia-smi") is None:
+        raise PreflightError(
+            "The CUDA column needs an NVIDIA GPU, but `nvidia-smi` is not installed here, so"
+            " no NVIDIA driver is present. Run it on a GPU host with the NVIDIA driver and the"
+            " NVIDIA Container Toolkit (which provides `--gpus all`), or run the CPU column"
+            f" with `nox -s cpu`. {ALTERNATIVES}"
+        )
+    code, last = probe.run(["nvidia-smi", "-L"])
+    if code != 0 or "GPU" not in last:
+        raise PreflightError(
+            "The CUDA column needs an NVIDIA GPU, but `nvidia-smi -L` lists none"
+            f" ({last or f'exit {code}'}). Check the driver with `nvidia-smi`, run on a GPU"
+            f" host, or run the CPU column with `nox -s cpu`. {ALTERNATIVES}"
+        )
+
+
+INTEL_PCI_VENDOR = "0x8086"
+
+
+def intel_render_nodes(probe: Probe, dri: Path = Path("/dev/dri")) -> list[Path]:
+    """Render nodes whose PCI vendor is Intel, read from sysfs so no host tool is needed."""
+    nodes = probe.glob(dri, "renderD*")
+    intel = []
+    for node in nodes:
+        vendor = probe.read(Path("/sys/class/drm") / node.name / "device" / "vendor")
+        if vendor is None or vendor.strip() == INTEL_PCI_VENDOR:
+            intel.append(node)
+    return intel
+
+
+def check_intel_xpu(probe: Probe, dri: Path = Path("/dev/dri")) -> None:
+    """The XPU column needs an Intel GPU render node; host tools, when present, must agree."""
+    if not probe.exists(dri) or not probe.glob(dri, "renderD*"):
+        raise PreflightError(
+            f"The XPU column needs an Intel GPU, but {dri} has no render node (renderD*), so"
+            " no GPU driver is loaded here. Run it on an XPU host with the Intel GPU driver"
+            " (i915 or xe), or run the CPU column with `nox -s cpu`."
+            f" {ALTERNATIVES}"
+        )
+    if not intel_render_nodes(probe, dri):
+        raise PreflightError(
+            f"The XPU column needs an Intel GPU, but the render nodes in {dri} belong to"
+            " another vendor's GPU. Run it on an XPU host, or run the column that matches"
+            f" this GPU (`nox -s cuda` for NVIDIA). {ALTERNATIVES}"
+        )
+    for tool, args in (("xpu-smi", ["discovery"]), ("sycl-ls", [])):
+        if probe.which(tool) is None:
+            continue
+        code, last = probe.run([tool, *args])
+        if code != 0:
+            raise PreflightError(
+                f"The XPU column needs an Intel GPU that answers, but `{tool}` failed"
+                f" ({last or f'exit {code}'}). Check the driver and the level-zero loader"
+                f" with `{tool}` on the host, or run the CPU column with `nox -s cpu`."
+                f" {ALTERNATIVES}"
+            )
+
+
+def check_device(platform: str, probe: Probe) -> None:
+    if platform == "cuda":
+        check_nvidia_gpu(probe)
+    elif platform == "xpu":
+        check_intel_xpu(probe)
+
+
+def check_base_image(
+    engine: str, image: str, probe: Probe, global_flags: Sequence[str] = ()
+) -> None:
+    """The image the build starts from is local or can be pulled, before any build starts."""
+    code, _ = probe.run([engine, *global_flags, "image", "inspect", image])
+    if code == 0:
+        return
+    code, last = probe.run([engine, *global_flags, "pull", image])
+    if code != 0:
+        raise PreflightError(
+            f"The base image {image} is not on this host and cannot be pulled with `{engine}"
+            f" pull` ({last or f'exit {code}'}). Log in to its registry or check the host's"
+            " network, or build on an image you have locally by setting KVRIG_BASE_IMAGE"
+            f" (for example KVRIG_BASE_IMAGE=localhost/kvrig-base:bookworm). {ALTERNATIVES}"
+        )
+
+
+def check_wheel(root: Path, wheel: str | None, probe: Probe) -> None:
+    """A wheel-sourced vLLM must lie inside the checkout, the image's build context."""
+    if wheel is None:
+        return
+    path = (root / wheel).resolve()
+    try:
+        path.relative_to(root.resolve())
+    except ValueError:
+        raise PreflightError(
+            f"The vLLM wheel {wheel} named in matrix.yaml lies outside the checkout {root},"
+            " which is the image's build context. Copy it into docker/wheels/ and name it"
+            " there (wheel: docker/wheels/<file>.whl)."
+        ) from None
+    if not probe.exists(path):
+        raise PreflightError(
+            f"The vLLM wheel {wheel} named in matrix.yaml does not exist under {root}. Build"
+            " or download it into docker/wheels/, or switch the platform's vLLM source back"
+            " to a PyPI version."
+        )
+
+
+# Raw errors of restricted hosts, each with the setting that fixes it (kvrig.containers.settings).
+RESTRICTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"setrlimit|setting rlimit", re.IGNORECASE),
+        "the runtime may not raise the container's ulimits (root lacks CAP_SYS_RESOURCE):"
+        " set KVRIG_ULIMITS=none (a containers.conf with default_ulimits = [])",
+    ),
+    (
+        re.compile(r"cgroups in hybrid mode not supported", re.IGNORECASE),
+        "crun refuses this host's hybrid cgroup v1/v2 layout: set KVRIG_RUNTIME=runc and"
+        " KVRIG_CGROUP_MANAGER=cgroupfs",
+    ),
+    (
+        re.compile(
+            r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|invalid peer certificate"
+            r"|UnknownIssuer|self[- ]signed certificate",
+            re.IGNORECASE,
+        ),
+        "TLS to the package index is intercepted by a proxy whose CA the image lacks: set"
+        " KVRIG_CA_BUNDLE to the host's CA bundle (or export PIP_CERT, SSL_CERT_FILE or"
+        " REQUESTS_CA_BUNDLE naming it)",
+    ),
+    (
+        re.compile(r"torch==[^\s,]*\+cpu", re.IGNORECASE),
+        "the pinned torch build is not on any index the build reaches: set KVRIG_FIND_LINKS"
+        " to a folder holding its wheel, or KVRIG_EXTRA_INDEX_URL to an index serving it",
+    ),
+    (
+        re.compile(
+            r"Temporary failure in name resolution|Could not resolve host|no such host"
+            r"|Network is unreachable",
+            re.IGNORECASE,
+        ),
+        "the container cannot reach the network the host reaches: set KVRIG_NETWORK=host",
+    ),
+)
+
+
+def diagnose(output: str) -> list[str]:
+    """The known restrictions behind an engine's output, each with its fix (pure)."""
+    return [fix for pattern, fix in RESTRICTIONS if pattern.search(output)]
+
+
+def build_failure(image: str, code: int, output: str) -> str:
+    found = diagnose(output)
+    cause = (
+        " The output shows that " + "; and ".join(found) + "."
+        if found
+        else " The engine's output above names the failing step."
+    )
+    return (
+        f"Building {image} failed (exit {code}) and no cell was run.{cause} Fix it and run"
+        " again (README.md, Hosts that need special engine settings), or run the column on"
+        " this host without a container with `nox -s local`."
+    )
+
+
+def check_engine_runs(
+    engine: str,
+    image: str,
+    global_flags: Sequence[str],
+    engine_env: Mapping[str, str],
+    probe: Probe,
+    host_network: bool = False,
+    may_use_host_network: bool = False,
+) -> bool:
+    """A trivial container starts, so a restricted host fails here with its fix named,
+    not minutes into a build with the runtime's raw error. Podman only: Docker's daemon
+    owns these settings.
+
+    The container gets the network the build gets. When that fails and the host's network
+    works, True says the host network is needed (if `may_use_host_network`).
+    """
+    if engine != "podman":
+        return False
+    prefix = ["env", *(f"{k}={v}" for k, v in engine_env.items())] if engine_env else []
+    base = [*prefix, engine, *global_flags, "run", "--rm"]
+    net = ["--network=host"] if host_network else []
+    cmd = [*base, *net, image, "true"]
+    code, last = probe.run(cmd)
+    if code == 0:
+        return False
+    retry = [*base, "--network=host", image, "true"]
+    if not host_network and may_use_host_network and probe.run(retry)[0] == 0:
+        return True
+    found = diagnose(last)
+    cause = "; and ".join(found) if found else f"it said: {last or f'exit {code}'}"
+    raise PreflightError(
+        f"Podman cannot start a trivial container here (`{' '.join(cmd)}` failed): {cause}."
+        " Leave KVRIG_HOST_SETTINGS at auto so kvrig applies the settings this host needs,"
+        " or set the one named (README.md, Hosts that need special engine settings)."
+        f" {ALTERNATIVES}"
+    )

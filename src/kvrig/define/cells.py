@@ -1,0 +1,133 @@
+"""Cells: one case of the matrix on one column (a platform, and on CPU one ISA class).
+
+Everything downstream (the engine's run, its record, the verdict, the results row, the
+report and the gate) is keyed by a cell's id, so the id and the identity fields of a row
+are defined here once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from kvrig.define.matrix import (
+    PLATFORMS,
+    Case,
+    Expectation,
+    Matrix,
+    MatrixError,
+    ModelSpec,
+    Platform,
+    PlatformSpec,
+)
+from kvrig.host import isa
+
+# Every cell's processes run under these, wherever they run (host or image): no hub, no
+# telemetry, so a cell never waits on or talks to the network.
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+class Cell(BaseModel):
+    """One case on one column: what a single engine run is asked to show."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    platform: Platform
+    case: Case
+    model_name: str
+    model: ModelSpec
+    platform_spec: PlatformSpec
+    expect: Expectation
+    # The CPU class whose rules the cell follows (None off CPU, or when unknown), and
+    # whether the rig set it (kvrig column --isa) rather than read it off the host.
+    isa: str | None = None
+    emulated: bool = False
+    # Where the case is written ("matrix.yaml:123"), for test reports and failures.
+    source: str | None = None
+
+    @property
+    def column(self) -> str:
+        """The results column: the platform, or `cpu-<class>` for a class the rig set."""
+        return f"{self.platform}-{self.isa}" if self.emulated and self.isa else self.platform
+
+    @property
+    def id(self) -> str:
+        return f"{self.column}-{self.model_name}-{self.case.id}"
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that name a cell in a record and in a results row."""
+        return {
+            "cell_id": self.id,
+            "platform": self.platform,
+            "column": self.column,
+            "isa": self.isa,
+            "emulated": self.emulated,
+            "model": self.model_name,
+            "case": self.case.id,
+            "family": self.model.family,
+        }
+
+    @property
+    def defect(self) -> Expectation | None:
+        """What a known vLLM defect makes this cell show instead of its expectation."""
+        known = self.case.known_defect
+        return known.shows.get(self.platform) if known else None
+
+    @property
+    def multiprocessing(self) -> bool:
+        knob = self.case.knobs.multiprocessing
+        return self.platform_spec.multiprocessing if knob is None else knob
+
+
+def expand(
+    matrix: Matrix,
+    platform: str | None = None,
+    *,
+    isa: str | None = None,
+    emulated: bool = False,
+) -> list[Cell]:
+    """Every (case, platform) pair with an expectation, in file order.
+
+    On CPU `isa` names the class the cells follow (the host's, or the one the rig
+    emulates); a case's `expect_by_isa` entry for that class replaces its CPU expectation.
+    """
+    if platform is not None and platform not in PLATFORMS:
+        raise MatrixError(
+            f"Unknown platform {platform!r}: kvrig knows {', '.join(PLATFORMS)}. Pass one of"
+            " them (or leave it out to use the host's)."
+        )
+    cells = []
+    for index, case in enumerate(matrix.cases):
+        line = matrix.case_line(index)
+        source = f"{matrix.path}:{line}" if matrix.path is not None and line else None
+        for plat, expect in case.expect.items():
+            if platform is not None and plat != platform:
+                continue
+            on_cpu = plat == "cpu"
+            if on_cpu and isa is not None:
+                expect = case.expect_by_isa.get(isa, expect)  # type: ignore[call-overload]
+            cells.append(
+                Cell(
+                    platform=plat,
+                    case=case,
+                    model_name=case.model,
+                    model=matrix.models[case.model],
+                    platform_spec=matrix.platforms[plat],
+                    expect=expect,
+                    isa=isa if on_cpu else None,
+                    emulated=emulated and on_cpu,
+                    source=source,
+                )
+            )
+    return cells
+
+
+def columns() -> list[str]:
+    """Every column a results folder can hold: the platforms, and `cpu-<class>`."""
+    return [*PLATFORMS, *(f"cpu-{cls}" for cls in isa.CLASSES)]

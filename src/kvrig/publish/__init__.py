@@ -1,0 +1,1 @@
+"""What reads judged cells: results rows, report, repro lines, release gate, CI pipelines."""

@@ -1,0 +1,130 @@
+"""Checks a column run inside a container against the matrix and the host's own run.
+
+    python -m kvrig.publish.container_check RESULTS [--host HOST_RESULTS] [--platform cpu]
+
+A container run can fail quietly in ways a host run cannot: results that never reach the
+host's folder, a column that stopped early, an image that is not the one the records name.
+So the container's results must hold a row for every cell of the platform, each passing
+(a known vLLM defect showing as recorded counts, as does a skip the matrix expects), each
+record naming the image it ran in and that image's digest; and where the host ran the same
+column, each cell must have judged the same way with the same block sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kvrig.define.cells import Cell, expand
+from kvrig.define.matrix import MatrixError
+from kvrig.define.matrix import load as load_matrix
+from kvrig.judge.verdict import PASSING, Status
+from kvrig.publish import results as results_mod
+
+# What must agree between a host row and a container row of the same cell.
+SAME_AS_HOST = ("status", "outcome", "worker_block_size", "engine_block_size", "kernel_block_sizes")
+
+
+def check(
+    cells: Sequence[Cell],
+    rows: Sequence[Mapping[str, Any]],
+    records: Mapping[str, Mapping[str, Any]],
+    host_rows: Sequence[Mapping[str, Any]] = (),
+    image_repo: str = "",
+) -> list[str]:
+    """The problems, one line each; none means the container run is as good as the host's."""
+    problems: list[str] = []
+    by_id = {r["cell_id"]: r for r in rows}
+    host_by_id = {r["cell_id"]: r for r in host_rows}
+    if not rows:
+        return ["no results came back from the container (results.jsonl is missing or empty)"]
+    for cell in cells:
+        row = by_id.get(cell.id)
+        if row is None:
+            problems.append(f"{cell.id}: no result came back from the container")
+            continue
+        # As the verdict counts it: a pass, a known defect showing as recorded (xfail), or
+        # a skip the matrix asks for.
+        allowed = (*PASSING, Status.SKIP) if cell.expect.outcome == "skip" else PASSING
+        if row["status"] not in allowed:
+            problems.append(f"{cell.id}: {row['status']} in the container: {row.get('reason')}")
+        host = records.get(cell.id, {}).get("host", {})
+        image, digest = host.get("image") or "", host.get("image_digest") or ""
+        if not image.startswith(image_repo) or not digest:
+            problems.append(
+                f"{cell.id}: its record does not name the image it ran in"
+                f" (image={image!r}, image_digest={digest!r})"
+            )
+        other = host_by_id.get(cell.id)
+        if other is not None:
+            diffs = [k for k in SAME_AS_HOST if other.get(k) != row.get(k)]
+            if diffs:
+                problems.append(
+                    f"{cell.id}: differs from the host's run in "
+                    + ", ".join(f"{k} ({other.get(k)!r} on the host)" for k in diffs)
+                )
+    return problems
+
+
+def read_records(folder: Path) -> dict[str, dict[str, Any]]:
+    records: dict[str, dict[str, Any]] = {}
+    for path in sorted((folder / "records").glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "cell_id" in data:
+            records[data["cell_id"]] = data
+    return records
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kvrig.publish.container_check")
+    parser.add_argument("results", type=Path, help="the container run's results folder")
+    parser.add_argument("--host", type=Path, help="the host run's results folder, to compare")
+    parser.add_argument("--platform", default="cpu")
+    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
+    parser.add_argument(
+        "--partial", action="store_true", help="check only the cells that ran (a -k selection)"
+    )
+    ns = parser.parse_args(argv)
+    try:
+        cells = expand(load_matrix(ns.matrix), ns.platform)
+    except MatrixError as exc:
+        print(f"kvrig container check: {exc}", file=sys.stderr)
+        return 2
+    host_rows = results_mod.read(ns.host) if ns.host is not None else []
+    rows = results_mod.read(ns.results)
+    if ns.partial:
+        ran = {r["cell_id"] for r in rows}
+        cells = [c for c in cells if c.id in ran]
+    problems = check(
+        cells,
+        rows,
+        read_records(ns.results),
+        host_rows,
+        f"kvrig-{ns.platform}:",
+    )
+    for line in problems:
+        print(f"FAIL {line}")
+    compared = f", the same as the host's {len(host_rows)} rows" if host_rows else ""
+    if problems:
+        print(
+            f"kvrig container check: {len(problems)} problem(s) in {ns.results} ({len(cells)}"
+            " cells). The container's logs are under its logs/ folder.",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"container results ok: {len(cells)} {ns.platform} cells passed in the container,"
+        f" records name the image and its digest{compared}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

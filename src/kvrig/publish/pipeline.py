@@ -1,0 +1,239 @@
+"""CI pipelines generated from matrix.yaml (`kvrig pipeline --format github|buildkite`).
+
+The matrix already knows the columns; writing the same list again by hand in a workflow
+file is how a platform ends up never run. So the pipelines are generated: one job per
+platform (or per shard of it) on the agents its `ci:` block names, each uploading its
+results folder, then a gate job that downloads them all, writes the report and runs the
+release gate over every platform, plus a nightly schedule. A unit test keeps the
+committed files equal to what this module generates.
+
+Shards split a column deterministically: cell k (in matrix order) belongs to shard
+k mod n + 1, so n jobs together run every cell exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kvrig.define.matrix import Matrix
+
+FORMATS = ("github", "buildkite")
+NIGHTLY_CRON = "0 3 * * *"
+GATE_RUNNER = "ubuntu-latest"
+GATE_AGENTS = {"queue": "default"}
+ARTIFACTS = "artifacts"
+PYTHON = "3.12"
+
+
+class ShardError(Exception):
+    """A --shard value that is not I/N with 1 <= I <= N; one paragraph for the user."""
+
+
+def parse_shard(text: str) -> str:
+    """Checks `I/N` and returns it normalised."""
+    i, n = _shard(text)
+    return f"{i}/{n}"
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i_text, n_text = text.split("/")
+        i, n = int(i_text), int(n_text)
+    except ValueError:
+        i = n = 0
+    if not 1 <= i <= n:
+        raise ShardError(
+            f"--shard {text!r} is not a shard: write I/N with 1 <= I <= N (e.g. --shard 2/3"
+            " runs the second of three equal parts of the column)."
+        )
+    return i, n
+
+
+def shard_cells(cell_ids: list[str], shard: str) -> set[str]:
+    """The cells of shard I/N, from the column's cell ids in matrix order (pure)."""
+    i, n = _shard(shard)
+    return {cid for k, cid in enumerate(cell_ids) if k % n == i - 1}
+
+
+def results_folder(platform: str, shard: int | str | None) -> str:
+    return f"results/{platform}" if shard is None else f"results/{platform}-shard{shard}"
+
+
+def _column_command(platform: str, shard: str | None, shards: int) -> str:
+    folder = results_folder(platform, shard)
+    tail = f" --shard {shard}/{shards}" if shard is not None else ""
+    return f"nox -s {platform} -- --results {folder}{tail}"
+
+
+def _gate_args(matrix: Matrix) -> str:
+    return " ".join(f"--platform {p}" for p in matrix.platforms)
+
+
+# --- GitHub Actions ------------------------------------------------------------------------
+
+_SETUP = [
+    {"uses": "actions/checkout@v4"},
+    {"uses": "actions/setup-python@v5", "with": {"python-version": PYTHON}},
+    {"run": "python -m pip install nox"},
+]
+
+
+def github(matrix: Matrix) -> dict[str, Any]:
+    jobs: dict[str, Any] = {}
+    for platform, spec in matrix.platforms.items():
+        ci = spec.ci
+        sharded = ci.shards > 1
+        shard = "${{ matrix.shard }}" if sharded else None
+        name = f"{platform} column" + (
+            f" (shard ${{{{ matrix.shard }}}}/{ci.shards})" if sharded else ""
+        )
+        job: dict[str, Any] = {
+            "name": name,
+            "runs-on": ci.runs_on[0] if len(ci.runs_on) == 1 else list(ci.runs_on),
+            "timeout-minutes": ci.timeout_minutes,
+        }
+        if sharded:
+            job["strategy"] = {
+                "fail-fast": False,
+                "matrix": {"shard": list(range(1, ci.shards + 1))},
+            }
+        artifact = f"kvrig-{platform}" + (f"-shard{shard}" if sharded else "")
+        job["steps"] = [
+            *_SETUP,
+            {
+                "name": "Run the column",
+                # The gate judges; a failing cell must not stop the upload or the gate.
+                "continue-on-error": True,
+                "run": _column_command(platform, shard, ci.shards),
+            },
+            {
+                "name": "Upload the results",
+                "if": "always()",
+                "uses": "actions/upload-artifact@v4",
+                "with": {"name": artifact, "path": results_folder(platform, shard)},
+            },
+        ]
+        jobs[platform] = job
+    jobs["gate"] = {
+        "name": "release gate",
+        "needs": list(matrix.platforms),
+        "if": "always()",
+        "runs-on": GATE_RUNNER,
+        "steps": [
+            *_SETUP,
+            {
+                "uses": "actions/download-artifact@v4",
+                "with": {"pattern": "kvrig-*", "path": ARTIFACTS},
+            },
+            {
+                "name": "Report (also into the job summary)",
+                "run": f"nox -s report -- {ARTIFACTS} --out report",
+            },
+            {
+                "name": "Upload the report",
+                "if": "always()",
+                "uses": "actions/upload-artifact@v4",
+                "with": {"name": "kvrig-report", "path": "report"},
+            },
+            {
+                "name": "Release gate",
+                "if": "always()",
+                "run": f"nox -s gate -- --results {ARTIFACTS} {_gate_args(matrix)}",
+            },
+        ],
+    }
+    return {
+        "name": "kvrig",
+        "on": {
+            "push": {"branches": ["main"]},
+            "pull_request": {},
+            "schedule": [{"cron": NIGHTLY_CRON}],
+            "workflow_dispatch": {},
+        },
+        "jobs": jobs,
+    }
+
+
+# --- Buildkite -----------------------------------------------------------------------------
+
+
+def buildkite(matrix: Matrix) -> dict[str, Any]:
+    steps: list[Any] = []
+    for platform, spec in matrix.platforms.items():
+        ci = spec.ci
+        shards = [str(i) for i in range(1, ci.shards + 1)] if ci.shards > 1 else [None]
+        for shard in shards:
+            suffix = f" (shard {shard}/{ci.shards})" if shard else ""
+            steps.append(
+                {
+                    "label": f"{platform} column{suffix}",
+                    "key": platform + (f"-shard{shard}" if shard else ""),
+                    "command": _column_command(platform, shard, ci.shards),
+                    "agents": dict(ci.agents),
+                    "timeout_in_minutes": ci.timeout_minutes,
+                    "artifact_paths": [f"{results_folder(platform, shard)}/**/*"],
+                    # The gate judges; a failing cell must not turn the build red on its own.
+                    "soft_fail": True,
+                }
+            )
+    steps.append({"wait": None, "continue_on_failure": True})
+    steps.append(
+        {
+            "label": "release gate",
+            "key": "gate",
+            "agents": dict(GATE_AGENTS),
+            "command": "\n".join(
+                [
+                    f"buildkite-agent artifact download 'results/**/*' {ARTIFACTS}/",
+                    f"nox -s report -- {ARTIFACTS} --out report || true",
+                    "if [ -f report/report.md ]; then buildkite-agent annotate --style info"
+                    " --context kvrig < report/report.md; fi",
+                    f"nox -s gate -- --results {ARTIFACTS} {_gate_args(matrix)}",
+                ]
+            ),
+            "artifact_paths": ["report/*"],
+        }
+    )
+    return {"steps": steps}
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line commands, no anchors: a file people read in review."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+_HEADER = {
+    "github": [
+        "# Generated from matrix.yaml by `kvrig pipeline --format github --output",
+        "# .github/workflows/kvrig.yml`; do not edit by hand.",
+        "# One job per platform column (runners: the platform's ci.runs_on), then the release",
+        "# gate over every column's results; nightly at " + NIGHTLY_CRON + " (UTC).",
+    ],
+    "buildkite": [
+        "# Generated from matrix.yaml by `kvrig pipeline --format buildkite --output",
+        "# ci/buildkite.yml`; do not edit by hand.",
+        "# One step per platform column (agents: the platform's ci.agents; each needs nox and a",
+        "# Docker or Podman engine), then the release gate over every column's results.",
+        f"# Nightly: add a schedule with cron {NIGHTLY_CRON!r} in the pipeline's settings.",
+    ],
+}
+
+
+def render(matrix: Matrix, fmt: str) -> str:
+    data = github(matrix) if fmt == "github" else buildkite(matrix)
+    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
+    return "\n".join(_HEADER[fmt]) + "\n" + body

@@ -1,0 +1,331 @@
+"""Summaries of results: a terminal table, Markdown and a self-contained HTML grid.
+
+The renderers are pure (rows and details in, text out); `gather` and `write` are the only
+parts that read records and logs from disk. The Markdown suits $GITHUB_STEP_SUMMARY and
+Buildkite annotations; the HTML page is one file a person can open anywhere, with the
+matrix as a grid (case rows, platform columns) whose cells open their record, the tail of
+their log and the commands that rerun them.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvrig.define.matrix import PLATFORMS
+from kvrig.host import isa
+from kvrig.judge.verdict import Status
+from kvrig.publish import repro as repro_mod
+from kvrig.publish import results as results_mod
+
+Row = dict[str, Any]
+_ICON = {Status.PASS: "✅", Status.FAIL: "❌", Status.SKIP: "⏭️", Status.XFAIL: "⚠️"}
+LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class Detail:
+    """What a grid cell opens: the cell's record, its log's tail, its repro commands."""
+
+    record: dict[str, Any] | None = None
+    log_tail: str = ""
+    repro: list[str] = field(default_factory=list)
+
+
+def _what(row: Row) -> str:
+    return row["reason"].removeprefix("as expected: ")
+
+
+def counts(rows: list[Row]) -> Counter[Status]:
+    return Counter(Status(r["status"]) for r in rows)
+
+
+def _tally(rows: list[Row]) -> str:
+    c = counts(rows)
+    xfail = c[Status.XFAIL]
+    known = f", {xfail} known vLLM defect(s) (xfail)" if xfail else ""
+    return f"{c[Status.PASS]} passed, {c[Status.FAIL]} failed, {c[Status.SKIP]} skipped{known}"
+
+
+def terminal(rows: list[Row]) -> str:
+    if not rows:
+        return "no cells were judged"
+    id_w = max(len(r["cell_id"]) for r in rows)
+    lines = [
+        f"{'cell':<{id_w}}  {'verdict':<7}  {'expected':<11}  {'block':<14}  {'time':>6}  what"
+    ]
+    for r in rows:
+        wall = f"{r['wall_s']:.0f}s" if r.get("wall_s") is not None else "-"
+        lines.append(
+            f"{r['cell_id']:<{id_w}}  {Status(r['status']).word:<7}  {r['expected']:<11}  "
+            f"{results_mod.block_text(r):<14}  {wall:>6}  {_what(r)}"
+        )
+    lines.append(_tally(rows))
+    return "\n".join(lines)
+
+
+# --- the grid ------------------------------------------------------------------------------
+
+
+def column_of(row: Row) -> str:
+    """A row's column: its platform, or `cpu-<class>` for a class the rig emulated."""
+    return row.get("column") or row.get("platform") or row["cell_id"].split("-", 1)[0]
+
+
+def _column_order(column: str) -> tuple[int, int]:
+    platform, _, cls = column.partition("-")
+    rank = PLATFORMS.index(platform) if platform in PLATFORMS else len(PLATFORMS)
+    # The host's own column first, then the classes from the highest down.
+    return rank, -(isa.CLASSES.index(cls) + 1) if cls in isa.CLASSES else -99
+
+
+def columns_of(rows: list[Row]) -> list[str]:
+    """The columns present, platforms in their order, a platform's CPU classes beside it."""
+    return sorted({column_of(r) for r in rows}, key=_column_order)
+
+
+def column_label(column: str, rows: list[Row]) -> str:
+    """A column's heading: `cpu (avx2)` for a host's own class, `cpu-avx2 (emulated)`."""
+    classes = sorted({r["isa"] for r in rows if column_of(r) == column and r.get("isa")})
+    if not classes:
+        return column
+    if "-" in column:
+        hosts = sorted({r.get("host_isa") or "?" for r in rows if column_of(r) == column})
+        return f"{column} (emulated on {', '.join(hosts)})"
+    return f"{column} ({', '.join(classes)})"
+
+
+def _key(row: Row) -> tuple[str, str, str]:
+    return (row.get("family") or "?", row.get("model") or "?", row.get("case") or row["cell_id"])
+
+
+def grid(rows: list[Row]) -> list[tuple[tuple[str, str, str], dict[str, Row]]]:
+    """Case rows (family, model, case) in first-seen order, each with its columns' rows."""
+    out: dict[tuple[str, str, str], dict[str, Row]] = {}
+    for r in rows:
+        out.setdefault(_key(r), {})[column_of(r)] = r
+    return list(out.items())
+
+
+def run_facts(rows: list[Row]) -> list[str]:
+    """One line per column: what ran where, so merged results stay traceable."""
+    lines = []
+    for column in columns_of(rows):
+        mine = [r for r in rows if column_of(r) == column]
+
+        def values(key: str, rs: list[Row] = mine) -> str:
+            return ", ".join(sorted({str(r[key]) for r in rs if r.get(key)})) or "?"
+
+        starts = sorted(r["started_at"] for r in mine if r.get("started_at"))
+        ends = sorted(r["ended_at"] for r in mine if r.get("ended_at"))
+        span = f"{starts[0]} to {ends[-1]}" if starts and ends else "times unknown"
+        lines.append(
+            f"{column_label(column, rows)}: {len(mine)} cells, {_tally(mine)};"
+            f" vLLM {values('vllm_version')}"
+            f" (commit {values('vllm_commit')}), rig {values('rig_version')},"
+            f" host {values('host_id')}; {span}"
+        )
+    return lines
+
+
+# --- Markdown ------------------------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(rows: list[Row], title: str, repro: Callable[[Row], list[str]] | None = None) -> str:
+    platforms = columns_of(rows)
+    out = [f"# {title}", "", _tally(rows), ""]
+    out += [f"- {line}" for line in run_facts(rows)]
+    out += [
+        "",
+        "| family | model | case | " + " | ".join(column_label(p, rows) for p in platforms) + " |",
+        "|---|---|---|" + "---|" * len(platforms),
+    ]
+    for (family, model, case), by_platform in grid(rows):
+        gate = " (gate)" if any(r.get("gate") for r in by_platform.values()) else ""
+        cells = []
+        for p in platforms:
+            r = by_platform.get(p)
+            cells.append(
+                "·"
+                if r is None
+                else f"{_ICON[Status(r['status'])]} {Status(r['status']).word}"
+                f" {results_mod.block_text(r)}"
+            )
+        out.append(f"| {family} | {model} | {case}{gate} | " + " | ".join(cells) + " |")
+    failed = [r for r in rows if r["status"] == Status.FAIL]
+    if failed:
+        out += ["", f"## Failures ({len(failed)})", ""]
+        for r in failed:
+            out.append(
+                f"- **`{r['cell_id']}`**{' (gate)' if r.get('gate') else ''}: {_md(r['reason'])}"
+            )
+            if repro is not None:
+                out += ["  ```", *(f"  {x}" for x in repro(r)), "  ```"]
+    skipped = [r for r in rows if r["status"] == Status.SKIP]
+    if skipped:
+        out += ["", f"## Skipped ({len(skipped)})", ""]
+        out += [f"- `{r['cell_id']}`: {_md(_what(r))}" for r in skipped]
+    return "\n".join(out) + "\n"
+
+
+# --- HTML ----------------------------------------------------------------------------------
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em}
+table{border-collapse:collapse}th,td{padding:4px 10px;border:1px solid #ddd;text-align:left}
+td.cell{cursor:pointer;font-weight:600}td.cell:hover{outline:2px solid #333}
+.pass{background:#d7f5dd}.fail{background:#f9d0d0}.skip{background:#e6e6e6}
+.xfail{background:#fbe9c6}
+td.none{color:#aaa}small{color:#555;font-weight:normal}
+dialog{max-width:90vw;width:70em}pre{white-space:pre-wrap;background:#f6f6f6;padding:6px}
+body.only-fail tr.clean{display:none}
+"""
+
+_SCRIPT = """
+(function(){
+  var dlg=document.getElementById('detail'),body=document.getElementById('detail-body');
+  function open(td){
+    var t=document.getElementById('t-'+td.dataset.cell);
+    body.replaceChildren(t.content.cloneNode(true));
+    dlg.showModal();
+  }
+  document.querySelectorAll('td.cell').forEach(function(td){
+    td.addEventListener('click',function(){open(td);});
+    td.addEventListener('keydown',function(e){if(e.key==='Enter'){open(td);}});
+  });
+  document.getElementById('close').addEventListener('click',function(){dlg.close();});
+  document.getElementById('only-fail').addEventListener('change',function(e){
+    document.body.classList.toggle('only-fail',e.target.checked);
+  });
+  document.body.dataset.ready='1';
+})();
+"""
+
+
+def _esc(x: object) -> str:
+    return html.escape(str(x))
+
+
+def _template(r: Row, d: Detail) -> str:
+    record = json.dumps(d.record, indent=2, sort_keys=True) if d.record else "(no record)"
+    parts = [
+        f"<h2>{_esc(r['cell_id'])}"
+        f" <span class={r['status']}>{Status(r['status']).word}</span></h2>",
+        f"<p>{_esc(r['reason'])}</p>",
+        f"<p>expected {_esc(r.get('expected'))}; block size {_esc(results_mod.block_text(r))};"
+        f" vLLM {_esc(r.get('vllm_version'))}; host {_esc(r.get('host_id'))}</p>",
+    ]
+    if d.repro:
+        parts.append(
+            "<h3>Rerun it alone</h3><pre class=repro>" + _esc("\n".join(d.repro)) + "</pre>"
+        )
+    parts.append(
+        f"<h3>Log (last {LOG_TAIL_LINES} lines)</h3>"
+        f"<pre class=log>{_esc(d.log_tail or '(no log)')}</pre>"
+    )
+    parts.append(f"<h3>Record</h3><pre class=record>{_esc(record)}</pre>")
+    return f"<template id='t-{_esc(r['cell_id'])}'>{''.join(parts)}</template>"
+
+
+def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = None) -> str:
+    details = details or {}
+    platforms = columns_of(rows)
+    head = "".join(f"<th>{_esc(column_label(p, rows))}</th>" for p in platforms)
+    trs, templates = [], []
+    for (family, model, case), by_platform in grid(rows):
+        gate = " <small>gate</small>" if any(r.get("gate") for r in by_platform.values()) else ""
+        clean = all(r["status"] != Status.FAIL for r in by_platform.values())
+        tds = []
+        for p in platforms:
+            r = by_platform.get(p)
+            if r is None:
+                tds.append("<td class=none>·</td>")
+                continue
+            tds.append(
+                f"<td class='cell {r['status']}' data-cell='{_esc(r['cell_id'])}' tabindex=0"
+                f" title='{_esc(_what(r))}'>{Status(r['status']).word}"
+                f" <small>{_esc(results_mod.block_text(r))}</small></td>"
+            )
+            templates.append(_template(r, details.get(r["cell_id"], Detail())))
+        trs.append(
+            f"<tr class={'clean' if clean else 'dirty'}><td>{_esc(family)}</td>"
+            f"<td>{_esc(model)}</td><td>{_esc(case)}{gate}</td>{''.join(tds)}</tr>"
+        )
+    facts = "".join(f"<li>{_esc(x)}</li>" for x in run_facts(rows))
+    failed = [r for r in rows if r["status"] == Status.FAIL]
+    failures = (
+        f"<h2>Failures ({len(failed)})</h2><ul id=failures>"
+        + "".join(
+            f"<li><code>{_esc(r['cell_id'])}</code>: {_esc(r['reason'])}</li>" for r in failed
+        )
+        + "</ul>"
+        if failed
+        else ""
+    )
+    return (
+        "<!doctype html><html lang=en><meta charset=utf-8>"
+        f"<title>{_esc(title)}</title><style>{_STYLE}</style><body>"
+        f"<h1>{_esc(title)}</h1><p id=tally>{_esc(_tally(rows))}</p><ul>{facts}</ul>"
+        "<label><input type=checkbox id=only-fail> only rows with a failure</label>"
+        f"<table id=grid><thead><tr><th>family</th><th>model</th><th>case</th>{head}</tr></thead>"
+        f"<tbody>{''.join(trs)}</tbody></table>"
+        "<p><small>Click a cell for its record, log and the commands that rerun it.</small></p>"
+        f"{failures}"
+        "<dialog id=detail><button id=close>close</button><div id=detail-body></div></dialog>"
+        f"{''.join(templates)}<script>{_SCRIPT}</script></body></html>\n"
+    )
+
+
+# --- reading and writing -------------------------------------------------------------------
+
+
+def log_tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def repro_lines(r: Row) -> list[str]:
+    return repro_mod.lines(r["cell_id"], column_of(r), r.get("image"))
+
+
+def gather(merged: results_mod.Merged) -> dict[str, Detail]:
+    """Each cell's record and log tail, looked up beside the results file it came from."""
+    out = {}
+    for r in merged.rows:
+        cid = r["cell_id"]
+        folder = merged.sources[cid].parent
+        record_path = folder / "records" / f"{cid}.json"
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            record = None
+        log = folder / "logs" / f"{cid}.log"
+        if not log.exists() and r.get("log"):
+            log = Path(r["log"])
+        out[cid] = Detail(record, log_tail(log), repro_lines(r))
+    return out
+
+
+def write_merged(merged: results_mod.Merged, out: Path, title: str) -> tuple[Path, Path]:
+    """Writes report.md and report.html into `out`; returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    md, page = out / "report.md", out / "report.html"
+    md.write_text(markdown(merged.rows, title, repro_lines))
+    page.write_text(to_html(merged.rows, title, gather(merged)))
+    return md, page
+
+
+def write(results: Path) -> tuple[Path, Path]:
+    """Writes report.md and report.html beside one folder's results; returns their paths."""
+    return write_merged(results_mod.collect([results]), results, f"kvrig results: {results.name}")

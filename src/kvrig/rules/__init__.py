@@ -1,0 +1,1 @@
+"""The block size vLLM should choose, restated from its code and computed without vLLM."""

@@ -1,0 +1,206 @@
+"""Runs one cell: builds a real engine from the cell, generates, and writes what it saw.
+
+This module is the body of the cell's own process (`python -m kvrig.run.cell WORKDIR`), which
+kvrig.run.runner starts, watches and kills. The pure parts (engine arguments, environment,
+crafted-backend spec) are importable without vLLM so the runner and unit tests use them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kvrig.define.cells import OFFLINE_ENV, Cell
+from kvrig.host import isa
+from kvrig.run.vllm_plugin import CRAFT_ENV, PROBE_ENV
+from kvrig.run.vllm_plugin.crafted import BackendSpec, CraftSpec
+from kvrig.run.vllm_plugin.probe import error_info
+
+CELL_FILE = "cell.json"
+FRONTEND_FILE = "frontend.json"
+PROBE_FILE = "probe.jsonl"
+# A test hook: tests of the runner set it to make a cell misbehave without an engine
+# ("sigill", "sleep:SECONDS", "orphan:SECONDS", "fake:SECONDS"); nothing in the rig sets it.
+FAULT_ENV = "KVRIG_TEST_FAULT"
+ORPHAN_PID_FILE = "orphan.pid"
+# A folder with only a sitecustomize.py: first on PYTHONPATH in an emulated cell.
+ISA_BOOT = Path(__file__).resolve().parent / "isa_boot"
+
+
+def emulation_env(cell: Cell, pythonpath: str | None) -> dict[str, str]:
+    """What makes every process of an emulated cell see its CPU class: the class, torch's
+    and oneDNN's caps, and the boot folder whose sitecustomize caps torch's probes in each
+    interpreter that starts (the warm parent, an engine core or worker vLLM spawns)."""
+    if not (cell.emulated and cell.isa):
+        return {}
+    path = os.pathsep.join(p for p in (str(ISA_BOOT), pythonpath) if p)
+    return {**isa.emulation_env(cell.isa), "PYTHONPATH": path}
+
+
+def craft_spec(cell: Cell) -> CraftSpec | None:
+    """The plugin's instructions for this cell, with bases resolved for its platform."""
+    crafted = cell.case.crafted
+    if crafted.replace is None and not crafted.siblings:
+        return None
+    platform = cell.platform_spec
+    # A replacement overrides the member the platform would pick; a case may name it (e.g.
+    # TRITON_ATTN when the case selects that backend).
+    default = cell.case.knobs.attention_backend or platform.default_backend
+    replace = None
+    if crafted.replace is not None:
+        r = crafted.replace
+        replace = BackendSpec(r.name, tuple(r.sizes), r.exact, r.target or default)
+    siblings = tuple(
+        BackendSpec(s.name, tuple(s.sizes), s.exact, s.base or default, s.layers)
+        for s in crafted.siblings
+    )
+    return CraftSpec(replace=replace, siblings=siblings, route=platform.crafted_route)
+
+
+def cell_env(cell: Cell, workdir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the cell's process; vLLM reads most of it at import time."""
+    env = dict(os.environ if base is None else base)
+    env.update(cell.platform_spec.env)
+    env.update(OFFLINE_ENV)
+    env.update(
+        {
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if cell.multiprocessing else "0",
+            "VLLM_PLUGINS": "kvrig",
+            "PYTHONUNBUFFERED": "1",
+            PROBE_ENV: str(workdir / PROBE_FILE),
+        }
+    )
+    env.update(emulation_env(cell, env.get("PYTHONPATH")))
+    spec = craft_spec(cell)
+    if spec is not None:
+        env[CRAFT_ENV] = spec.to_json()
+    else:
+        env.pop(CRAFT_ENV, None)
+    return env
+
+
+def engine_kwargs(cell: Cell, model_dir: Path) -> dict[str, Any]:
+    """Arguments for vllm.LLM: a tiny offline engine plus the case's knobs."""
+    m = cell.model
+    knobs = cell.case.knobs
+    kwargs: dict[str, Any] = {
+        "model": str(model_dir),
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "dtype": m.dtype,
+        "max_model_len": m.max_model_len,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": max(256, m.max_model_len),
+        "enforce_eager": True,
+        "seed": 0,
+    }
+    for name in (
+        "block_size",
+        "enable_prefix_caching",
+        "mamba_ssm_cache_dtype",
+        "kv_cache_dtype",
+        "kv_cache_dtype_skip_layers",
+    ):
+        value = getattr(knobs, name)
+        if value is not None:
+            kwargs[name] = value
+    backend = knobs.attention_backend
+    if cell.case.crafted.replace is not None and cell.platform_spec.crafted_route == "custom":
+        backend = "CUSTOM"
+    if backend is not None:
+        kwargs["attention_config"] = {"backend": backend}
+    return kwargs
+
+
+def run(workdir: Path) -> dict[str, Any]:
+    """The engine's life for one cell; every result goes into the returned dict."""
+    from kvrig.define import models
+
+    cell = Cell.model_validate_json((workdir / CELL_FILE).read_text())
+    out: dict[str, Any] = {"timings": {}, "tokens_generated": 0, "pid": os.getpid()}
+    t0 = time.monotonic()
+    model_dir = models.write(cell.model_name, cell.model)
+    import torch
+    import vllm
+
+    out["timings"]["import_s"] = round(time.monotonic() - t0, 3)
+    out["vllm_version"] = getattr(vllm, "__version__", None)
+    try:
+        from vllm import _version
+
+        out["vllm_commit"] = getattr(_version, "__commit_id__", None)
+    except ImportError:
+        out["vllm_commit"] = None
+    out["torch_version"] = torch.__version__
+    kwargs = engine_kwargs(cell, model_dir)
+    out["engine_kwargs"] = kwargs
+    t1 = time.monotonic()
+    try:
+        llm = vllm.LLM(**kwargs)
+        out["timings"]["engine_start_s"] = round(time.monotonic() - t1, 3)
+        out["engine_block_size"] = llm.llm_engine.vllm_config.cache_config.block_size
+        params = vllm.SamplingParams(
+            max_tokens=cell.case.max_tokens, temperature=0.0, ignore_eos=True, detokenize=False
+        )
+        # bf16 prompts of <= 4 tokens hit an illegal instruction on some AMX CPUs; the
+        # matrix keeps prompts at >= 5 tokens.
+        prompt = {
+            "prompt_token_ids": [(7 * i + 3) % 500 + 1 for i in range(cell.case.prompt_tokens)]
+        }
+        t2 = time.monotonic()
+        result = llm.generate([prompt], params, use_tqdm=False)
+        out["timings"]["generate_s"] = round(time.monotonic() - t2, 3)
+        out["tokens_generated"] = len(result[0].outputs[0].token_ids)
+    except Exception as exc:  # the record says what went wrong; the process itself is fine
+        out["timings"].setdefault("engine_start_s", round(time.monotonic() - t1, 3))
+        out["frontend_error"] = {**error_info(exc), "process": "front end"}
+        traceback.print_exc()
+    out["timings"]["cell_s"] = round(time.monotonic() - t0, 3)
+    return out
+
+
+def inject_fault(fault: str, workdir: Path) -> dict[str, Any]:
+    """Misbehaves as a test asked, then returns a summary without an engine (if alive)."""
+    kind, _, arg = fault.partition(":")
+    print(f"kvrig test fault: {fault}", flush=True)
+    if kind == "sigill":
+        os.kill(os.getpid(), signal.SIGILL)
+    elif kind == "orphan":
+        pid = os.fork()
+        if pid == 0:  # stays in the cell's session, meant to outlive the cell
+            time.sleep(600)
+            os._exit(0)
+        (workdir / ORPHAN_PID_FILE).write_text(str(pid))
+        time.sleep(float(arg or 0))
+    elif kind in ("sleep", "fake"):
+        time.sleep(float(arg or 0))
+    else:
+        raise ValueError(f"unknown {FAULT_ENV}: {fault!r}")
+    return {"timings": {"cell_s": float(arg or 0)}, "tokens_generated": 0, "pid": os.getpid()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m kvrig.run.cell WORKDIR", file=sys.stderr)
+        return 2
+    workdir = Path(args[0])
+    fault = os.environ.get(FAULT_ENV)
+    out = inject_fault(fault, workdir) if fault else run(workdir)
+    tmp = workdir / (FRONTEND_FILE + ".tmp")
+    tmp.write_text(json.dumps(out, indent=2, default=str))
+    tmp.replace(workdir / FRONTEND_FILE)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # vLLM's shutdown can linger on background threads; the record is written, so leave.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,442 @@
+"""A warm parent for cells: imports vLLM once, then forks one fresh process per cell.
+
+`import vllm` costs about 8 s of CPU on these machines, more than a tiny engine's whole
+life, so each cell pays it only once per server: the server imports vLLM (and the model
+and engine modules the matrix uses) and forks a child per cell. The child is still a
+process of its own, in a session of its own (so the runner can find and kill everything
+it starts), with the cell's environment and log, and nothing of an earlier cell: cells
+are forked from the server, never from each other, and the server itself never builds an
+engine, loads vLLM's plugins or runs a torch operation, so it holds no thread pool, no
+platform state and no plugin registration a child could inherit.
+
+What may differ between the server's environment and a cell's is limited to variables
+that vLLM and the kvrig plugin read after the fork (`LAZY_ENV`); a cell whose other
+variables differ gets a server of its own (`env_key`). vLLM's `envs` module reads the
+environment on each access until an engine enables its cache, which only happens in the
+child.
+
+Cold mode (`warm=False`) keeps the same supervision but the child `exec`s a new
+interpreter (`python -m kvrig.run.cell`), the plain fresh-process path.
+
+If the process that owns the server dies (even by SIGKILL) the server sees its stdin
+close, kills the session of every cell it started and exits, so no engine outlives a
+killed run.
+
+Protocol (one JSON object a line): the owner writes {"workdir", "env", "log"}; the server
+answers {"pid"} at once and {"exit": pid, "status": returncode} when the cell's process
+ends (a negative returncode is the signal that ended it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from kvrig.run.vllm_plugin import CRAFT_ENV, MUTATE_ENV, PROBE_ENV
+
+# Read by vLLM or the kvrig plugin only when an engine is built, i.e. after the fork.
+LAZY_ENV = frozenset(
+    {
+        CRAFT_ENV,
+        PROBE_ENV,
+        MUTATE_ENV,
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "KVRIG_TEST_FAULT",
+        "PYTHONUNBUFFERED",
+        "PYTEST_CURRENT_TEST",  # pytest changes it for every test; nothing in vLLM reads it
+    }
+)
+MAX_SERVERS = 2  # per owner: each holds a vLLM import (about 0.5 GB)
+# What a cell's process needs from vLLM; importing them costs no thread and no engine.
+PRELOAD = (
+    "torch",
+    "vllm",
+    "vllm.entrypoints.llm",
+    "vllm.v1.engine.llm_engine",
+    "vllm.v1.engine.core",
+    "vllm.v1.engine.core_client",
+    "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.executor.multiproc_executor",
+    "vllm.v1.worker.cpu_worker",
+    "vllm.v1.worker.cpu_model_runner",
+    "vllm.v1.attention.backends.cpu_attn",
+    "vllm.v1.attention.backends.registry",
+    "vllm.model_executor.models.llama",
+    "vllm.model_executor.models.granitemoehybrid",
+    "vllm.model_executor.models.nemotron_h",
+    "vllm.model_executor.models.qwen3_next",
+    "vllm.model_executor.models.deepseek_v2",
+    "kvrig.define.models",
+    "kvrig.run.vllm_plugin.crafted",
+    "kvrig.run.vllm_plugin.probe",
+)
+READY_TIMEOUT_S = 600.0
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def env_key(env: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    """The part of an environment that must equal the server's for a child to use it."""
+    return frozenset((k, v) for k, v in env.items() if k not in LAZY_ENV)
+
+
+def server_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A cell's environment without its per-cell part: what the server imports under."""
+    return {k: v for k, v in env.items() if k not in LAZY_ENV}
+
+
+def die_with_parent() -> None:
+    """Asks the kernel to SIGKILL this process when its parent dies (Linux)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _prctl(option: int, value: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _thread_count() -> int:
+    from kvrig.run.procs import thread_count
+
+    return thread_count()
+
+
+# --- the server (its own process) ---------------------------------------------------------
+
+
+def _preload(modules: tuple[str, ...]) -> list[str]:
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a module another vLLM version lacks: not preloaded, still works
+            missing.append(name)
+    return missing
+
+
+def _child(request: dict[str, Any], warm: bool, python: str) -> None:
+    """The cell's process, right after fork; never returns."""
+    try:
+        os.setsid()
+        # The server dies only when its owner is gone; the cell then goes with it.
+        die_with_parent()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(null)
+        env = request["env"]
+        if not warm:
+            os.execve(python, [python, "-m", "kvrig.run.cell", request["workdir"]], env)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        from kvrig.run import cell
+
+        cell.main([request["workdir"]])  # ends with os._exit
+    except BaseException:
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+            sys.stderr.flush()
+    os._exit(70)
+
+
+def _kill_sessions(sids: set[int]) -> None:
+    from kvrig.run.procs import kill_session
+
+    for sid in sids:
+        kill_session(sid)
+
+
+def serve(warm: bool, python: str, preload: tuple[str, ...] = PRELOAD) -> int:
+    """The server's loop: fork a cell per request, report its end, reap orphans."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # a cell's leaked children come back here to reap
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when cells stop
+    started = time.monotonic()
+    missing = _preload(preload) if warm else []
+    if warm and "vllm" in preload:
+        import vllm.plugins
+
+        import kvrig.run.vllm_plugin
+
+        if getattr(vllm.plugins, "plugins_loaded", False) or kvrig.run.vllm_plugin._done:
+            print("forkserver: vLLM's plugins were loaded at import", file=sys.stderr)
+            return 3
+    out = sys.stdout
+    _say(
+        out,
+        {
+            "ready": os.getpid(),
+            "import_s": round(time.monotonic() - started, 3),
+            "threads": _thread_count(),
+            "missing": missing,
+        },
+    )
+    stdin = sys.stdin.buffer
+    running: dict[int, float] = {}  # cell pid -> start time
+    sessions: set[int] = set()
+    try:
+        while True:
+            ready, _, _ = select.select([stdin], [], [], 0.1)
+            if ready:
+                line = stdin.readline()
+                if not line:
+                    return 0  # the owner is gone: the finally below ends its cells
+                request = json.loads(line)
+                # The owner has ended the sessions of cells that are over; forget them, so
+                # a session id the system hands out again is never killed by mistake.
+                sessions &= set(running)
+                sys.stdout.flush()
+                pid = os.fork()
+                if pid == 0:
+                    _child(request, warm, python)
+                running[pid] = time.monotonic()
+                sessions.add(pid)
+                _say(out, {"pid": pid})
+            while True:
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                if running.pop(pid, None) is not None:
+                    _say(out, {"exit": pid, "status": os.waitstatus_to_exitcode(status)})
+    except BrokenPipeError:
+        return 0
+    finally:
+        _kill_sessions(sessions)
+
+
+def _say(out: IO[str], message: dict[str, Any]) -> None:
+    out.write(json.dumps(message) + "\n")
+    out.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--cold" in args:
+        return serve(False, sys.executable)
+    given = [a.split("=", 1)[1] for a in args if a.startswith("--preload=")]
+    preload = tuple(m for m in given[-1].split(",") if m) if given else PRELOAD
+    return serve(True, sys.executable, preload)
+
+
+# --- the owner's side ---------------------------------------------------------------------
+
+
+class ServerError(RuntimeError):
+    """The server could not start or stopped answering."""
+
+
+class ForkServer:
+    """One server process, owned by one runner process (e.g. one pytest-xdist worker)."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        warm: bool = True,
+        python: str = sys.executable,
+        log: Path | None = None,
+        preload: tuple[str, ...] = PRELOAD,
+    ) -> None:
+        self.key = env_key(env)
+        self.warm = warm
+        self.preload = preload
+        self.python = python
+        self.log = log
+        self.import_s: float | None = None
+        self.threads: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._env = server_env(env)
+        self._exits: dict[int, int] = {}
+        self._buf = b""
+
+    def start(self) -> ForkServer:
+        mode = f"--preload={','.join(self.preload)}" if self.warm else "--cold"
+        args = [self.python, "-m", "kvrig.run.forkserver", mode]
+        err: Any = subprocess.DEVNULL
+        if self.log is not None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            err = open(self.log, "ab")  # noqa: SIM115
+        try:
+            # A session of its own: a Ctrl-C in the terminal reaches the owner, which
+            # stops the cells itself, not the server mid-fork.
+            self._proc = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=self._env,
+                start_new_session=True,
+            )
+        finally:
+            if err is not subprocess.DEVNULL:
+                err.close()
+        msg = self._read(READY_TIMEOUT_S)
+        if msg is None or "ready" not in msg:
+            self.close()
+            raise ServerError(
+                "the warm cell parent did not start"
+                + (f"; see {self.log}" if self.log else "")
+                + ". Run the column with --cold to start each cell in a fresh interpreter."
+            )
+        self.import_s = msg.get("import_s")
+        self.threads = msg.get("threads")
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def matches(self, env: Mapping[str, str]) -> bool:
+        return env_key(env) == self.key
+
+    def spawn(self, workdir: Path, env: Mapping[str, str], log: Path) -> int:
+        """Starts a cell's process; returns its pid (also its session id)."""
+        assert self._proc is not None and self._proc.stdin is not None
+        request = {"workdir": str(workdir), "env": dict(env), "log": str(log)}
+        try:
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise ServerError("the warm cell parent is gone") from exc
+        while True:
+            msg = self._read(60.0)
+            if msg is None:
+                raise ServerError("the warm cell parent did not answer")
+            if "pid" in msg:
+                return int(msg["pid"])
+            self._note(msg)
+
+    def poll(self, pid: int, timeout: float) -> int | None:
+        """The cell's returncode once its process has ended, else None after timeout."""
+        if pid in self._exits:
+            return self._exits.pop(pid)
+        msg = self._read(timeout)
+        if msg is not None:
+            self._note(msg)
+        if pid in self._exits:
+            return self._exits.pop(pid)
+        if not self.alive():
+            # The server died: its cell was killed with it (PDEATHSIG).
+            return -signal.SIGKILL
+        return None
+
+    def _note(self, msg: dict[str, Any]) -> None:
+        if "exit" in msg:
+            self._exits[int(msg["exit"])] = int(msg["status"])
+
+    def _read(self, timeout: float) -> dict[str, Any] | None:
+        """The next message, or None after timeout or once the server is gone. Reads the
+        raw pipe into a buffer of its own: two messages may arrive in one read (a cell
+        that dies at once), and a buffered file would hide the second from select."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                try:
+                    return json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # stray output on the server's stdout is not a message
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self._buf += chunk
+
+    def close(self) -> None:
+        """Ends the server; it kills whatever cell session it still has."""
+        if self._proc is None:
+            return
+        with contextlib.suppress(OSError):
+            if self._proc.stdin:
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout:
+            self._proc.stdout.close()
+        self._proc = None
+
+
+class Pool:
+    """The servers of one runner process, one per import-time environment, replaced when
+    one has died."""
+
+    def __init__(
+        self,
+        *,
+        warm: bool = True,
+        python: str = sys.executable,
+        log_dir: Path | None = None,
+        preload: tuple[str, ...] = PRELOAD,
+    ) -> None:
+        self.warm = warm
+        self.python = python
+        self.log_dir = log_dir
+        self.preload = preload
+        self._servers: list[ForkServer] = []
+
+    def get(self, env: Mapping[str, str]) -> ForkServer:
+        for server in list(self._servers):
+            if not server.alive():
+                server.close()
+                self._servers.remove(server)
+            elif server.matches(env):
+                return server
+        while len(self._servers) >= MAX_SERVERS:
+            self._servers.pop(0).close()
+        n = len(self._servers)
+        log = self.log_dir / f"forkserver-{os.getpid()}-{n}.log" if self.log_dir else None
+        server = ForkServer(
+            env, warm=self.warm, python=self.python, log=log, preload=self.preload
+        ).start()
+        self._servers.append(server)
+        return server
+
+    @property
+    def servers(self) -> list[ForkServer]:
+        return list(self._servers)
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The record of one cell: what the engine did, as facts, before anyone judges them.
+
+Records are written by kvrig.run.runner the moment a cell ends and read back by verdicts,
+reports and the gate, so they are plain JSON with a schema that tolerates missing parts
+(a cell that crashed has no block size to report).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# ran: the engine started and generate() returned; error: an exception ended the cell;
+# crashed: the process died on a signal or without a record; timeout/memory: the runner
+# ended it; skipped: the matrix said not to run it.
+Outcome = Literal["ran", "error", "crashed", "timeout", "memory", "skipped"]
+
+
+class ErrorInfo(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: str
+    message: str
+    function: str | None = None
+    # The process that raised it: "front end" (in-process engines too) or "worker".
+    process: Literal["worker", "front end"] = "front end"
+    frames: list[str] = Field(default_factory=list)
+
+    def one_line(self) -> str:
+        msg = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        where = f" from {self.function}" if self.function else ""
+        return f"{self.type}{where}: {msg}"
+
+
+class KVGroup(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    kind: str
+    block_size: int
+    page_size_bytes: int
+    real_page_size_bytes: int | None = None
+    layers: list[str] = Field(default_factory=list)
+    backends: list[str] = Field(default_factory=list)
+    kernel_block_size: int | None = None
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    cell_id: str
+    platform: str
+    # The results column (the platform, or cpu-<class> for an emulated class), the CPU
+    # class whose rules the cell follows, and whether the rig emulated it; the host's own
+    # flags and class are in `host`.
+    column: str | None = None
+    isa: str | None = None
+    emulated: bool = False
+    model: str
+    case: str
+    family: str
+    outcome: Outcome
+    multiprocessing: bool = False
+    # Block sizes: the worker's before/after alignment, and the engine core's afterwards.
+    block_size_before: int | None = None
+    user_specified_block_size: bool | None = None
+    worker_block_size: int | None = None
+    engine_block_size: int | None = None
+    mamba_page_size_padded: int | None = None
+    backends: list[str] = Field(default_factory=list)
+    backends_accept: dict[str, bool] = Field(default_factory=dict)
+    backend_kernel_sizes: dict[str, list[str]] = Field(default_factory=dict)
+    layer_backends: dict[str, str] = Field(default_factory=dict)
+    kv_cache_groups: list[KVGroup] = Field(default_factory=list)
+    kernel_block_sizes: list[int] = Field(default_factory=list)
+    # What the worker's vLLM saw of the CPU (torch's probes, the kernel library loaded,
+    # the SSM state dtype it settled on): the proof that an emulated class is what ran.
+    isa_view: dict[str, Any] | None = None
+    # Errors: the root cause (from the process that raised it) and what the caller saw.
+    error: ErrorInfo | None = None
+    frontend_error: ErrorInfo | None = None
+    kv_cache_sized_before_error: bool | None = None
+    tokens_generated: int = 0
+    timings: dict[str, float] = Field(default_factory=dict)
+    exit_code: int | None = None
+    signal: str | None = None
+    peak_rss_mb: float | None = None
+    vllm_version: str | None = None
+    vllm_commit: str | None = None
+    torch_version: str | None = None
+    host: dict[str, Any] = Field(default_factory=dict)
+    log: str | None = None
+    skip_reason: str | None = None
+    note: str | None = None
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.model_dump_json(indent=2) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> Record:
+        return cls.model_validate(json.loads(path.read_text()))
