@@ -25,15 +25,17 @@ import pytest
 from kvrig.define.cells import Cell, expand
 from kvrig.define.matrix import load
 from kvrig.publish import results as results_mod
+from kvrig.run import procs
 from kvrig.run.cell import FAULT_ENV, ORPHAN_PID_FILE
 from kvrig.run.forkserver import Pool
 from kvrig.run.record import Record
-from kvrig.run.runner import Paths, run_cell, session_pids
+from kvrig.run.runner import Paths, run_cell
 
 DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
 
 ROOT = Path(__file__).resolve().parents[2]
-LIGHT = ("kvrig.run.cell",)  # a warm parent without vLLM: forks exactly like the real one
+LIGHT = ("kvrig.run.cell",)
+TOKEN_ENV = "KVRIG_FAULT_TEST_TOKEN"  # a warm parent without vLLM: forks exactly like the real one
 
 
 def cells() -> dict[str, Cell]:
@@ -45,27 +47,9 @@ def a_cell(n: int = 0) -> Cell:
     return runnable[n]
 
 
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] != "Z"
-
-
 def with_token(token: str) -> list[int]:
-    """Live processes whose environment carries token (everything a run started)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            env = Path(f"/proc/{entry.name}/environ").read_bytes()
-        except OSError:
-            continue
-        if token.encode() in env and alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
+    """Live processes whose environment carries the run's token (everything it started)."""
+    return procs.with_env(TOKEN_ENV, token)
 
 
 def gone_within(pids_of, seconds: float = 20.0) -> list[int]:
@@ -148,8 +132,8 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path, pool: Pool, fault
     assert rec.outcome == "timeout" and "killed after" in (rec.note or "")
     assert time.monotonic() - started < 30
     orphan = int((Paths(tmp_path, rec.cell_id).workdir / ORPHAN_PID_FILE).read_text())
-    assert not alive(orphan)
-    assert session_pids(orphan) == []
+    assert not procs.alive(orphan)
+    assert procs.session_pids(orphan) == []
 
 
 def test_a_child_that_would_outlive_its_cell_is_killed(tmp_path: Path, pool: Pool, fault) -> None:
@@ -157,7 +141,7 @@ def test_a_child_that_would_outlive_its_cell_is_killed(tmp_path: Path, pool: Poo
     rec = run_cell(a_cell(), tmp_path, pool=pool)
     assert rec.outcome == "ran"
     orphan = int((Paths(tmp_path, rec.cell_id).workdir / ORPHAN_PID_FILE).read_text())
-    assert gone_within(lambda: [orphan] if alive(orphan) else [], 5) == []
+    assert gone_within(lambda: [orphan] if procs.alive(orphan) else [], 5) == []
 
 
 def test_cold_mode_has_the_same_supervision(tmp_path: Path, fault) -> None:
@@ -166,7 +150,7 @@ def test_cold_mode_has_the_same_supervision(tmp_path: Path, fault) -> None:
         rec = run_cell(a_cell(), tmp_path, pool=p, timeout_s=3)
     assert rec.outcome == "timeout"
     orphan = int((Paths(tmp_path, rec.cell_id).workdir / ORPHAN_PID_FILE).read_text())
-    assert not alive(orphan)
+    assert not procs.alive(orphan)
 
 
 # --- whole columns, killed and interrupted --------------------------------------------------
@@ -175,7 +159,7 @@ SELECT = "granite_hybrid"
 
 
 def column(results: Path, token: str, fault_spec: str, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, FAULT_ENV: fault_spec, "KVRIG_FAULT_TEST_TOKEN": token}
+    env = {**os.environ, FAULT_ENV: fault_spec, TOKEN_ENV: token}
     env.pop("PYTEST_XDIST_WORKER", None)
     args = [sys.executable, "-m", "kvrig", "column", "--platform", "cpu", "--cold"]
     args += ["--results", str(results), "--", "-k", SELECT, "-p", "no:cacheprovider", *extra]

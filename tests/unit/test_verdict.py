@@ -207,7 +207,7 @@ def test_early_error_parser() -> None:
     assert early_error_backends("something else") is None
 
 
-AVX512_BF16 = {"isa": {"avx512_bf16": True}}
+AVX512_BF16 = {"isa_class": "avx512_bf16"}
 
 
 def test_a_size_other_than_the_computed_one_fails_with_both_sizes() -> None:
@@ -225,6 +225,59 @@ def test_the_early_error_size_is_compared_too() -> None:
     )
     v = judge(cell, rec)
     assert v.status == "fail" and "vLLM raised at 416, expected 384" in v.reason
+
+
+def test_the_size_follows_the_cpu_class_of_the_host_or_the_emulated_one() -> None:
+    # Below AVX512-BF16 the SSM state stays bf16: the tiny granite aligns to 256.
+    rec = ran(worker_block_size=256, host={"isa_class": "avx2"})
+    v = judge(cell_with(RUNS), rec)
+    assert v.status == "pass" and v.expected_block_size == 256
+    # A cell run under an emulated class follows that class, whatever the host is.
+    emulated = cell_with(RUNS).model_copy(update={"isa": "avx2", "emulated": True})
+    assert judge(emulated, ran(worker_block_size=256, host={"isa_class": "amx"})).passed
+    assert judge(emulated, ran(host={"isa_class": "amx"})).status == "fail"
+
+
+def test_a_size_that_cannot_be_computed_is_said_and_fails_a_gate_cell() -> None:
+    # No ISA facts at all: the CPU class, and so the SSM state dtype, is unknown.
+    v = judge(cell_with(RUNS), ran(worker_block_size=4096, host={}))
+    assert v.status == "pass"
+    assert "size not checked: the CPU class is unknown (no ISA facts in the record)" in v.reason
+    gated = judge(cell_with(RUNS, gate=True), ran(worker_block_size=4096, host={}))
+    assert gated.status == "fail" and "size not checked: the CPU class is unknown" in gated.reason
+
+
+def view(**kw: Any) -> dict[str, Any]:
+    base = {
+        "emulated_class": None,
+        "avx512": False,
+        "avx512_bf16": False,
+        "amx": False,
+        "kernel_libraries": ["_C_AVX2"],
+        "mamba_ssm_cache_dtype": "auto",
+    }
+    return {**base, **kw}
+
+
+def test_what_vllm_saw_of_the_cpu_must_be_its_class() -> None:
+    avx2 = {"isa_class": "avx2"}
+    ok = ran(worker_block_size=256, host=avx2, isa_view=view())
+    assert judge(cell_with(RUNS), ok).passed
+    probes = ran(worker_block_size=256, host=avx2, isa_view=view(avx512_bf16=True))
+    v = judge(cell_with(RUNS), probes)
+    assert v.status == "fail" and "avx512_bf16 True (class avx2: False)" in v.reason
+    library = ran(worker_block_size=256, host=avx2, isa_view=view(kernel_libraries=["_C"]))
+    v = judge(cell_with(RUNS), library)
+    assert v.status == "fail" and "not _C_AVX2, which the avx2 class loads" in v.reason
+
+
+def test_an_emulated_cell_whose_worker_was_not_emulated_fails() -> None:
+    cell = cell_with(RUNS).model_copy(update={"isa": "avx2", "emulated": True})
+    host = {"isa_class": "avx2"}
+    emulated = view(emulated_class="avx2")
+    assert judge(cell, ran(worker_block_size=256, host=host, isa_view=emulated)).passed
+    v = judge(cell, ran(worker_block_size=256, host=host, isa_view=view()))
+    assert v.status == "fail" and "the worker ran unemulated" in v.reason
 
 
 DEFECT = {

@@ -154,8 +154,17 @@ class CraftedBackend(_Strict):
     """
 
     name: str = Field(pattern=_BACKEND_NAME)
-    sizes: Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1)]
+    # Kernel block sizes; `aligned` stands for the size alignment lands on for the cell's
+    # platform and CPU class (kvrig.rules.blocksize), so a control accepts exactly it.
+    sizes: Annotated[list[Annotated[int, Field(gt=0)] | Literal["aligned"]], Field(min_length=1)]
     exact: bool = True
+
+    @field_validator("sizes")
+    @classmethod
+    def _a_number_first(cls, sizes: list[int | str]) -> list[int | str]:
+        if not any(isinstance(s, int) for s in sizes):
+            raise ValueError("needs at least one numeric size beside `aligned`")
+        return sizes
 
 
 class Sibling(CraftedBackend):

@@ -13,6 +13,7 @@ from enum import Enum
 from kvrig.define import models
 from kvrig.define.cells import Cell
 from kvrig.define.matrix import EarlyError, Expectation, LateError, Runs, Skip, Unsupported
+from kvrig.host import isa
 from kvrig.rules import blocksize as expected_mod
 from kvrig.run.record import Record
 
@@ -80,16 +81,35 @@ def early_error_backends(message: str) -> tuple[int, list[str]] | None:
     return int(m.group(1)), [n.strip() for n in m.group(2).split(",") if n.strip()]
 
 
-def computed(cell: Cell, rec: Record) -> expected_mod.Expected | None:
-    """The independently computed size for this cell on the record's host, if computable."""
-    isa = (rec.host or {}).get("isa") or {}
-    if cell.platform == "cpu" and "avx512_bf16" not in isa:
-        return None  # the CPU SSM dtype depends on this flag: no guess
+@dataclass(frozen=True)
+class Computed:
+    """The independently computed outcome, or why it could not be computed."""
+
+    expected: expected_mod.Expected | None
+    why_not: str = ""
+
+
+def cpu_class(cell: Cell, rec: Record) -> str | None:
+    """The class whose rules the cell follows: the one it was run under, else the class
+    of the host that ran it."""
+    return cell.isa or (rec.host or {}).get("isa_class")
+
+
+def computed(cell: Cell, rec: Record) -> Computed:
+    """The independently computed size for this cell, on its CPU class when on CPU."""
+    cpu = None
+    if cell.platform == "cpu":
+        cls = cpu_class(cell, rec)
+        if cls is None:
+            return Computed(None, "the CPU class is unknown (no ISA facts in the record)")
+        cpu = isa.facts(cls)
     try:
         config = models.render(cell.model)
-        return expected_mod.expected(cell, config, avx512_bf16=bool(isa.get("avx512_bf16")))
-    except (KeyError, ValueError, FileNotFoundError):
-        return None
+        return Computed(expected_mod.expected(cell, config, cpu=cpu))
+    except KeyError as exc:
+        return Computed(None, f"the model config lacks {exc}")
+    except (ValueError, FileNotFoundError) as exc:
+        return Computed(None, str(exc))
 
 
 def judge(cell: Cell, rec: Record) -> Verdict:
@@ -97,8 +117,10 @@ def judge(cell: Cell, rec: Record) -> Verdict:
     if isinstance(expect, Skip):
         return Verdict(cell.id, Status.SKIP, expect.reason)
     calc = computed(cell, rec)
-    size = calc.block_size if calc else None
+    size = calc.expected.block_size if calc.expected else None
     problem = _problem(expect, rec, cell.model.family)
+    if problem is None:
+        problem = _emulation_problem(cell, rec)
     if problem is None:
         problem, note = _size_problem(cell, expect, rec, calc)
         if problem is None:
@@ -122,26 +144,61 @@ def judge(cell: Cell, rec: Record) -> Verdict:
     return Verdict(cell.id, Status.FAIL, failure, size)
 
 
+def _emulation_problem(cell: Cell, rec: Record) -> str | None:
+    """What the worker's vLLM saw of the CPU must be what its class gets on real hardware
+    (vllm/platforms/cpu.py): the probes' answers and the kernel library loaded."""
+    view = rec.isa_view
+    if cell.platform != "cpu" or not view:
+        return None
+    cls = cpu_class(cell, rec)
+    if cls is None or cls == "aarch64":
+        return None
+    facts = isa.facts(cls)
+    seen = {"avx512": view.get("avx512"), "avx512_bf16": view.get("avx512_bf16")}
+    seen["amx"] = view.get("amx")
+    wanted = {"avx512": facts.avx512, "avx512_bf16": facts.avx512_bf16, "amx": facts.amx}
+    wrong = [f"{k} {seen[k]} (class {cls}: {v})" for k, v in wanted.items() if seen[k] != v]
+    if wrong:
+        return f"vLLM saw the CPU probes answer {', '.join(wrong)}"
+    libraries = view.get("kernel_libraries") or []
+    if facts.kernel_library not in libraries:
+        return (
+            f"vLLM loaded the kernel libraries {libraries or 'none'}, not"
+            f" {facts.kernel_library}, which the {cls} class loads"
+        )
+    if cell.emulated and view.get("emulated_class") != cls:
+        return f"the worker ran unemulated (it saw class {view.get('emulated_class')!r})"
+    return None
+
+
 def _size_problem(
-    cell: Cell, expect: Expectation, rec: Record, calc: expected_mod.Expected | None
+    cell: Cell, expect: Expectation, rec: Record, calc: Computed
 ) -> tuple[str | None, str]:
     """Compares vLLM's size with the computed one: (problem, note for a passing verdict).
 
-    On a platform whose rules were not confirmed by real engines a mismatch is a note.
+    On a platform whose rules were not confirmed by real engines a mismatch is a note. A
+    size that cannot be computed is said so; for a cell that gates a release it fails.
     """
-    if calc is None or calc.block_size is None or calc.phase1_error:
+    checked = isinstance(expect, Runs | EarlyError)
+    if calc.expected is None:
+        if not checked:
+            return None, ""
+        why = f"size not checked: {calc.why_not}"
+        return (why, "") if cell.case.gate else (None, f" ({why})")
+    exp = calc.expected
+    if exp.block_size is None or exp.phase1_error:
         return None, ""
-    if isinstance(expect, Runs) and not calc.rejecting:
+    if isinstance(expect, Runs) and not exp.rejecting:
         chose = rec.worker_block_size
     elif isinstance(expect, EarlyError) and rec.error is not None:
         parsed = early_error_backends(rec.error.message)
         chose = parsed[0] if parsed else None
     else:
         return None, ""
-    if chose is None or chose == calc.block_size:
+    if chose is None or chose == exp.block_size:
         return None, ""
     verb = "chose" if isinstance(expect, Runs) else "raised at"
-    problem = f"vLLM {verb} {chose}, expected {calc.block_size} ({calc.explain()})"
+    problem = f"vLLM {verb} {chose}, expected {exp.block_size} ({exp.explain()})"
     if expected_mod.RULES[cell.platform].measured:
         return problem, ""
     return None, f" (note: {problem}; the {cell.platform} rules are unconfirmed)"

@@ -20,8 +20,12 @@ from typing import Any
 
 from kvrig.define.cells import Cell
 from kvrig.define.matrix import CraftedBackend
+from kvrig.host import isa
 
 DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE, phase 1's default
+# A crafted size that stands for the size alignment lands on for the cell's platform and
+# CPU class: a control that must accept exactly that size, whatever the class makes it.
+ALIGNED = "aligned"
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -121,12 +125,14 @@ class Pages:
 
 @dataclass
 class Expected:
-    """What vLLM should do: the aligned size, or the early error and whom it names."""
+    """What vLLM should do: the aligned size, or the early error and whom it names, or
+    (on a CPU class that lacks what the cell needs) the refusal vLLM gives instead."""
 
     block_size: int | None
     rejecting: tuple[str, ...] = ()
     phase1_error: bool = False
     steps: list[str] = field(default_factory=list)
+    unsupported: str | None = None
 
     def explain(self) -> str:
         return "; ".join(self.steps)
@@ -230,12 +236,25 @@ def pages(
 # --- the block-size steps --------------------------------------------------------------
 
 
-def crafted_backend(b: CraftedBackend, extends: Backend) -> Backend:
-    kernels = tuple(Kernel(s) for s in b.sizes)
+def concrete_sizes(sizes: Sequence[int | str], aligned: int | None) -> tuple[int, ...]:
+    """A crafted backend's sizes with `aligned` replaced by the size alignment lands on
+    (dropped while that size is being computed, `aligned` None)."""
+    out = []
+    for size in sizes:
+        if size == ALIGNED:
+            if aligned is not None:
+                out.append(aligned)
+        else:
+            out.append(int(size))
+    return tuple(dict.fromkeys(out))
+
+
+def crafted_backend(b: CraftedBackend, extends: Backend, aligned: int | None = None) -> Backend:
+    kernels = tuple(Kernel(s) for s in concrete_sizes(b.sizes, aligned))
     return Backend(b.name, kernels, exact=b.exact, preferred_floor=extends.preferred_floor)
 
 
-def layer_backends(cell: Cell, config: dict[str, Any]) -> list[Backend]:
+def layer_backends(cell: Cell, config: dict[str, Any], aligned: int | None = None) -> list[Backend]:
     """The distinct non-SSM backends in layer order, as _find_non_ssm_backends lists them."""
     rules = RULES[cell.platform]
     crafted = cell.case.crafted
@@ -246,14 +265,14 @@ def layer_backends(cell: Cell, config: dict[str, Any]) -> list[Backend]:
     if cell.model.family == "dsa" and rules.mla is not None:
         default = rules.mla
     if crafted.replace is not None:
-        default = crafted_backend(crafted.replace, default)
+        default = crafted_backend(crafted.replace, default, aligned)
     out: list[Backend] = []
     for i in attention_layers(config, cell.model.family):
         chosen = default
         for sib in crafted.siblings:
             prefix = f"model.layers.{i}."
             if prefix.startswith(sib.layers) or sib.layers.startswith(prefix):
-                chosen = crafted_backend(sib, default)
+                chosen = crafted_backend(sib, default, aligned)
         if chosen not in out:
             out.append(chosen)
     if cell.model.family == "dsa" and rules.indexer is not None:
@@ -296,12 +315,46 @@ def align_hybrid(
     return max(block_size, size)
 
 
-def expected(cell: Cell, config: dict[str, Any], *, avx512_bf16: bool) -> Expected:
-    """Follows update_block_size_for_backend for this cell, step by step."""
+def cpu_of(cell: Cell) -> isa.Facts | None:
+    """What the cell's CPU class decides, or None off CPU (or for an unknown class)."""
+    return isa.facts(cell.isa) if cell.platform == "cpu" and cell.isa else None
+
+
+def uses_aligned(cell: Cell) -> bool:
+    crafted = cell.case.crafted
+    specs = [*crafted.siblings, *([crafted.replace] if crafted.replace else [])]
+    return any(ALIGNED in s.sizes for s in specs)
+
+
+def expected(cell: Cell, config: dict[str, Any], *, cpu: isa.Facts | None) -> Expected:
+    """Follows update_block_size_for_backend for this cell, step by step; `cpu` is what
+    the cell's CPU class decides (kvrig.host.isa), None off CPU."""
+    if cpu is not None and not cpu.fp8_kv_cache and "fp8" in (cell.case.knobs.kv_cache_dtype or ""):
+        return Expected(
+            None,
+            steps=["an fp8 KV cache needs AVX-512 or AMX"],
+            unsupported="FP8 KV cache on CPU requires x86 with AVX-512 or AMX",
+        )
+    avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
+    if uses_aligned(cell):
+        first = _expected(cell, config, avx512_bf16, None)
+        return _expected(cell, config, avx512_bf16, first.block_size)
+    return _expected(cell, config, avx512_bf16, None)
+
+
+def aligned_size(cell: Cell, config: dict[str, Any], cpu: isa.Facts | None) -> int | None:
+    """The size alignment lands on, which a crafted `aligned` entry stands for."""
+    avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
+    return _expected(cell, config, avx512_bf16, None).block_size
+
+
+def _expected(
+    cell: Cell, config: dict[str, Any], avx512_bf16: bool, aligned: int | None
+) -> Expected:
     rules = RULES[cell.platform]
     knobs = cell.case.knobs
     family = cell.model.family
-    backends = layer_backends(cell, config)
+    backends = layer_backends(cell, config, aligned)
     steps: list[str] = [f"backends {', '.join(b.name for b in backends)}"]
     if knobs.block_size is not None:
         size = knobs.block_size

@@ -16,8 +16,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from kvrig.define import models
 from kvrig.define.cells import OFFLINE_ENV, Cell
 from kvrig.host import isa
+from kvrig.rules import blocksize
 from kvrig.run.vllm_plugin import CRAFT_ENV, PROBE_ENV
 from kvrig.run.vllm_plugin.crafted import BackendSpec, CraftSpec
 from kvrig.run.vllm_plugin.probe import error_info
@@ -44,7 +46,8 @@ def emulation_env(cell: Cell, pythonpath: str | None) -> dict[str, str]:
 
 
 def craft_spec(cell: Cell) -> CraftSpec | None:
-    """The plugin's instructions for this cell, with bases resolved for its platform."""
+    """The plugin's instructions for this cell, with bases resolved for its platform and
+    an `aligned` size for the size alignment lands on under its CPU class."""
     crafted = cell.case.crafted
     if crafted.replace is None and not crafted.siblings:
         return None
@@ -52,12 +55,19 @@ def craft_spec(cell: Cell) -> CraftSpec | None:
     # A replacement overrides the member the platform would pick; a case may name it (e.g.
     # TRITON_ATTN when the case selects that backend).
     default = cell.case.knobs.attention_backend or platform.default_backend
+    aligned = None
+    if blocksize.uses_aligned(cell):
+        config = models.render(cell.model)
+        aligned = blocksize.aligned_size(cell, config, blocksize.cpu_of(cell))
     replace = None
     if crafted.replace is not None:
         r = crafted.replace
-        replace = BackendSpec(r.name, tuple(r.sizes), r.exact, r.target or default)
+        sizes = blocksize.concrete_sizes(r.sizes, aligned)
+        replace = BackendSpec(r.name, sizes, r.exact, r.target or default)
     siblings = tuple(
-        BackendSpec(s.name, tuple(s.sizes), s.exact, s.base or default, s.layers)
+        BackendSpec(
+            s.name, blocksize.concrete_sizes(s.sizes, aligned), s.exact, s.base or default, s.layers
+        )
         for s in crafted.siblings
     )
     return CraftSpec(replace=replace, siblings=siblings, route=platform.crafted_route)
@@ -120,8 +130,6 @@ def engine_kwargs(cell: Cell, model_dir: Path) -> dict[str, Any]:
 
 def run(workdir: Path) -> dict[str, Any]:
     """The engine's life for one cell; every result goes into the returned dict."""
-    from kvrig.define import models
-
     cell = Cell.model_validate_json((workdir / CELL_FILE).read_text())
     out: dict[str, Any] = {"timings": {}, "tokens_generated": 0, "pid": os.getpid()}
     t0 = time.monotonic()
