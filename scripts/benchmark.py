@@ -1,20 +1,23 @@
 """Prints kvrig's speed and memory figures against their targets (no pass/fail asserts).
 
 Measures, on this host: the cold set-up (a new environment with the CPU vLLM and kvrig),
-then the CPU column run twice in one invocation: the naive way (a fresh interpreter per
-cell and vLLM's default multiprocess engine) and the rig's way (`kvrig column`: cells
-forked from a warm vLLM parent, side by side). For each: wall time and peak memory (PSS
-summed over every process of the run, sampled: forked cells share their parent's pages,
-which a sum of RSS would count once per process). Against the floor (one `import vllm`
-plus the sum of the engines' own time, from the rig's records) it prints the rig's ratio
-and its speed-up over naive. Shared machines are noisy, so these are figures to read, not
-assertions; the exit status is 0 unless the run itself could not be made.
+then the CPU column the rig's way (`kvrig column`: cells forked from a warm vLLM parent,
+side by side) once per CPU class this host can run (its own, natively, and each lesser
+one, emulated), and optionally the naive way once (a fresh interpreter per cell and
+vLLM's default multiprocess engine). For each: wall time and peak memory (PSS summed
+over every process of the run, sampled: forked cells share their parent's pages, which
+a sum of RSS would count once per process). The floor of a column is one `import vllm`
+plus the sum of the engines' own time (from the rig's records), divided by the cells run
+side by side: a serial floor would flatter a 2-wide run. Shared machines are noisy, so
+these are figures to read, not assertions; the exit status is 0 unless the run itself
+could not be made.
 
-    nox -s bench                 # set-up + both columns, uv's download cache kept
+    nox -s bench                 # set-up + every class's column, uv's download cache kept
     nox -s bench -- --no-cache   # a truly cold set-up (downloads everything)
     nox -s bench -- --no-cache --setup-only
-    nox -s bench -- --skip-setup --python .nox/tests/bin/python
-    nox -s bench -- --skip-setup --skip-naive     # the rig's column only
+    nox -s bench -- --skip-setup --python .nox/cpu_column/bin/python
+    nox -s bench -- --skip-setup --isa native     # one class only
+    nox -s bench -- --naive      # also the naive column (slow: about 25 minutes)
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from kvrig.run.procs import pss_mb, tree_pids
 DEFAULT_MATRIX = Path(__file__).resolve().parents[1] / "matrix.yaml"
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = {"setup_s": 180.0, "column_s": 300.0, "peak_gb": 4.0, "ratio": 1.3, "speedup": 5.0}
+TARGETS = {"setup_s": 180.0, "column_s": 300.0, "peak_gb": 4.0, "ratio": 1.2, "speedup": 5.0}
 
 
 class Sampler:
@@ -83,33 +86,57 @@ def naive_cmd(py: str, results: Path, workers: int, select: list[str]) -> list[s
 
 
 def naive_run(results: Path, workers: int, select: list[str]) -> int:
-    """Body of the naive column (in the interpreter under test)."""
+    """Body of the naive column (in the interpreter under test), through the same
+    run-and-judge path as the rig's items."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from kvrig.column.one_cell import run_and_judge
     from kvrig.define.cells import expand
     from kvrig.define.matrix import load
-    from kvrig.run.runner import run_cell
+    from kvrig.host import hardware, isa
 
+    own, _ = isa.resolve(isa.NATIVE, hardware.cpu_flags(), hardware.cpu_info()["arch"])
     cells = [
         c
-        for c in expand(load(DEFAULT_MATRIX), "cpu")
+        for c in expand(load(DEFAULT_MATRIX), "cpu", isa=own)
         if c.expect.outcome != "skip" and (not select or any(k in c.id for k in select))
     ]
     mp = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     with ThreadPoolExecutor(max(1, workers)) as ex:
-        list(ex.map(lambda c: run_cell(c, results, env_overrides=mp), cells))
+        list(ex.map(lambda c: run_and_judge(c, results, env_overrides=mp), cells))
     return 0
 
 
-def import_seconds(py: str) -> float:
-    """One warm parent's start: `import vllm` and the modules a cell needs."""
+def import_seconds(py: str, env: dict[str, str]) -> float:
+    """One warm parent's start under a class's environment: `import vllm` and the
+    modules a cell needs."""
     code = (
-        "import time; t = time.monotonic(); from kvrig import forkserver as f;"
+        "import time; t = time.monotonic(); from kvrig.run import forkserver as f;"
         " f._preload(f.PRELOAD); print(time.monotonic() - t)"
     )
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", **env}
     out = subprocess.run([py, "-c", code], capture_output=True, text=True, env=env, check=True)
     return float(out.stdout.strip().splitlines()[-1])
+
+
+def class_env(py: str, cls: str) -> dict[str, str]:
+    """The environment an emulated class's cells run under (none for the native one)."""
+    if cls == "native":
+        return {}
+    code = (
+        "import json, sys; from kvrig.host import isa; from kvrig.run.cell import ISA_BOOT;"
+        " print(json.dumps({**isa.emulation_env(sys.argv[1]), 'PYTHONPATH': str(ISA_BOOT)}))"
+    )
+    out = subprocess.run([py, "-c", code, cls], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def classes(py: str) -> list[str]:
+    """native, then each lesser class this host can emulate."""
+    out = subprocess.run(
+        [py, "-m", "kvrig", "isa", "--lesser"], capture_output=True, text=True, check=True
+    )
+    return ["native", *out.stdout.split()]
 
 
 def engine_seconds(results: Path) -> tuple[int, float]:
@@ -121,6 +148,16 @@ def engine_seconds(results: Path) -> tuple[int, float]:
             n += 1
             total += t["engine_start_s"] + t.get("generate_s", 0.0)
     return n, total
+
+
+def workers_of(py: str) -> int:
+    """The cells a CPU column runs side by side (matrix.yaml's parallel, at most the cores)."""
+    code = (
+        "import os; from kvrig.define.matrix import load;"
+        f" print(min(load({str(DEFAULT_MATRIX)!r}).platforms['cpu'].parallel, os.cpu_count()))"
+    )
+    out = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1])
 
 
 def ratio_line(name: str, value: float, target: float, at_most: bool) -> str:
@@ -174,13 +211,41 @@ def line(name: str, value: float, target: float, unit: str) -> str:
     return f"{name:<28} {value:8.1f} {unit:<3} (target <= {target:.0f} {unit})  {verdict}"
 
 
+def column_figures(py: str, cls: str, tmp: Path, select: list[str], workers: int) -> list[str]:
+    """One class's column: wall, floor per core, ratio, peak memory, slowest cell."""
+    imp = import_seconds(py, class_env(py, cls))
+    results = tmp / f"results-{cls}"
+    picked = ["-k", " or ".join(select)] if select else []
+    col = [py, "-m", "kvrig", "column", "--platform", "cpu", "--isa", cls]
+    code, secs, peak = run_sampled([*col, "--results", str(results), "--", "-q", *picked])
+    n, engine_s = engine_seconds(results)
+    floor = (imp + engine_s) / workers
+    out = [f"CPU class {cls}" + (f" (the column exited {code})" if code else "")]
+    out.append(line("  rig column", secs, TARGETS["column_s"], "s"))
+    out.append(
+        f"{'  floor per core':<28} {floor:8.1f} s   (import {imp:.1f} s + engines"
+        f" {engine_s:.1f} s, {n} cells, over {workers} side by side)"
+    )
+    out.append(ratio_line("  rig / floor per core", secs / floor, TARGETS["ratio"], True))
+    out.append(line("  peak memory", peak / 1024, TARGETS["peak_gb"], "GB"))
+    records = [json.loads(p.read_text()) for p in (results / "records").glob("*.json")]
+    if records:
+        slow = max(records, key=lambda r: r.get("timings", {}).get("wall_s", 0))
+        out.append(
+            f"{'  slowest cell':<28} {slow['timings'].get('wall_s', 0):8.1f} s   "
+            f"({slow['cell_id']})"
+        )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-cache", action="store_true", help="cold set-up without uv's cache")
     ap.add_argument("--skip-setup", action="store_true", help="reuse --python's environment")
     ap.add_argument("--python", help="interpreter with vLLM and kvrig (with --skip-setup)")
     ap.add_argument("--setup-only", action="store_true", help="time the set-up, run no cell")
-    ap.add_argument("--skip-naive", action="store_true", help="run only the rig's column")
+    ap.add_argument("--isa", action="append", help="only these classes (default: all here)")
+    ap.add_argument("--naive", action="store_true", help="also run the naive column")
     ap.add_argument("--workers", type=int, default=2, help="cells side by side, naive run")
     ap.add_argument("--naive-run", help=argparse.SUPPRESS)
     ap.add_argument("select", nargs="*", help="only cells whose id contains one of these")
@@ -202,47 +267,31 @@ def main() -> int:
         if ns.setup_only:
             print("\n".join(figures))
             return 0
-        imp = import_seconds(py)
-        naive_s = naive_peak = None
-        if not ns.skip_naive:
+        workers = workers_of(py)
+        rig_native = None
+        for cls in ns.isa or classes(py):
+            started = time.monotonic()
+            figures += column_figures(py, cls, Path(tmp), ns.select, workers)
+            if cls == "native":
+                rig_native = time.monotonic() - started
+        if ns.naive:
             naive = Path(tmp) / "naive"
             _, naive_s, naive_peak = run_sampled(naive_cmd(py, naive, ns.workers, ns.select))
-        results = Path(tmp) / "results"
-        select = ["-k", " or ".join(ns.select)] if ns.select else []
-        col = [py, "-m", "kvrig", "column", "--platform", "cpu", "--results", str(results)]
-        code, secs, peak = run_sampled([*col, "--", "-q", *select])
-        n, engine_s = engine_seconds(results)
-        floor = imp + engine_s
-        if naive_s is not None and naive_peak is not None:
             figures.append(
                 f"{'naive column':<28} {naive_s:8.1f} s   peak {naive_peak / 1024:.2f} GB"
             )
-        figures.append(line("rig column", secs, TARGETS["column_s"], "s"))
-        figures.append(
-            f"{'floor':<28} {floor:8.1f} s   (import {imp:.1f} s + engines {engine_s:.1f} s,"
-            f" {n} cells)"
-        )
-        figures.append(ratio_line("rig / floor", secs / floor, TARGETS["ratio"], True))
-        if naive_s is not None:
-            figures.append(
-                ratio_line("speed-up over naive", naive_s / secs, TARGETS["speedup"], False)
-            )
-        figures.append(line("peak memory (rig)", peak / 1024, TARGETS["peak_gb"], "GB"))
-        records = [json.loads(p.read_text()) for p in (results / "records").glob("*.json")]
-        if records:
-            slow = max(records, key=lambda r: r.get("timings", {}).get("wall_s", 0))
-            figures.append(
-                f"{'slowest cell':<28} {slow['timings'].get('wall_s', 0):8.1f} s   "
-                f"({slow['cell_id']})"
-            )
+            if rig_native:
+                figures.append(
+                    ratio_line(
+                        "speed-up over naive", naive_s / rig_native, TARGETS["speedup"], False
+                    )
+                )
     load1 = os.getloadavg()[0]
     print(
         f"\nkvrig benchmark ({os.uname().nodename}, {os.cpu_count()} cores, load {load1:.1f}:"
         " figures on a shared machine are noisy)"
     )
     print("\n".join(figures))
-    if code not in (0, 1):
-        print(f"note: the column exited {code}; figures cover what ran", file=sys.stderr)
     return 0
 
 

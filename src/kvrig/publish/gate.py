@@ -122,7 +122,9 @@ def evaluate(
                     image = row.get("image") if row else None
                     lines.extend(f"          {x}" for x in repro(cell.id, column, image))
     for a in matrix.allowances:
-        if a.expires < today and any(a.cell.startswith(f"{c}-") for c in columns):
+        # The allowance's own column (a cell id is `<column>-<model>-<case>`, and neither
+        # a model nor a case has a hyphen): a prefix would take `cpu-avx2-m-c` for `cpu`'s.
+        if a.expires < today and a.cell.rsplit("-", 2)[0] in columns:
             problems.append(f"allowance for {a.cell} expired")
             lines.append(
                 f"EXPIRED allowance for {a.cell} (owner {a.owner}, expired {a.expires}: {a.reason})"

@@ -7,6 +7,12 @@ results folder, then a gate job that downloads them all, writes the report and r
 release gate over every platform, plus a nightly schedule. A unit test keeps the
 committed files equal to what this module generates.
 
+Two signals, on purpose: a column job is red when any cell of its column fails (the
+nightly health of that platform, gate cell or not), while the gate job, which runs after
+the columns whatever their status, is the release decision over the `gate: true` cells
+with their allowances. CPU jobs first record the runner's x86 ISA class, since the CPU
+column's expectations follow it and two runners of one label can differ.
+
 Shards split a column deterministically: cell k (in matrix order) belongs to shard
 k mod n + 1, so n jobs together run every cell exactly once.
 """
@@ -17,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from kvrig.define import paths
 from kvrig.define.matrix import Matrix
 
 FORMATS = ("github", "buildkite")
@@ -58,7 +65,8 @@ def shard_cells(cell_ids: list[str], shard: str) -> set[str]:
 
 
 def results_folder(platform: str, shard: int | str | None) -> str:
-    return f"results/{platform}" if shard is None else f"results/{platform}-shard{shard}"
+    """The folder a CI job's column writes (and uploads), as a path in the workflow."""
+    return paths.results_folder(platform, shard).as_posix()
 
 
 def _column_command(platform: str, shard: str | None, shards: int) -> str:
@@ -71,6 +79,12 @@ def _gate_args(matrix: Matrix) -> str:
     return " ".join(f"--platform {p}" for p in matrix.platforms)
 
 
+# The CPU column's expected outcomes depend on the host's ISA class (AVX2 ... AMX), and a
+# runner label does not pin one; without the class a red or green CPU job cannot be read.
+ISA_PLATFORM = "cpu"
+ISA_MARKDOWN = "kvrig isa --markdown"
+
+
 # --- GitHub Actions ------------------------------------------------------------------------
 
 _SETUP = [
@@ -78,6 +92,13 @@ _SETUP = [
     {"uses": "actions/setup-python@v5", "with": {"python-version": PYTHON}},
     {"run": "python -m pip install nox"},
 ]
+
+# Before the column, so the summary names the class even when the column fails or hangs;
+# `kvrig isa` needs only kvrig itself (no vLLM), installed into the runner's Python.
+_GITHUB_ISA = {
+    "name": "Record the CPU class (job summary)",
+    "run": f'python -m pip install . && {ISA_MARKDOWN} >> "$GITHUB_STEP_SUMMARY"',
+}
 
 
 def github(matrix: Matrix) -> dict[str, Any]:
@@ -100,12 +121,14 @@ def github(matrix: Matrix) -> dict[str, Any]:
                 "matrix": {"shard": list(range(1, ci.shards + 1))},
             }
         artifact = f"kvrig-{platform}" + (f"-shard{shard}" if sharded else "")
+        isa_steps = [_GITHUB_ISA] if platform == ISA_PLATFORM else []
         job["steps"] = [
             *_SETUP,
+            *isa_steps,
             {
+                # No continue-on-error: the job is the column's health, red on any failed
+                # cell; the upload and the gate below run all the same.
                 "name": "Run the column",
-                # The gate judges; a failing cell must not stop the upload or the gate.
-                "continue-on-error": True,
                 "run": _column_command(platform, shard, ci.shards),
             },
             {
@@ -159,6 +182,17 @@ def github(matrix: Matrix) -> dict[str, Any]:
 # --- Buildkite -----------------------------------------------------------------------------
 
 
+def _buildkite_isa(key: str) -> list[str]:
+    """Lines that annotate the build with the agent's CPU class, one context per step so
+    shards on different hosts do not overwrite each other. An agent's system Python may
+    refuse pip installs (PEP 668), hence a venv in the checkout's ignored .venv."""
+    return [
+        "python3 -m venv .venv && .venv/bin/python -m pip install -q .",
+        f".venv/bin/{ISA_MARKDOWN} | buildkite-agent annotate --style info"
+        f" --context kvrig-isa-{key}",
+    ]
+
+
 def buildkite(matrix: Matrix) -> dict[str, Any]:
     steps: list[Any] = []
     for platform, spec in matrix.platforms.items():
@@ -166,16 +200,19 @@ def buildkite(matrix: Matrix) -> dict[str, Any]:
         shards = [str(i) for i in range(1, ci.shards + 1)] if ci.shards > 1 else [None]
         for shard in shards:
             suffix = f" (shard {shard}/{ci.shards})" if shard else ""
+            key = platform + (f"-shard{shard}" if shard else "")
+            column = _column_command(platform, shard, ci.shards)
+            isa_lines = _buildkite_isa(key) if platform == ISA_PLATFORM else []
+            # No soft_fail: the step is the column's health, red on any failed cell;
+            # artifact_paths upload on failure too and the wait below lets the gate run.
             steps.append(
                 {
                     "label": f"{platform} column{suffix}",
-                    "key": platform + (f"-shard{shard}" if shard else ""),
-                    "command": _column_command(platform, shard, ci.shards),
+                    "key": key,
+                    "command": "\n".join([*isa_lines, column]),
                     "agents": dict(ci.agents),
                     "timeout_in_minutes": ci.timeout_minutes,
                     "artifact_paths": [f"{results_folder(platform, shard)}/**/*"],
-                    # The gate judges; a failing cell must not turn the build red on its own.
-                    "soft_fail": True,
                 }
             )
     steps.append({"wait": None, "continue_on_failure": True})
@@ -222,12 +259,20 @@ _HEADER = {
         "# .github/workflows/kvrig.yml`; do not edit by hand.",
         "# One job per platform column (runners: the platform's ci.runs_on), then the release",
         "# gate over every column's results; nightly at " + NIGHTLY_CRON + " (UTC).",
+        "# The column jobs are the nightly health signal: red on any failed cell (cpu jobs",
+        "# also record the runner's CPU class in the job summary). The gate job is the",
+        "# release decision: only `gate: true` cells, with their allowances; it runs",
+        "# after the column jobs whatever their status.",
     ],
     "buildkite": [
         "# Generated from matrix.yaml by `kvrig pipeline --format buildkite --output",
         "# ci/buildkite.yml`; do not edit by hand.",
         "# One step per platform column (agents: the platform's ci.agents; each needs nox and a",
         "# Docker or Podman engine), then the release gate over every column's results.",
+        "# The column steps are the nightly health signal: red on any failed cell (cpu steps",
+        "# also annotate the build with the agent's CPU class). The gate step is the release",
+        "# decision: only `gate: true` cells, with their allowances; the wait lets it run",
+        "# after failed column steps.",
         f"# Nightly: add a schedule with cron {NIGHTLY_CRON!r} in the pipeline's settings.",
     ],
 }
