@@ -151,3 +151,29 @@ def test_shape_faithful_miniatures_name_checkpoint_and_source() -> None:
     faithful = {n: m for n, m in load(DEFAULT_MATRIX).models.items() if m.checkpoint}
     assert {m.family for m in faithful.values()} >= {"hybrid_mamba", "gdn", "dsa"}
     assert all(m.source.strip() for m in faithful.values())
+
+
+def test_a_model_config_that_does_not_exist_is_refused_at_its_line(write_matrix, base) -> None:
+    base["models"]["llama"]["config"] = "lama.json"
+    path = write_matrix(base)
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "lama.json" in ln)
+    with pytest.raises(MatrixError) as err:
+        load(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}:{line}: the matrix is invalid at models.llama.config")
+    assert "no config file 'lama.json'" in msg
+    assert "granite-hybrid-4l.json" in msg  # the shipped ones are named
+
+
+def test_a_model_config_may_lie_beside_the_matrix(write_matrix, base, tmp_path) -> None:
+    (tmp_path / "own.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    base["models"]["llama"]["config"] = "own.json"
+    base["cases"].append({"id": "own", "model": "llama", "expect": {"cpu": {"outcome": "runs"}}})
+    from kvrig.define.cells import expand
+
+    cells = {c.id: c for c in expand(load(write_matrix(base)), "cpu")}
+    assert cells["cpu-llama-own"].config == {
+        "architectures": ["LlamaForCausalLM"],
+        "dtype": "bfloat16",
+        "torch_dtype": "bfloat16",
+    }

@@ -27,6 +27,7 @@ from kvrig.define.paths import results_folder
 from kvrig.host import hardware, isa
 from kvrig.publish import pipeline, report
 from kvrig.publish import results as results_mod
+from kvrig.run.cell import cell_env
 from kvrig.run.forkserver import Pool, die_with_parent
 from kvrig.run.runner import ResultsFolderError, check_results_folder
 
@@ -143,6 +144,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # its warm parent and that parent's cells; otherwise it would finish its queue.
         die_with_parent()
         run.resumed = bool(config.workerinput.get("kvrig_resumed"))
+        _prestart(run)
         return
     try:
         check_results_folder(run.results)
@@ -167,6 +169,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(
         progress.ProgressPlugin(config, max(1, workers)), "kvrig-progress"
     )
+    if not workers:
+        _prestart(run)
+
+
+def _prestart(run: ColumnRun) -> None:
+    """The warm parent of the process that runs cells starts importing vLLM now, while
+    pytest (and xdist) collect, rather than when the first cell asks for it."""
+    first = next((c for c in run.cells if c.expect.outcome != "skip"), None)
+    if first is not None and not run.cold:
+        run.pool().prestart(cell_env(first, run.results / "cells" / first.id))
 
 
 def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
@@ -269,7 +281,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         keep = [i for i in keep if not isinstance(i, CellItem) or i.cell.id in wanted]
     if len(keep) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
-        items[:] = keep
+    items[:] = sorted(keep, key=_slow_first)
+
+
+def _slow_first(item: pytest.Item) -> int:
+    """The longest cells start first, so two cells side by side do not end with one core
+    idle behind a long one: vLLM's multiprocess engine spawns two interpreters (40-60 s),
+    a checkpoint's real shapes take longer than a tiny model. Read off the matrix alone,
+    so every xdist worker collects the same order."""
+    if not isinstance(item, CellItem):
+        return 3
+    cell = item.cell
+    if cell.multiprocessing:
+        return 0
+    return 1 if cell.model.checkpoint else 2
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

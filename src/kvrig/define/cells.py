@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from kvrig.define import models
 from kvrig.define.matrix import (
     PLATFORMS,
     Case,
@@ -50,6 +51,9 @@ class Cell(BaseModel):
     emulated: bool = False
     # Where the case is written ("matrix.yaml:123"), for test reports and failures.
     source: str | None = None
+    # The model's config.json as the engine loads it (its file plus the overrides),
+    # rendered once when the cells are made, so judging a record reads no file.
+    config: dict[str, Any] = Field(default_factory=dict)
 
     @property
     def column(self) -> str:
@@ -103,6 +107,8 @@ def expand(
             " them (or leave it out to use the host's)."
         )
     cells = []
+    base = matrix.path.parent if matrix.path is not None else None
+    configs: dict[str, dict[str, Any]] = {}
     for index, case in enumerate(matrix.cases):
         line = matrix.case_line(index)
         source = f"{matrix.path}:{line}" if matrix.path is not None and line else None
@@ -110,6 +116,8 @@ def expand(
             if platform is not None and plat != platform:
                 continue
             on_cpu = plat == "cpu"
+            if case.model not in configs:
+                configs[case.model] = models.render(matrix.models[case.model], base)
             if on_cpu and isa is not None:
                 expect = case.expect_by_isa.get(isa, expect)  # type: ignore[call-overload]
             cells.append(
@@ -123,6 +131,7 @@ def expand(
                     isa=isa if on_cpu else None,
                     emulated=emulated and on_cpu,
                     source=source,
+                    config=configs[case.model],
                 )
             )
     return cells

@@ -8,6 +8,7 @@ not validate must stop the run before any engine starts.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import re
 from collections.abc import Iterable
@@ -123,6 +124,9 @@ class PlatformSpec(_Strict):
     parallel: int = Field(default=1, ge=1)
     timeout_s: float = Field(default=300, gt=0)
     memory_limit_gb: float = Field(default=8, gt=0)
+    # The KV cache each engine allocates (vLLM's kv_cache_memory_bytes), when set: a cell
+    # needs a few blocks, and on CPU the cache is resident memory of every cell.
+    kv_cache_mb: int | None = Field(default=None, gt=0)
     ci: CiSpec = Field(default_factory=CiSpec)
 
 
@@ -480,9 +484,41 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
     )
 
 
+def _check_model_configs(path: Path, data: Any, matrix: Matrix) -> None:
+    """Every model's config file exists, beside the matrix or shipped with kvrig; else no
+    cell of it could start, which would show only in each cell's log, a minute later."""
+    from kvrig.define import models
+
+    for name, spec in matrix.models.items():
+        if not models.findable(spec.config, path.parent):
+            line = _line_of(data, ("models", name, "config"))
+            where = f"{path}:{line}" if line else str(path)
+            raise MatrixError(
+                f"{where}: the matrix is invalid at models.{name}.config: no config file"
+                f" {spec.config!r}, neither beside the matrix ({path.parent / spec.config})"
+                f" nor shipped with kvrig ({', '.join(models.shipped_names())}). Nothing was"
+                " run; fix the name or add the file and start again."
+            )
+
+
 def load(path: Path | str | None = None) -> Matrix:
-    """Reads and validates a matrix file, raising MatrixError with one readable paragraph."""
+    """Reads and validates a matrix file, raising MatrixError with one readable paragraph.
+
+    Parsed once per process and file version: a column run's CLI, pytest plugin and
+    reports all ask for it, and the validated matrix is immutable."""
     path = Path(path) if path is not None else default_matrix()
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise MatrixError(
+            f"{path}: cannot read the matrix file ({exc.strerror}). Pass an existing file"
+            " with --matrix, or run from the kvrig checkout that holds matrix.yaml."
+        ) from None
+    return _load(path, str(path.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
     try:
         text = path.read_text()
     except OSError as exc:
@@ -509,6 +545,7 @@ def load(path: Path | str | None = None) -> Matrix:
         matrix = Matrix.model_validate(_strip_lines(data))
     except ValidationError as exc:
         raise MatrixError(_explain(path, data, exc)) from None
+    _check_model_configs(path, data, matrix)
     matrix._path = path
     for i, case in enumerate(data.get("cases") or []):
         lines = case.get("__lines__", {}) if isinstance(case, dict) else {}

@@ -27,28 +27,48 @@ def cache_root() -> Path:
     return Path(base) / "kvrig"
 
 
+SHIPPED = resources.files("kvrig.define") / "model_configs"
+
+
+def shipped_names() -> list[str]:
+    return sorted(p.name for p in SHIPPED.iterdir() if p.name.endswith(".json"))
+
+
 def shipped_config(name: str) -> dict[str, Any]:
     """A config shipped in kvrig/define/model_configs, by file name."""
-    shipped = resources.files("kvrig.define") / "model_configs"
-    ref = shipped / name
+    ref = SHIPPED / name
     if not ref.is_file():
-        known = sorted(p.name for p in shipped.iterdir())
-        raise FileNotFoundError(f"no shipped model config {name!r}; known: {', '.join(known)}")
+        raise FileNotFoundError(
+            f"no shipped model config {name!r}; known: {', '.join(shipped_names())}"
+        )
     return json.loads(ref.read_text())
 
 
-def render(spec: ModelSpec) -> dict[str, Any]:
-    """The config.json a model spec stands for: the shipped file plus its overrides."""
-    config = shipped_config(spec.config)
+def config_path(name: str, base: Path | None) -> Path | None:
+    """A user's own config: `config:` as a path relative to matrix.yaml's folder."""
+    if base is None:
+        return None
+    path = base / name
+    return path if path.is_file() else None
+
+
+def findable(name: str, base: Path | None) -> bool:
+    return config_path(name, base) is not None or (SHIPPED / name).is_file()
+
+
+def render(spec: ModelSpec, base: Path | None = None) -> dict[str, Any]:
+    """The config.json a model spec stands for: its file (beside matrix.yaml, else shipped
+    with kvrig) plus its overrides."""
+    own = config_path(spec.config, base)
+    config = json.loads(own.read_text()) if own else shipped_config(spec.config)
     config.update(spec.overrides)
     config["dtype"] = spec.dtype
     config["torch_dtype"] = spec.dtype
     return config
 
 
-def write(name: str, spec: ModelSpec, root: Path | None = None) -> Path:
+def write(name: str, config: dict[str, Any], root: Path | None = None) -> Path:
     """Writes the model folder if missing and returns it; safe to call from many processes."""
-    config = render(spec)
     text = json.dumps(config, indent=2, sort_keys=True) + "\n"
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     folder = (root or cache_root() / "models") / f"{name}-{digest}"

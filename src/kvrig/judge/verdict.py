@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from kvrig.define import models
 from kvrig.define.cells import Cell
 from kvrig.define.matrix import EarlyError, Expectation, LateError, Runs, Skip, Unsupported
 from kvrig.host import isa
@@ -103,9 +102,10 @@ def computed(cell: Cell, rec: Record) -> Computed:
         if cls is None:
             return Computed(None, "the CPU class is unknown (no ISA facts in the record)")
         cpu = isa.facts(cls)
+    if not cell.config:
+        return Computed(None, "the cell carries no model config")
     try:
-        config = models.render(cell.model)
-        return Computed(expected_mod.expected(cell, config, cpu=cpu))
+        return Computed(expected_mod.expected(cell, cell.config, cpu=cpu))
     except KeyError as exc:
         return Computed(None, f"the model config lacks {exc}")
     except (ValueError, FileNotFoundError) as exc:

@@ -31,6 +31,9 @@ PROBE_FILE = "probe.jsonl"
 # ("sigill", "sleep:SECONDS", "orphan:SECONDS", "fake:SECONDS"); nothing in the rig sets it.
 FAULT_ENV = "KVRIG_TEST_FAULT"
 ORPHAN_PID_FILE = "orphan.pid"
+# The cell's engine, kept alive until the process exits (os._exit): tearing it down
+# costs about a second per cell, and nothing after the summary needs it gone.
+_ENGINES: list[Any] = []
 # A folder with only a sitecustomize.py: first on PYTHONPATH in an emulated cell.
 ISA_BOOT = Path(__file__).resolve().parent / "isa_boot"
 
@@ -57,8 +60,7 @@ def craft_spec(cell: Cell) -> CraftSpec | None:
     default = cell.case.knobs.attention_backend or platform.default_backend
     aligned = None
     if blocksize.uses_aligned(cell):
-        config = models.render(cell.model)
-        aligned = blocksize.aligned_size(cell, config, blocksize.cpu_of(cell))
+        aligned = blocksize.aligned_size(cell, cell.config, blocksize.cpu_of(cell))
     replace = None
     if crafted.replace is not None:
         r = crafted.replace
@@ -110,6 +112,8 @@ def engine_kwargs(cell: Cell, model_dir: Path) -> dict[str, Any]:
         "enforce_eager": True,
         "seed": 0,
     }
+    if cell.platform_spec.kv_cache_mb is not None:
+        kwargs["kv_cache_memory_bytes"] = cell.platform_spec.kv_cache_mb * 2**20
     for name in (
         "block_size",
         "enable_prefix_caching",
@@ -133,7 +137,7 @@ def run(workdir: Path) -> dict[str, Any]:
     cell = Cell.model_validate_json((workdir / CELL_FILE).read_text())
     out: dict[str, Any] = {"timings": {}, "tokens_generated": 0, "pid": os.getpid()}
     t0 = time.monotonic()
-    model_dir = models.write(cell.model_name, cell.model)
+    model_dir = models.write(cell.model_name, cell.config or models.render(cell.model))
     import torch
     import vllm
 
@@ -151,6 +155,7 @@ def run(workdir: Path) -> dict[str, Any]:
     t1 = time.monotonic()
     try:
         llm = vllm.LLM(**kwargs)
+        _ENGINES.append(llm)  # not torn down when run() returns: the process just exits
         out["timings"]["engine_start_s"] = round(time.monotonic() - t1, 3)
         out["engine_block_size"] = llm.llm_engine.vllm_config.cache_config.block_size
         params = vllm.SamplingParams(

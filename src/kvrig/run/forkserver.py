@@ -265,12 +265,19 @@ class ForkServer:
         self.log = log
         self.import_s: float | None = None
         self.threads: int | None = None
+        self._ready = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._env = server_env(env)
         self._exits: dict[int, int] = {}
         self._buf = b""
 
     def start(self) -> ForkServer:
+        """Starts the server and waits until it has imported what it preloads."""
+        return self.launch().wait_ready()
+
+    def launch(self) -> ForkServer:
+        """Starts the server without waiting for it: its import then overlaps whatever
+        the owner does meanwhile (pytest collecting, the first cell's set-up)."""
         mode = f"--preload={','.join(self.preload)}" if self.warm else "--cold"
         args = [self.python, "-m", "kvrig.run.forkserver", mode]
         err: Any = subprocess.DEVNULL
@@ -291,6 +298,11 @@ class ForkServer:
         finally:
             if err is not subprocess.DEVNULL:
                 err.close()
+        return self
+
+    def wait_ready(self) -> ForkServer:
+        if self._ready:
+            return self
         msg = self._read(READY_TIMEOUT_S)
         if msg is None or "ready" not in msg:
             self.close()
@@ -301,6 +313,7 @@ class ForkServer:
             )
         self.import_s = msg.get("import_s")
         self.threads = msg.get("threads")
+        self._ready = True
         return self
 
     @property
@@ -315,6 +328,7 @@ class ForkServer:
 
     def spawn(self, workdir: Path, env: Mapping[str, str], log: Path) -> int:
         """Starts a cell's process; returns its pid (also its session id)."""
+        self.wait_ready()
         assert self._proc is not None and self._proc.stdin is not None
         request = {"workdir": str(workdir), "env": dict(env), "log": str(log)}
         try:
@@ -405,6 +419,11 @@ class Pool:
         self.preload = preload
         self._servers: list[ForkServer] = []
 
+    def prestart(self, env: Mapping[str, str]) -> None:
+        """Launches the server cells of this environment will need, without waiting."""
+        if not any(s.matches(env) for s in self._servers):
+            self._add(env, wait=False)
+
     def get(self, env: Mapping[str, str]) -> ForkServer:
         for server in list(self._servers):
             if not server.alive():
@@ -412,14 +431,22 @@ class Pool:
                 self._servers.remove(server)
             elif server.matches(env):
                 return server
+        return self._add(env, wait=True)
+
+    def _add(self, env: Mapping[str, str], wait: bool) -> ForkServer:
         while len(self._servers) >= MAX_SERVERS:
             self._servers.pop(0).close()
         n = len(self._servers)
         log = self.log_dir / f"forkserver-{os.getpid()}-{n}.log" if self.log_dir else None
-        server = ForkServer(
-            env, warm=self.warm, python=self.python, log=log, preload=self.preload
-        ).start()
+        server = ForkServer(env, warm=self.warm, python=self.python, log=log, preload=self.preload)
         self._servers.append(server)
+        server.launch()
+        if wait:
+            try:
+                server.wait_ready()
+            except ServerError:
+                self._servers.remove(server)
+                raise
         return server
 
     @property
