@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +25,27 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTEST = (sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider")
 
 
-def collect(matrix: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*PYTEST, str(matrix), "--kvrig-platform=cpu", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd or matrix.parent,
-        check=False,
-    )
+@dataclass(frozen=True)
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def ids(done: subprocess.CompletedProcess) -> list[str]:
+@pytest.fixture
+def collect(pytester: pytest.Pytester) -> Callable[..., Done]:
+    """Collects a matrix in this process (pytester), as `pytest --co` would."""
+
+    def run(matrix: Path, *args: str) -> Done:
+        result = pytester.runpytest(
+            str(matrix), "--co", "-q", "-p", "no:cacheprovider", "--kvrig-platform=cpu", *args
+        )
+        return Done(int(result.ret), result.stdout.str(), result.stderr.str())
+
+    return run
+
+
+def ids(done: Done | subprocess.CompletedProcess) -> list[str]:
     return [ln.split("::", 1)[1] for ln in done.stdout.splitlines() if "::" in ln]
 
 
@@ -43,7 +55,9 @@ def write(tmp_path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def test_items_are_the_cells_of_the_column_named_by_their_ids(tmp_path: Path) -> None:
+def test_items_are_the_cells_of_the_column_named_by_their_ids(
+    tmp_path: Path, collect: Callable[..., Done]
+) -> None:
     done = collect(write(tmp_path, copy.deepcopy(BASE)))
     assert done.returncode == 0, done.stdout + done.stderr
     assert ids(done) == ["cpu-granite_hybrid-default", "cpu-granite_hybrid-sibling_rejects"]
@@ -52,12 +66,18 @@ def test_items_are_the_cells_of_the_column_named_by_their_ids(tmp_path: Path) ->
 def test_an_empty_folder_with_only_the_matrix_collects_the_column(tmp_path: Path) -> None:
     # No conftest, no tests/ folder: the installed plugin does it all.
     (tmp_path / "matrix.yaml").write_text((ROOT / "matrix.yaml").read_text())
-    done = collect(tmp_path / "matrix.yaml", "-p", "kvrig")
+    done = subprocess.run(
+        [*PYTEST, "matrix.yaml", "-p", "kvrig", "--kvrig-platform=cpu"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(ids(done)) == len(expand(load(ROOT / "matrix.yaml"), "cpu"))
 
 
-def test_markers_and_keywords_select_cells(tmp_path: Path) -> None:
+def test_markers_and_keywords_select_cells(tmp_path: Path, collect: Callable[..., Done]) -> None:
     matrix = write(tmp_path, copy.deepcopy(BASE))
     assert ids(collect(matrix, "-m", "expect_early_error")) == [
         "cpu-granite_hybrid-sibling_rejects"
@@ -66,7 +86,7 @@ def test_markers_and_keywords_select_cells(tmp_path: Path) -> None:
     assert ids(collect(matrix, "-k", "sibling")) == ["cpu-granite_hybrid-sibling_rejects"]
 
 
-def test_kvrig_cell_selects_exactly_one_id(tmp_path: Path) -> None:
+def test_kvrig_cell_selects_exactly_one_id(tmp_path: Path, collect: Callable[..., Done]) -> None:
     data = copy.deepcopy(BASE)
     extra = copy.deepcopy(data["cases"][0])
     extra["id"] = "default_mp"
@@ -81,7 +101,7 @@ def test_kvrig_cell_selects_exactly_one_id(tmp_path: Path) -> None:
     assert done.returncode == 4 and "not a cell of the cpu column" in done.stderr
 
 
-def test_shards_are_disjoint_parts_of_the_real_column() -> None:
+def test_shards_are_disjoint_parts_of_the_real_column(collect: Callable[..., Done]) -> None:
     everything = {c.id for c in expand(load(ROOT / "matrix.yaml"), "cpu")}
     one = set(ids(collect(ROOT / "matrix.yaml", "--kvrig-shard=1/2")))
     two = set(ids(collect(ROOT / "matrix.yaml", "--kvrig-shard=2/2")))
@@ -90,7 +110,9 @@ def test_shards_are_disjoint_parts_of_the_real_column() -> None:
     assert not one & two
 
 
-def test_a_platform_without_cells_is_an_error_naming_it(tmp_path: Path) -> None:
+def test_a_platform_without_cells_is_an_error_naming_it(
+    tmp_path: Path, collect: Callable[..., Done]
+) -> None:
     data = copy.deepcopy(BASE)
     data["platforms"]["cuda"] = copy.deepcopy(data["platforms"]["cpu"])
     data["platforms"]["cpu"]["default_backend"] = "CPU_ATTN"
@@ -101,13 +123,17 @@ def test_a_platform_without_cells_is_an_error_naming_it(tmp_path: Path) -> None:
     assert "no cell for the cpu platform" in done.stderr
 
 
-def test_an_unknown_cpu_class_is_refused_naming_the_known_ones(tmp_path: Path) -> None:
+def test_an_unknown_cpu_class_is_refused_naming_the_known_ones(
+    tmp_path: Path, collect: Callable[..., Done]
+) -> None:
     done = collect(write(tmp_path, copy.deepcopy(BASE)), "--kvrig-isa", "sse4")
     assert done.returncode == 4
     assert "Unknown CPU class 'sse4'" in done.stderr and "avx512_bf16" in done.stderr
 
 
-def test_an_emulated_class_gets_its_own_column_ids(tmp_path: Path) -> None:
+def test_an_emulated_class_gets_its_own_column_ids(
+    tmp_path: Path, collect: Callable[..., Done]
+) -> None:
     done = collect(write(tmp_path, copy.deepcopy(BASE)), "--kvrig-isa", "avx2")
     if done.returncode == 4 and "lacks" in done.stderr:
         pytest.skip(f"this host cannot run the avx2 class: {done.stderr.strip()}")

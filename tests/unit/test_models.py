@@ -68,5 +68,5 @@ def test_a_users_own_config_beside_the_matrix_is_used(tmp_path: Path) -> None:
     config = models.render(spec, tmp_path)
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert config["num_hidden_layers"] == 2
-    with pytest.raises(FileNotFoundError, match="no shipped model config 'mine.json'"):
+    with pytest.raises(FileNotFoundError, match=r"no shipped model config 'mine\.json'"):
         models.render(spec)  # without the matrix's folder only shipped configs are known
