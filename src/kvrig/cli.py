@@ -81,7 +81,8 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"Unknown platform {platform!r}; kvrig knows {', '.join(PLATFORMS)}.")
     matrix_path = Path(ns.matrix) if ns.matrix else default_matrix()
     matrix = load(matrix_path)  # refuse a bad matrix before pytest starts
-    column, cls = resolve_column(platform, ns.isa)
+    requested, extra = isa.take_arg(ns.isa, extra)
+    column, cls = resolve_column(platform, requested)
     results = Path(ns.results or results_folder(column)).resolve()
     try:
         check_results_folder(results)

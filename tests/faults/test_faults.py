@@ -278,3 +278,23 @@ def test_warm_cells_are_isolated_from_each_other(tmp_path: Path) -> None:
     # The probe (KVRIG_PROBE_FILE, set per cell) reached the engine forked for this cell.
     assert rec.worker_block_size is not None
     assert rec.worker_block_size == rec.engine_block_size
+
+
+def test_a_warm_parent_that_cannot_preload_or_holds_a_thread_fails_fast(tmp_path: Path) -> None:
+    from kvrig.run.forkserver import ServerError
+
+    (tmp_path / "kvrig_thread_at_import.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True, name='held').start()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    for preload, said in (
+        (("kvrig.run.cell", "kvrig_no_such_module"), "could not import kvrig_no_such_module"),
+        (("kvrig.run.cell", "kvrig_thread_at_import"), "holds Python threads after its imports"),
+    ):
+        with Pool(warm=True, preload=preload, log_dir=tmp_path / "logs") as p:
+            with pytest.raises(ServerError) as err:
+                p.get(env)
+            assert said in str(err.value)
+            assert "--cold" in str(err.value)
+            assert p.servers == []  # nothing half-started is kept

@@ -66,3 +66,27 @@ def test_with_workers_respects_the_users_choice() -> None:
     assert with_workers(["-n", "4"], 2) == ["-n", "4"]
     assert with_workers(["-n0"], 2) == ["-n0"]
     assert with_workers(["-k", "x"], 1) == ["-k", "x"]
+
+
+def test_the_cpu_class_is_taken_from_pytests_arguments_too() -> None:
+    from kvrig.host.isa import take_arg
+
+    assert take_arg("native", ["-k", "x", "--kvrig-isa", "avx2"]) == ("avx2", ["-k", "x"])
+    assert take_arg("native", ["--kvrig-isa=avx512", "-x"]) == ("avx512", ["-x"])
+    assert take_arg("amx", ["-x"]) == ("amx", ["-x"])
+
+
+def test_a_class_above_the_host_is_refused_before_pytest(capsys, monkeypatch) -> None:
+    from kvrig.host import hardware
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2"})
+    assert (
+        main(["--matrix", str(DEFAULT_MATRIX), "column", "--platform", "cpu", "--isa", "amx"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("kvrig: The CPU class 'amx' needs the flags avx512f")
+    assert err.count("\n") == 1
+    assert (
+        main(["--matrix", str(DEFAULT_MATRIX), "column", "--platform", "cpu", "--isa", "sse"]) == 2
+    )
+    assert "Unknown CPU class 'sse'" in capsys.readouterr().err

@@ -110,6 +110,14 @@ def test_shards_are_disjoint_parts_of_the_real_column(collect: Callable[..., Don
     assert not one & two
 
 
+def test_a_filter_that_matches_no_cell_says_which(
+    tmp_path: Path, collect: Callable[..., Done]
+) -> None:
+    done = collect(write(tmp_path, copy.deepcopy(BASE)), "-k", "nope", "-m", "gate")
+    assert done.returncode == 5
+    assert "kvrig: -k 'nope' and -m 'gate' matched no cell of the cpu column" in done.stdout
+
+
 def test_a_platform_without_cells_is_an_error_naming_it(
     tmp_path: Path, collect: Callable[..., Done]
 ) -> None:

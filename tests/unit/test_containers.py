@@ -546,3 +546,9 @@ def test_cpu_builds_keep_out_the_packages_the_local_install_keeps_out() -> None:
     args = c.build_args("cpu", spec(kind="pypi", version="1"))
     assert args["EXCLUDED_PACKAGES"].split() == list(CPU_EXCLUDED)
     assert "EXCLUDED_PACKAGES" not in c.build_args("cuda", spec(kind="pypi", version="1"))
+
+
+def test_an_emulated_class_writes_its_own_columns_folder(checkout: Path) -> None:
+    plan = plan_for(checkout, ["cpu", "--kvrig-isa", "avx2"])
+    assert plan.results == (checkout / "results" / "cpu-avx2").resolve()
+    assert plan.run[-2:] == ["--kvrig-isa", "avx2"]

@@ -177,3 +177,35 @@ def test_a_model_config_may_lie_beside_the_matrix(write_matrix, base, tmp_path) 
         "dtype": "bfloat16",
         "torch_dtype": "bfloat16",
     }
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        ("platforms", "cpu", "default_backend"),
+        ("cases", 1, "crafted", "siblings", 0, "base"),
+    ],
+)
+def test_an_unknown_backend_name_is_refused_at_its_line(write_matrix, base, where) -> None:
+    node = base
+    for part in where[:-1]:
+        node = node[part]
+    node[where[-1]] = "NOPE_ATTN"
+    path = write_matrix(base)
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "NOPE_ATTN" in ln)
+    with pytest.raises(MatrixError) as err:
+        load(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}:{line}: the matrix is invalid at {'.'.join(map(str, where))}")
+    assert "'NOPE_ATTN' is not one of vLLM's attention backends" in msg
+
+
+def test_a_sibling_prefix_that_matches_no_attention_layer_is_refused(write_matrix, base) -> None:
+    # granite-hybrid-4l: mamba, attention, mamba, attention; layer 2 is a Mamba layer.
+    base["cases"][1]["crafted"]["siblings"][0]["layers"] = "model.layers.2."
+    path = write_matrix(base)
+    with pytest.raises(MatrixError) as err:
+        load(path)
+    msg = str(err.value)
+    assert "cases.1.crafted.siblings.0.layers: 'model.layers.2.' matches no attention layer" in msg
+    assert "its attention layers: model.layers.1., model.layers.3." in msg

@@ -113,3 +113,16 @@ def test_env_key_ignores_only_what_is_read_after_the_fork() -> None:
     assert env_key(a) == env_key(b)
     assert env_key(a) != env_key({**a, "VLLM_CPU_KVCACHE_SPACE": "2"})
     assert server_env(a) == {"VLLM_TARGET_DEVICE": "cpu"}
+
+
+def test_a_warm_parent_missing_a_preload_or_holding_python_threads_is_unfit() -> None:
+    from kvrig.run.forkserver import _unfit, preload_for
+
+    assert _unfit({"ready": 1, "missing": [], "python_threads": []}) is None
+    missing = _unfit({"missing": ["vllm.v1.worker.cpu_worker (ImportError: nope)"]})
+    assert missing == "could not import vllm.v1.worker.cpu_worker (ImportError: nope)"
+    threads = _unfit({"missing": [], "python_threads": ["Thread-1 (logger)"]})
+    assert threads == "holds Python threads after its imports (Thread-1 (logger))"
+    # The CPU worker's modules are preloaded for the CPU column only.
+    assert "vllm.v1.worker.cpu_worker" in preload_for("cpu")
+    assert "vllm.v1.worker.cpu_worker" not in preload_for("cuda")

@@ -7,6 +7,10 @@ from kvrig.run.record import ErrorInfo, KVGroup, Record
 
 from .conftest import cell_with
 
+HOOKS = [
+    "CpuPlatform.update_block_size_for_backend",
+    "vllm.v1.worker.utils.prepare_kernel_block_sizes",
+]
 EARLY = "Aligned KV cache block size 384 is not supported by attention backend(s): {}."
 
 
@@ -35,6 +39,8 @@ def ran(**kw: Any) -> Record:
         ],
         kernel_block_sizes=[384, 384],
         layer_backends={"model.layers.1.self_attn.attn": "CPU_ATTN"},
+        probe_hooks=HOOKS,
+        kv_cache_sized_seen=True,
     )
     base.update(kw)
     return Record(**base)
@@ -47,6 +53,7 @@ def failed(message: str, function: str, sized: bool, type_: str = "ValueError") 
         worker_block_size=None,
         error=ErrorInfo(type=type_, message=message, function=function),
         kv_cache_sized_before_error=sized,
+        kv_cache_sized_seen=sized,
     )
 
 
@@ -166,6 +173,36 @@ def test_late_error() -> None:
     assert "before the KV cache was sized" in judge(cell_with(exp), early).reason
     fired = failed(EARLY.format("B"), "_check_aligned_block_size", False)
     assert "early check fired" in judge(cell_with(exp), fired).reason
+
+
+def test_a_late_error_must_be_the_workers_check_at_exactly_that_size() -> None:
+    exp = {"outcome": "late_error", "match": "No common block size for 128"}
+    bigger = failed("No common block size for 1280 (A: [32]).", "select_common_block_size", True)
+    v = judge(cell_with(exp), bigger)
+    assert v.status == "fail"
+    assert "message does not match" in v.reason
+    other = failed(
+        "No common block size for 128", "select_common_block_size", True, type_="RuntimeError"
+    )
+    assert "error type RuntimeError, not ValueError" in judge(cell_with(exp), other).reason
+    elsewhere = failed("No common block size for 128", "allocate", True)
+    assert (
+        "raised by allocate, not select_common_block_size"
+        in judge(cell_with(exp), elsewhere).reason
+    )
+
+
+def test_unsupported_may_pin_the_raising_function() -> None:
+    exp = {
+        "outcome": "unsupported",
+        "error": "NotImplementedError",
+        "match": "Sparse Attention is not supported on CPU",
+        "function": "get_attn_backend_cls",
+    }
+    rec = failed("Sparse Attention is not supported on CPU.", "load_model", False)
+    rec = rec.model_copy(update={"error": rec.error.model_copy(update={"type": exp["error"]})})
+    v = judge(cell_with(exp), rec)
+    assert "raised by load_model, not get_attn_backend_cls" in v.reason
 
 
 def test_unsupported() -> None:
@@ -293,6 +330,20 @@ def test_a_known_defect_showing_as_recorded_is_an_expected_failure() -> None:
     assert v.status == "xfail" and v.passed and "known vLLM defect: rounds by the LCM" in v.reason
 
 
+def test_a_known_defect_at_another_size_is_not_the_recorded_defect() -> None:
+    # The tiny granite's released alignment lands on 384 on an AVX512-BF16 class: a
+    # rejection at 416 is some other behaviour, not the defect the matrix recorded.
+    cell = cell_with(RUNS, known_defect=DEFECT)
+    msg = EARLY.replace("384", "416").format("KVRIG_SIBLING")
+    rec = failed(msg, "_check_aligned_block_size", sized=False).model_copy(
+        update={"host": AVX512_BF16}
+    )
+    v = judge(cell, rec)
+    assert v.status == "fail"
+    assert "nor does it show the known defect" in v.reason
+    assert "vLLM raised at 416, expected 384" in v.reason
+
+
 def test_a_known_defect_that_no_longer_shows_fails_the_cell() -> None:
     v = judge(cell_with(RUNS, known_defect=DEFECT), ran())
     assert v.status == "fail" and "no longer shows" in v.reason
@@ -303,3 +354,23 @@ def test_a_known_defect_cell_failing_some_other_way_fails() -> None:
     rec = failed(EARLY.format("CPU_ATTN"), "_check_aligned_block_size", sized=False)
     v = judge(cell, rec)
     assert v.status == "fail" and "nor does it show the known defect" in v.reason
+
+
+def test_a_record_without_the_probes_hooks_fails_naming_the_missing_one() -> None:
+    no_update = ran(probe_hooks=HOOKS[1:])
+    v = judge(cell_with(RUNS), no_update)
+    assert v.status == "fail"
+    assert "probe not installed: update_block_size_for_backend" in v.reason
+    no_sizing = failed("No common block size for 128", "select_common_block_size", True)
+    no_sizing = no_sizing.model_copy(update={"probe_hooks": HOOKS[:1]})
+    late = {"outcome": "late_error", "match": "No common block size for 128"}
+    assert (
+        "probe not installed: prepare_kernel_block_sizes"
+        in judge(cell_with(late), no_sizing).reason
+    )
+
+
+def test_a_running_engine_whose_kv_cache_was_never_seen_sized_fails() -> None:
+    v = judge(cell_with(RUNS), ran(kv_cache_sized_seen=False))
+    assert v.status == "fail"
+    assert "the probe never saw the KV cache sized" in v.reason

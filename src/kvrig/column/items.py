@@ -19,6 +19,7 @@ from kvrig.column.one_cell import Judged, run_and_judge
 from kvrig.define.cells import Cell
 from kvrig.judge.verdict import Status
 from kvrig.publish import report, repro, results
+from kvrig.run.forkserver import ServerError
 
 if TYPE_CHECKING:
     from kvrig.column.plugin import ColumnRun
@@ -94,6 +95,8 @@ class CellItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, CellFailed):
             return str(excinfo.value)
+        if isinstance(excinfo.value, ServerError):  # no cell could start: say why, not where
+            return f"{self.where()}: {self.cell.id}: {excinfo.value}"
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

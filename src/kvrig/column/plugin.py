@@ -28,7 +28,7 @@ from kvrig.host import hardware, isa
 from kvrig.publish import pipeline, report
 from kvrig.publish import results as results_mod
 from kvrig.run.cell import cell_env
-from kvrig.run.forkserver import Pool, die_with_parent
+from kvrig.run.forkserver import Pool, die_with_parent, preload_for
 from kvrig.run.runner import ResultsFolderError, check_results_folder
 
 MARKERS = {
@@ -67,7 +67,11 @@ class ColumnRun:
 
     def pool(self) -> Pool:
         if self._pool is None:
-            self._pool = Pool(warm=not self.cold, log_dir=self.results / "logs")
+            self._pool = Pool(
+                warm=not self.cold,
+                log_dir=self.results / "logs",
+                preload=preload_for(self.platform),
+            )
         return self._pool
 
     def close(self) -> None:
@@ -309,7 +313,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     run = config.stash.get(COLUMN_KEY, None)
-    if run is None or config.option.collectonly or hasattr(config, "workerinput"):
+    if run is None or hasattr(config, "workerinput"):
         return
     tr = terminalreporter
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
@@ -327,6 +331,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             f"kvrig: {' and '.join(filters) or 'the selection'} matched no cell of the"
             f" {run.column} column ({len(run.cells)} cells; kvrig cells lists them)."
         )
+        return
+    if config.option.collectonly:
         return
     rows = results_mod.read(run.results)
     if not rows:

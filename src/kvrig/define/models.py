@@ -67,6 +67,32 @@ def render(spec: ModelSpec, base: Path | None = None) -> dict[str, Any]:
     return config
 
 
+def attention_layers(config: dict[str, Any], family: str) -> list[int]:
+    """Indices of the layers with an attention (non-SSM) backend, in layer order."""
+    if "hybrid_override_pattern" in config:  # NemotronH: M mamba, * attention, - mlp, E moe
+        return [i for i, c in enumerate(config["hybrid_override_pattern"]) if c == "*"]
+    types = config.get("layer_types") or config.get("layers_block_type")
+    if types:
+        return [i for i, t in enumerate(types) if t in ("attention", "full_attention")]
+    n = int(config["num_hidden_layers"])
+    if family == "gdn":
+        interval = int(config.get("full_attention_interval", 4))
+        return [i for i in range(n) if (i + 1) % interval == 0]
+    return list(range(n))
+
+
+def layer_prefix(index: int) -> str:
+    """The name prefix of a decoder layer's modules, as vLLM's models name them."""
+    return f"model.layers.{index}."
+
+
+def prefix_matches(prefix: str, index: int) -> bool:
+    """Whether a sibling's layer prefix picks layer `index` (a prefix of its name, or
+    a longer name inside it)."""
+    own = layer_prefix(index)
+    return own.startswith(prefix) or prefix.startswith(own)
+
+
 def write(name: str, config: dict[str, Any], root: Path | None = None) -> Path:
     """Writes the model folder if missing and returns it; safe to call from many processes."""
     text = json.dumps(config, indent=2, sort_keys=True) + "\n"

@@ -200,3 +200,19 @@ def emulation_env(cls: str) -> dict[str, str]:
         "ATEN_CPU_CAPABILITY": ATEN_CAPABILITY[cls],
         "ONEDNN_MAX_CPU_ISA": ONEDNN_ISA[cls],
     }
+
+
+def take_arg(given: str, args: list[str]) -> tuple[str, list[str]]:
+    """The CPU class a command line asks for, also as pytest's `--kvrig-isa` (nox passes
+    its arguments on to the column), and the arguments without it: the column and its
+    results folder follow from the class, so it is read before pytest starts."""
+    rest: list[str] = []
+    it = iter(args)
+    for arg in it:
+        if arg == "--kvrig-isa":
+            given = next(it, given)
+        elif arg.startswith("--kvrig-isa="):
+            given = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return given, rest

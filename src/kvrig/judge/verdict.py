@@ -73,6 +73,12 @@ def happened(rec: Record) -> str:
     )
 
 
+def matches(pattern: str, message: str) -> bool:
+    """The pattern found in the message, a number it ends in matched whole: "No common
+    block size for 128" must not match a message about 1280."""
+    return re.search(f"(?:{pattern})(?![0-9])", message) is not None
+
+
 def early_error_backends(message: str) -> tuple[int, list[str]] | None:
     m = _EARLY_MESSAGE.search(message.strip().splitlines()[0] if message.strip() else "")
     if not m:
@@ -118,7 +124,9 @@ def judge(cell: Cell, rec: Record) -> Verdict:
         return Verdict(cell.id, Status.SKIP, expect.reason)
     calc = computed(cell, rec)
     size = calc.expected.block_size if calc.expected else None
-    problem = _problem(expect, rec, cell.model.family)
+    problem = _probe_problem(expect, rec)
+    if problem is None:
+        problem = _problem(expect, rec, cell.model.family)
     if problem is None:
         problem = _emulation_problem(cell, rec)
     if problem is None:
@@ -137,11 +145,33 @@ def judge(cell: Cell, rec: Record) -> Verdict:
         f" [{problem}]" if problem else ""
     )
     if cell.defect is not None:
-        if _problem(cell.defect, rec, cell.model.family) is None:
+        shown = _problem(cell.defect, rec, cell.model.family)
+        if shown is None:
+            # The defect's size is part of what must show: vLLM's arithmetic for it.
+            shown = _size_problem(cell, cell.defect, rec, calc)[0]
+        if shown is None:
             reason = cell.case.known_defect.reason  # type: ignore[union-attr]
             return Verdict(cell.id, Status.XFAIL, f"known vLLM defect: {reason}; {failure}", size)
-        failure += f"; nor does it show the known defect ({_describe(cell.defect)})"
+        detail = f": {shown}" if shown else ""
+        failure += f"; nor does it show the known defect ({_describe(cell.defect)}{detail})"
     return Verdict(cell.id, Status.FAIL, failure, size)
+
+
+PROBE_HOOKS = (".update_block_size_for_backend", ".prepare_kernel_block_sizes")
+
+
+def _probe_problem(expect: Expectation, rec: Record) -> str | None:
+    """Where the record's facts come from must be known: each hook of the probe reported
+    installed (else an error that came late looks early), and a running engine's KV cache
+    seen sized (else vLLM sizes it somewhere the probe no longer wraps)."""
+    if not isinstance(expect, Runs | EarlyError | LateError) or rec.outcome not in ("ran", "error"):
+        return None
+    for hook in PROBE_HOOKS:
+        if not any(h.endswith(hook) for h in rec.probe_hooks):
+            return f"probe not installed: {hook.lstrip('.')}"
+    if rec.outcome == "ran" and not rec.kv_cache_sized_seen:
+        return "the probe never saw the KV cache sized (prepare_kernel_block_sizes not called)"
+    return None
 
 
 def _emulation_problem(cell: Cell, rec: Record) -> str | None:
@@ -210,7 +240,10 @@ def _describe(expect: Expectation) -> str:
     if isinstance(expect, EarlyError):
         return f"an early ValueError from {EARLY_FUNCTION} naming {', '.join(expect.backends)}"
     if isinstance(expect, LateError):
-        return f"a late error after KV-cache sizing matching /{expect.match}/"
+        return (
+            f"a late {expect.error} from {expect.function} after KV-cache sizing matching"
+            f" /{expect.match}/"
+        )
     if isinstance(expect, Unsupported):
         return f"{expect.error} matching /{expect.match}/"
     return expect.outcome
@@ -241,13 +274,19 @@ def _problem(expect: Expectation, rec: Record, family: str) -> str | None:
             return "the early check fired where it must not"
         if not rec.kv_cache_sized_before_error:
             return "it came before the KV cache was sized"
-        if not re.search(expect.match, err.message):
+        if err.type != expect.error:
+            return f"error type {err.type}, not {expect.error}"
+        if err.function != expect.function:
+            return f"raised by {err.function}, not {expect.function}"
+        if not matches(expect.match, err.message):
             return "message does not match"
         return None
     if isinstance(expect, Unsupported):
         if err.type != expect.error:
             return f"error type {err.type}, not {expect.error}"
-        if not re.search(expect.match, err.message):
+        if expect.function is not None and err.function != expect.function:
+            return f"raised by {err.function}, not {expect.function}"
+        if not matches(expect.match, err.message):
             return "message does not match"
         return None
     return "unknown expectation"

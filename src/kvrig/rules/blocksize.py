@@ -20,6 +20,7 @@ from typing import Any
 
 from kvrig.define.cells import Cell
 from kvrig.define.matrix import CraftedBackend
+from kvrig.define.models import attention_layers, prefix_matches
 from kvrig.host import isa
 
 DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE, phase 1's default
@@ -141,20 +142,6 @@ class Expected:
 # --- model shapes ----------------------------------------------------------------------
 
 
-def attention_layers(config: dict[str, Any], family: str) -> list[int]:
-    """Indices of the layers with an attention (non-SSM) backend, in layer order."""
-    if "hybrid_override_pattern" in config:  # NemotronH: M mamba, * attention, - mlp, E moe
-        return [i for i, c in enumerate(config["hybrid_override_pattern"]) if c == "*"]
-    types = config.get("layer_types") or config.get("layers_block_type")
-    if types:
-        return [i for i, t in enumerate(types) if t in ("attention", "full_attention")]
-    n = int(config["num_hidden_layers"])
-    if family == "gdn":
-        interval = int(config.get("full_attention_interval", 4))
-        return [i for i in range(n) if (i + 1) % interval == 0]
-    return list(range(n))
-
-
 def head_size(config: dict[str, Any]) -> int:
     if config.get("head_dim"):
         return int(config["head_dim"])
@@ -270,8 +257,7 @@ def layer_backends(cell: Cell, config: dict[str, Any], aligned: int | None = Non
     for i in attention_layers(config, cell.model.family):
         chosen = default
         for sib in crafted.siblings:
-            prefix = f"model.layers.{i}."
-            if prefix.startswith(sib.layers) or sib.layers.startswith(prefix):
+            if prefix_matches(sib.layers, i):
                 chosen = crafted_backend(sib, default, aligned)
         if chosen not in out:
             out.append(chosen)

@@ -80,9 +80,12 @@ def assemble(
     sized_before_error: bool | None = None
     sized = False
     groups: list[KVGroup] = []
+    hooks: set[str] = set()
     for ev in events:
         kind = ev.get("event")
-        if kind == "block_size_update":
+        if kind == "probe_installed":
+            hooks.update(ev.get("hooks") or [])
+        elif kind == "block_size_update":
             rec["block_size_before"] = ev.get("block_size_before")
             rec["user_specified_block_size"] = ev.get("user_specified_block_size")
             rec["layer_backends"] = ev.get("layer_backends") or {}
@@ -106,6 +109,8 @@ def assemble(
             root = ErrorInfo.model_validate({**ev["error"], "process": process})
             sized_before_error = sized
     rec["kv_cache_groups"] = groups
+    rec["probe_hooks"] = sorted(hooks)
+    rec["kv_cache_sized_seen"] = sized
 
     front = frontend or {}
     for key in (

@@ -38,6 +38,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Mapping
@@ -59,7 +60,13 @@ LAZY_ENV = frozenset(
     }
 )
 MAX_SERVERS = 2  # per owner: each holds a vLLM import (about 0.5 GB)
-# What a cell's process needs from vLLM; importing them costs no thread and no engine.
+# What a cell's process needs from vLLM; importing them starts no Python thread and no
+# engine (BLAS libraries start their native pools at import; fork is made for those).
+CPU_PRELOAD = (
+    "vllm.v1.worker.cpu_worker",
+    "vllm.v1.worker.cpu_model_runner",
+    "vllm.v1.attention.backends.cpu_attn",
+)
 PRELOAD = (
     "torch",
     "vllm",
@@ -69,9 +76,7 @@ PRELOAD = (
     "vllm.v1.engine.core_client",
     "vllm.v1.executor.uniproc_executor",
     "vllm.v1.executor.multiproc_executor",
-    "vllm.v1.worker.cpu_worker",
-    "vllm.v1.worker.cpu_model_runner",
-    "vllm.v1.attention.backends.cpu_attn",
+    *CPU_PRELOAD,
     "vllm.v1.attention.backends.registry",
     "vllm.model_executor.models.llama",
     "vllm.model_executor.models.granitemoehybrid",
@@ -85,6 +90,11 @@ PRELOAD = (
 READY_TIMEOUT_S = 600.0
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+
+
+def preload_for(platform: str) -> tuple[str, ...]:
+    """The preload of a platform's column: the CPU worker's modules only on CPU."""
+    return PRELOAD if platform == "cpu" else tuple(m for m in PRELOAD if m not in CPU_PRELOAD)
 
 
 def env_key(env: Mapping[str, str]) -> frozenset[tuple[str, str]]:
@@ -117,12 +127,13 @@ def _thread_count() -> int:
 
 
 def _preload(modules: tuple[str, ...]) -> list[str]:
+    """The modules that failed to import, each with its error."""
     missing = []
     for name in modules:
         try:
             importlib.import_module(name)
-        except Exception:  # a module another vLLM version lacks: not preloaded, still works
-            missing.append(name)
+        except Exception as exc:
+            missing.append(f"{name} ({type(exc).__name__}: {exc})")
     return missing
 
 
@@ -187,6 +198,9 @@ def serve(warm: bool, python: str, preload: tuple[str, ...] = PRELOAD) -> int:
             "import_s": round(time.monotonic() - started, 3),
             "threads": _thread_count(),
             "missing": missing,
+            "python_threads": [
+                th.name for th in threading.enumerate() if th is not threading.main_thread()
+            ],
         },
     )
     stdin = sys.stdin.buffer
@@ -240,6 +254,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # --- the owner's side ---------------------------------------------------------------------
+
+
+def _unfit(ready: Mapping[str, Any]) -> str | None:
+    """Why a parent that reported ready must not fork cells: a preload that failed (its
+    cells would import it afresh, or fail), or a Python thread (a forked cell inherits its
+    locks, held, and not the thread)."""
+    if ready.get("missing"):
+        return f"could not import {'; '.join(ready['missing'])}"
+    if ready.get("python_threads"):
+        return f"holds Python threads after its imports ({', '.join(ready['python_threads'])})"
+    return None
 
 
 class ServerError(RuntimeError):
@@ -313,6 +338,14 @@ class ForkServer:
             )
         self.import_s = msg.get("import_s")
         self.threads = msg.get("threads")
+        unfit = _unfit(msg)
+        if unfit:
+            self.close()
+            raise ServerError(
+                f"the warm cell parent {unfit}"
+                + (f" (see {self.log})" if self.log else "")
+                + ". Run the column with --cold to start each cell in a fresh interpreter."
+            )
         self._ready = True
         return self
 

@@ -78,6 +78,10 @@ class Record(BaseModel):
     # What the worker's vLLM saw of the CPU (torch's probes, the kernel library loaded,
     # the SSM state dtype it settled on): the proof that an emulated class is what ran.
     isa_view: dict[str, Any] | None = None
+    # The places the probe wrapped, in any of the cell's processes, and whether it saw the
+    # KV cache sized: without both, "before KV-cache sizing" would be a guess.
+    probe_hooks: list[str] = Field(default_factory=list)
+    kv_cache_sized_seen: bool = False
     # Errors: the root cause (from the process that raised it) and what the caller saw.
     error: ErrorInfo | None = None
     frontend_error: ErrorInfo | None = None

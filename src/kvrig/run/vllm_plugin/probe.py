@@ -76,10 +76,12 @@ def isa_view(cache_config: Any) -> dict[str, Any]:
 
 
 def install(path: str) -> None:
+    """Wraps the two places that matter and says which it reached: a record whose probe
+    did not report its hooks cannot tell an early error from a late one."""
     global _path
     _path = path
-    _wrap_update_block_size()
-    _wrap_prepare_kernel_block_sizes()
+    hooks = [_wrap_update_block_size(), *_wrap_prepare_kernel_block_sizes()]
+    emit("probe_installed", hooks=hooks)
 
 
 def _layer_backends(vllm_config: Any) -> dict[str, str]:
@@ -96,7 +98,7 @@ def _layer_backends(vllm_config: Any) -> dict[str, str]:
     return out
 
 
-def _wrap_update_block_size() -> None:
+def _wrap_update_block_size() -> str:
     from vllm.platforms import current_platform
 
     platform_cls = type(current_platform)
@@ -141,6 +143,7 @@ def _wrap_update_block_size() -> None:
     platform_cls.update_block_size_for_backend = classmethod(  # type: ignore[method-assign]
         update_block_size_for_backend
     )
+    return f"{platform_cls.__name__}.update_block_size_for_backend"
 
 
 def _accepts(vllm_config: Any, backends: list[type], block_size: int) -> dict[str, bool]:
@@ -169,7 +172,7 @@ def _group_info(group: Any, backends: list[str]) -> dict[str, Any]:
     return info
 
 
-def _wrap_prepare_kernel_block_sizes() -> None:
+def _wrap_prepare_kernel_block_sizes() -> list[str]:
     from vllm.v1.worker import utils
 
     original = utils.prepare_kernel_block_sizes
@@ -190,8 +193,14 @@ def _wrap_prepare_kernel_block_sizes() -> None:
         emit("kernel_block_sizes", kernel_block_sizes=list(result))
         return result
 
-    utils.prepare_kernel_block_sizes = prepare_kernel_block_sizes
-    # A runner module imported before the plugin holds its own reference.
-    runner = sys.modules.get("vllm.v1.worker.gpu_model_runner")
-    if runner is not None and hasattr(runner, "prepare_kernel_block_sizes"):
-        runner.prepare_kernel_block_sizes = prepare_kernel_block_sizes
+    # Every module that holds the function (a runner imported before the plugin, as in a
+    # warm parent, took its own reference): each one is replaced, and named.
+    holders = [
+        name
+        for name, module in list(sys.modules.items())
+        if name.startswith("vllm.")
+        and getattr(module, "prepare_kernel_block_sizes", None) is original
+    ]
+    for name in holders:
+        sys.modules[name].prepare_kernel_block_sizes = prepare_kernel_block_sizes
+    return [f"{name}.prepare_kernel_block_sizes" for name in sorted(holders)]
