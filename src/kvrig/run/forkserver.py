@@ -191,18 +191,23 @@ def serve(warm: bool, python: str, preload: tuple[str, ...] = PRELOAD) -> int:
             print("forkserver: vLLM's plugins were loaded at import", file=sys.stderr)
             return 3
     out = sys.stdout
-    _say(
-        out,
-        {
-            "ready": os.getpid(),
-            "import_s": round(time.monotonic() - started, 3),
-            "threads": _thread_count(),
-            "missing": missing,
-            "python_threads": [
-                th.name for th in threading.enumerate() if th is not threading.main_thread()
-            ],
-        },
+    ready = {
+        "ready": os.getpid(),
+        "import_s": round(time.monotonic() - started, 3),
+        "threads": _thread_count(),
+        "missing": missing,
+        "python_threads": [
+            th.name for th in threading.enumerate() if th is not threading.main_thread()
+        ],
+    }
+    print(
+        f"forkserver: ready in {ready['import_s']} s, {ready['threads']} thread(s) of which"
+        f" Python ones besides main: {ready['python_threads'] or 'none'}; preloads that"
+        f" failed: {missing or 'none'}",
+        file=sys.stderr,
+        flush=True,
     )
+    _say(out, ready)
     stdin = sys.stdin.buffer
     running: dict[int, float] = {}  # cell pid -> start time
     sessions: set[int] = set()
