@@ -250,12 +250,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("column", help="run one platform's cells (extra args go to pytest)")
     c.add_argument("--platform", choices=PLATFORMS, help="default: this host's")
-    c.add_argument(
-        "--isa",
-        default=isa.NATIVE,
-        help=f"CPU class ({isa.NATIVE}, {', '.join(isa.CLASSES)}); one below the host's is"
-        " emulated, its results go to results/cpu-<class>",
-    )
+    c.add_argument("--isa", default=isa.NATIVE, help=isa.ARG_HELP)
     c.add_argument("--results", help="default: results/<column>")
     c.add_argument(
         "--cold",

@@ -83,12 +83,7 @@ class ColumnRun:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvrig", "kvrig: a column of matrix.yaml on real vLLM engines")
     group.addoption("--kvrig-platform", choices=PLATFORMS, help="default: this host's platform")
-    group.addoption(
-        "--kvrig-isa",
-        default=isa.NATIVE,
-        help=f"CPU class to follow ({isa.NATIVE}, {', '.join(isa.CLASSES)}); a class below"
-        " the host's is emulated (default: native, the host's own)",
-    )
+    group.addoption("--kvrig-isa", default=isa.NATIVE, help=isa.ARG_HELP)
     group.addoption("--kvrig-results", default=None, help="default: results/<column>")
     group.addoption(
         "--kvrig-cold",

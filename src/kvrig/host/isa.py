@@ -24,24 +24,16 @@ NATIVE = "native"
 
 # /proc/cpuinfo flags a class needs (torch's avx512 probe reads avx512_f alone; the
 # kernels vLLM builds for AVX-512 use F, BW, DQ and VL).
+_AVX512 = ("avx2", "avx512f", "avx512bw", "avx512dq", "avx512vl")
 REQUIRES: dict[str, tuple[str, ...]] = {
     "avx2": ("avx2",),
-    "avx512": ("avx2", "avx512f", "avx512bw", "avx512dq", "avx512vl"),
-    "avx512_bf16": ("avx2", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"),
-    "amx": (
-        "avx2",
-        "avx512f",
-        "avx512bw",
-        "avx512dq",
-        "avx512vl",
-        "avx512_bf16",
-        "amx_tile",
-        "amx_bf16",
-    ),
+    "avx512": _AVX512,
+    "avx512_bf16": (*_AVX512, "avx512_bf16"),
+    "amx": (*_AVX512, "avx512_bf16", "amx_tile", "amx_bf16"),
 }
 
 # torch.cpu.get_capabilities() keys a class does not have (answered False when emulated).
-_AVX512 = (
+_AVX512_CAPS = (
     "avx512_f",
     "avx512_cd",
     "avx512_dq",
@@ -60,7 +52,7 @@ _AVX512 = (
 _AMX = ("amx_bf16", "amx_tile", "amx_int8", "amx_fp16")
 _NEWER = ("avx512_fp16", "avx10_1", "avx10_2")
 LACKS: dict[str, tuple[str, ...]] = {
-    "avx2": (*_AVX512, "avx512_bf16", *_AMX, *_NEWER),
+    "avx2": (*_AVX512_CAPS, "avx512_bf16", *_AMX, *_NEWER),
     "avx512": ("avx512_bf16", *_AMX, *_NEWER),
     "avx512_bf16": (*_AMX, *_NEWER),
     "amx": (),
@@ -76,6 +68,12 @@ ONEDNN_ISA = {
     "amx": "AVX512_CORE_AMX",
 }
 ISA_ENV = "KVRIG_ISA"
+# How a command line names the class (kvrig column --isa, pytest's --kvrig-isa).
+ARG_HELP = (
+    f"the CPU class to follow: {NATIVE} (the host's own, the default) or one of"
+    f" {', '.join(CLASSES)}; a class below the host's is emulated and its results go to"
+    " results/cpu-<class>"
+)
 
 
 @dataclass(frozen=True)
