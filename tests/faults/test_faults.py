@@ -52,6 +52,16 @@ def with_token(token: str) -> list[int]:
     return procs.with_env(TOKEN_ENV, token)
 
 
+def wait_for(condition, seconds: float) -> bool:
+    """True once the condition holds, False if it still does not after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def gone_within(pids_of, seconds: float = 20.0) -> list[int]:
     deadline = time.monotonic() + seconds
     while (left := pids_of()) and time.monotonic() < deadline:
@@ -77,29 +87,32 @@ def fault(monkeypatch: pytest.MonkeyPatch):
 def test_sigill_is_a_crash_with_signal_and_log_tail(tmp_path: Path, pool: Pool, fault) -> None:
     fault("sigill")
     rec = run_cell(a_cell(), tmp_path, pool=pool)
-    assert rec.outcome == "crashed" and rec.signal == "SIGILL"
+    assert rec.outcome == "crashed"
+    assert rec.signal == "SIGILL"
     assert "kvrig test fault: sigill" in Path(rec.log or "").read_text()
     assert Record.load(Paths(tmp_path, rec.cell_id).record).outcome == "crashed"
 
 
-def test_a_crash_leaves_the_cell_beside_it_alone(tmp_path: Path, fault) -> None:
-    # Two cells side by side, as two workers run them; one dies of SIGILL mid-way.
+def test_a_crash_leaves_the_cell_beside_it_alone(tmp_path: Path) -> None:
+    # Two cells side by side, as two workers run them; one dies of SIGILL mid-way. Each
+    # cell's fault is its own environment's, so neither depends on when the other starts.
     crash, calm = a_cell(0), a_cell(1)
     out: dict[str, Record] = {}
 
-    def run(cell: Cell, results: Path) -> None:
+    def run(cell: Cell, results: Path, fault: str) -> None:
         with Pool(warm=True, preload=LIGHT) as p:
-            out[cell.id] = run_cell(cell, results, pool=p)
+            out[cell.id] = run_cell(cell, results, pool=p, env_overrides={FAULT_ENV: fault})
 
-    fault("fake:3")
-    t = threading.Thread(target=run, args=(calm, tmp_path / "calm"))
+    t = threading.Thread(target=run, args=(calm, tmp_path / "calm", "fake:3"))
     t.start()
-    time.sleep(0.5)
-    fault("sigill")
-    run(crash, tmp_path / "crash")
+    calm_log = Paths(tmp_path / "calm", calm.id).log
+    started = wait_for(lambda: calm_log.is_file() and "fake:3" in calm_log.read_text(), 60)
+    assert started, "the calm cell never started"
+    run(crash, tmp_path / "crash", "sigill")
     t.join()
     assert out[crash.id].outcome == "crashed"
-    assert out[calm.id].outcome == "ran" and out[calm.id].signal is None
+    assert out[calm.id].outcome == "ran"
+    assert out[calm.id].signal is None
 
 
 def test_the_parent_survives_a_crash_and_is_replaced_if_it_dies(
@@ -129,7 +142,8 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path, pool: Pool, fault
     fault("orphan:300")  # a leaked child and a cell that never ends
     started = time.monotonic()
     rec = run_cell(a_cell(), tmp_path, pool=pool, timeout_s=3)
-    assert rec.outcome == "timeout" and "killed after" in (rec.note or "")
+    assert rec.outcome == "timeout"
+    assert "killed after" in (rec.note or "")
     assert time.monotonic() - started < 30
     orphan = int((Paths(tmp_path, rec.cell_id).workdir / ORPHAN_PID_FILE).read_text())
     assert not procs.alive(orphan)
@@ -231,7 +245,8 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_records(tmp_path: Path) -> None
     assert proc.returncode == pytest.ExitCode.INTERRUPTED
     assert gone_within(lambda: with_token(token)) == []
     rows = assert_intact(results)
-    assert rows and len(rows) < len({c for c in cells() if SELECT in c})
+    assert rows
+    assert len(rows) < len({c for c in cells() if SELECT in c})
     assert json.loads((results / "run.json").read_text())["state"] == "running"
 
 
@@ -246,7 +261,8 @@ def test_an_unwritable_results_folder_stops_before_any_cell(tmp_path: Path) -> N
         timeout=120,
     )
     assert out.returncode == 2
-    assert "cannot be written" in out.stderr and "Traceback" not in out.stderr
+    assert "cannot be written" in out.stderr
+    assert "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 
@@ -261,9 +277,8 @@ def test_warm_cells_are_isolated_from_each_other(tmp_path: Path) -> None:
     plain = all_cells["cpu-granite_hybrid-default"]
     with Pool(warm=True, log_dir=tmp_path / "logs") as p:
         rec = run_cell(crafted, tmp_path, pool=p)
-        assert rec.outcome == "error" and "KVRIG_SIBLING" in (
-            rec.error.message if rec.error else ""
-        )
+        assert rec.outcome == "error"
+        assert "KVRIG_SIBLING" in (rec.error.message if rec.error else "")
         os.environ[FAULT_ENV] = "sigill"
         try:
             assert run_cell(plain, tmp_path / "crash", pool=p).outcome == "crashed"
@@ -272,7 +287,9 @@ def test_warm_cells_are_isolated_from_each_other(tmp_path: Path) -> None:
         rec = run_cell(plain, tmp_path, pool=p)
         server = p.servers[0]
     assert server.import_s is not None
-    assert rec.outcome == "ran" and rec.error is None and rec.tokens_generated > 0
+    assert rec.outcome == "ran"
+    assert rec.error is None
+    assert rec.tokens_generated > 0
     assert rec.timings["import_s"] < 1.0, "the cell imported vLLM itself: not warm"
     assert "KVRIG_SIBLING" not in json.dumps(rec.layer_backends)
     # The probe (KVRIG_PROBE_FILE, set per cell) reached the engine forked for this cell.

@@ -13,9 +13,12 @@ RUNS = {"outcome": "runs"}
 
 def test_engine_kwargs_are_offline_and_tiny() -> None:
     kw = engine_kwargs(cell_with(RUNS), Path("/m"))
-    assert kw["model"] == "/m" and kw["load_format"] == "dummy"
-    assert kw["skip_tokenizer_init"] is True and kw["enforce_eager"] is True
-    assert "block_size" not in kw and "attention_config" not in kw
+    assert kw["model"] == "/m"
+    assert kw["load_format"] == "dummy"
+    assert kw["skip_tokenizer_init"] is True
+    assert kw["enforce_eager"] is True
+    assert "block_size" not in kw
+    assert "attention_config" not in kw
 
 
 def test_knobs_reach_the_engine() -> None:
@@ -26,7 +29,8 @@ def test_knobs_reach_the_engine() -> None:
         "attention_backend": "TRITON_ATTN",
     }
     kw = engine_kwargs(cell_with(RUNS, knobs=knobs), Path("/m"))
-    assert kw["block_size"] == 32 and kw["enable_prefix_caching"] is False
+    assert kw["block_size"] == 32
+    assert kw["enable_prefix_caching"] is False
     assert kw["mamba_ssm_cache_dtype"] == "bfloat16"
     assert kw["attention_config"] == {"backend": "TRITON_ATTN"}
 
@@ -40,17 +44,20 @@ def test_custom_route_selects_custom(base) -> None:
     cell = expand(Matrix.model_validate(base), "cpu")[0]
     assert engine_kwargs(cell, Path("/m"))["attention_config"] == {"backend": "CUSTOM"}
     spec = craft_spec(cell)
-    assert spec.route == "custom" and spec.replace.base == "CPU_ATTN"
+    assert spec.route == "custom"
+    assert spec.replace.base == "CPU_ATTN"
 
 
 def test_env_turns_plugin_on_and_hub_off(tmp_path: Path) -> None:
     crafted = {"siblings": [{"name": "S", "layers": "model.layers.3.", "sizes": [32]}]}
     env = cell_env(cell_with(RUNS, crafted=crafted), tmp_path, base={"KVRIG_CRAFT": "stale"})
-    assert env["VLLM_PLUGINS"] == "kvrig" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_PLUGINS"] == "kvrig"
+    assert env["HF_HUB_OFFLINE"] == "1"
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert env["KVRIG_PROBE_FILE"] == str(tmp_path / "probe.jsonl")
     spec = CraftSpec.from_json(env["KVRIG_CRAFT"])
-    assert spec.siblings[0].base == "CPU_ATTN" and spec.siblings[0].exact is True
+    assert spec.siblings[0].base == "CPU_ATTN"
+    assert spec.siblings[0].exact is True
     assert spec.siblings[0].layers == "model.layers.3."
 
 

@@ -13,7 +13,8 @@ def test_validate_and_cells(capsys) -> None:
     assert "valid (" in capsys.readouterr().out
     assert main(["--matrix", str(DEFAULT_MATRIX), "cells", "--platform", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "cpu-qwen3_next-sibling_rejects" in out and "early_error" in out
+    assert "cpu-qwen3_next-sibling_rejects" in out
+    assert "early_error" in out
 
 
 def test_bad_matrix_exits_2_with_one_paragraph(tmp_path: Path, capsys) -> None:
@@ -21,7 +22,8 @@ def test_bad_matrix_exits_2_with_one_paragraph(tmp_path: Path, capsys) -> None:
     bad.write_text("version: 1\nplatforms: {}\nmodels: {}\ncases: []\nextra: 1\n")
     assert main(["--matrix", str(bad), "validate"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("kvrig: ") and "unknown key 'extra'" in err
+    assert err.startswith("kvrig: ")
+    assert "unknown key 'extra'" in err
     assert err.count("\n") == 1
 
 
@@ -47,15 +49,18 @@ def test_report_writes_files(tmp_path: Path, capsys) -> None:
         },
     )
     assert main(["report", str(tmp_path)]) == 0
-    assert (tmp_path / "report.md").exists() and (tmp_path / "report.html").exists()
+    assert (tmp_path / "report.md").exists()
+    assert (tmp_path / "report.html").exists()
     assert "1 passed, 0 failed" in capsys.readouterr().out
 
 
 def test_column_args_collect_the_matrix_and_pass_pytest_args_through() -> None:
     args = column_args("cpu", "avx2", Path("/r"), Path("/m.yaml"), ["-k", "qwen3_next"], "cpu-avx2")
     assert args[0] == "/m.yaml"
-    assert "--kvrig-platform=cpu" in args and "--kvrig-isa=avx2" in args
-    assert "--junitxml=/r/junit.xml" in args and args[-2:] == ["-k", "qwen3_next"]
+    assert "--kvrig-platform=cpu" in args
+    assert "--kvrig-isa=avx2" in args
+    assert "--junitxml=/r/junit.xml" in args
+    assert args[-2:] == ["-k", "qwen3_next"]
     assert "--override-ini=junit_suite_name=kvrig-cpu-avx2" in args
 
 

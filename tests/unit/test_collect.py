@@ -43,7 +43,8 @@ def test_mp_early_error_takes_the_worker_root_cause() -> None:
         CELL, frontend=front, events=early_events(), exit_code=0, signal_name=None, ended_by=None
     )
     assert rec.outcome == "error"
-    assert rec.error.type == "ValueError" and rec.error.process == "worker"
+    assert rec.error.type == "ValueError"
+    assert rec.error.process == "worker"
     assert rec.error.function == "_check_aligned_block_size"
     assert rec.frontend_error.type == "RuntimeError"
     assert rec.kv_cache_sized_before_error is False
@@ -92,10 +93,13 @@ def test_run_collects_groups_and_kernel_sizes() -> None:
     rec = assemble(
         CELL, frontend=front, events=events, exit_code=0, signal_name=None, ended_by=None
     )
-    assert rec.outcome == "ran" and rec.worker_block_size == 384
+    assert rec.outcome == "ran"
+    assert rec.worker_block_size == 384
     assert [g.kernel_block_size for g in rec.kv_cache_groups] == [384, 128]
-    assert rec.backends_accept == {"A": True} and rec.vllm_version == "0.32.0"
-    assert rec.error is None and rec.kv_cache_sized_before_error is None
+    assert rec.backends_accept == {"A": True}
+    assert rec.vllm_version == "0.32.0"
+    assert rec.error is None
+    assert rec.kv_cache_sized_before_error is None
 
 
 def test_late_error_is_after_sizing() -> None:
@@ -127,7 +131,8 @@ def test_crash_timeout_memory() -> None:
     rec = assemble(
         CELL, frontend=None, events=[], exit_code=-4, signal_name="SIGILL", ended_by=None
     )
-    assert rec.outcome == "crashed" and rec.signal == "SIGILL"
+    assert rec.outcome == "crashed"
+    assert rec.signal == "SIGILL"
     for reason in ("timeout", "memory"):
         rec = assemble(
             CELL, frontend=None, events=[], exit_code=-9, signal_name="SIGKILL", ended_by=reason

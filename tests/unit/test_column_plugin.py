@@ -98,14 +98,16 @@ def test_kvrig_cell_selects_exactly_one_id(tmp_path: Path, collect: Callable[...
         "cpu-granite_hybrid-default"
     ]
     done = collect(matrix, "--kvrig-cell", "cpu-nope-default")
-    assert done.returncode == 4 and "not a cell of the cpu column" in done.stderr
+    assert done.returncode == 4
+    assert "not a cell of the cpu column" in done.stderr
 
 
 def test_shards_are_disjoint_parts_of_the_real_column(collect: Callable[..., Done]) -> None:
     everything = {c.id for c in expand(load(ROOT / "matrix.yaml"), "cpu")}
     one = set(ids(collect(ROOT / "matrix.yaml", "--kvrig-shard=1/2")))
     two = set(ids(collect(ROOT / "matrix.yaml", "--kvrig-shard=2/2")))
-    assert one and two
+    assert one
+    assert two
     assert one | two == everything
     assert not one & two
 
@@ -136,7 +138,8 @@ def test_an_unknown_cpu_class_is_refused_naming_the_known_ones(
 ) -> None:
     done = collect(write(tmp_path, copy.deepcopy(BASE)), "--kvrig-isa", "sse4")
     assert done.returncode == 4
-    assert "Unknown CPU class 'sse4'" in done.stderr and "avx512_bf16" in done.stderr
+    assert "Unknown CPU class 'sse4'" in done.stderr
+    assert "avx512_bf16" in done.stderr
 
 
 def test_an_emulated_class_gets_its_own_column_ids(
@@ -161,7 +164,8 @@ def test_pytest_in_a_checkout_runs_unit_tests_only_and_leaves_results_alone() ->
     )
     assert done.returncode == 0, done.stderr
     collected = [ln for ln in done.stdout.splitlines() if "::" in ln]
-    assert collected and all(ln.startswith("tests/unit/") for ln in collected)
+    assert collected
+    assert all(ln.startswith("tests/unit/") for ln in collected)
 
 
 FAKE_RUN = """

@@ -134,7 +134,8 @@ def test_xpu_gets_dri_and_the_render_groups(checkout: Path) -> None:
 
 def test_cpu_gets_no_devices(checkout: Path) -> None:
     run = plan_for(checkout, ["cpu"]).run
-    assert "--device" not in run and "--gpus" not in run
+    assert "--device" not in run
+    assert "--gpus" not in run
 
 
 def test_root_host_runs_as_the_image_user_and_hands_it_the_results(checkout: Path) -> None:
@@ -184,7 +185,8 @@ def test_pytest_args_end_the_run_command(checkout: Path) -> None:
 def test_options_are_not_abbreviated_into_ours() -> None:
     # `--m` must reach pytest, not be read as --matrix.
     args = c.parse_args(["cpu", "--m", "x"])
-    assert args.matrix is None and args.pytest_args == ["--m", "x"]
+    assert args.matrix is None
+    assert args.pytest_args == ["--m", "x"]
 
 
 # --- build command ---------------------------------------------------------------------------
@@ -197,7 +199,8 @@ def test_build_uses_buildkit_cache_and_the_platform_dockerfile(checkout: Path) -
     assert flag_values(plan.build, "--cache-from") == ["kvrig-cuda:latest"]
     bargs = flag_values(plan.build, "--build-arg")
     assert "BUILDKIT_INLINE_CACHE=1" in bargs
-    assert "VLLM_SOURCE=pypi" in bargs and "VLLM_VERSION=0.33.0" in bargs
+    assert "VLLM_SOURCE=pypi" in bargs
+    assert "VLLM_VERSION=0.33.0" in bargs
     assert "BASE_IMAGE=nvidia/cuda:13.0.2-runtime-ubuntu24.04" in bargs
     assert plan.build[-1] == str(checkout)
 
@@ -328,11 +331,14 @@ def settings_plan(
 
 def test_podman_on_an_ordinary_host_gets_no_settings(checkout: Path) -> None:
     plan = settings_plan(checkout, "podman", es.HostFacts(), {}, ["cpu"])
-    assert plan.build[:2] == ["podman", "build"] and plan.run[:2] == ["podman", "run"]
+    assert plan.build[:2] == ["podman", "build"]
+    assert plan.run[:2] == ["podman", "run"]
     # The OCI format drops SHELL, which the Dockerfiles use.
     assert flag_values(plan.build, "--format") == ["docker"]
     joined = " ".join(plan.build + plan.run)
-    assert "runc" not in joined and "--network=host" not in joined and "--volume" not in plan.build
+    assert "runc" not in joined
+    assert "--network=host" not in joined
+    assert "--volume" not in plan.build
     assert flag_values(plan.run, "--network") == ["none"]
     assert plan.build_env == {}
 
@@ -345,7 +351,8 @@ def test_restricted_podman_host_gets_its_settings_automatically(checkout: Path) 
     assert f"{ca}:{ca}:ro" in flag_values(plan.build, "--volume")
     assert f"/opt/wheels:{c.BUILD_WHEELS}:ro" in flag_values(plan.build, "--volume")
     bargs = flag_values(plan.build, "--build-arg")
-    assert f"UV_FIND_LINKS={c.BUILD_WHEELS}" in bargs and "TORCH_INDEX=" in bargs
+    assert f"UV_FIND_LINKS={c.BUILD_WHEELS}" in bargs
+    assert "TORCH_INDEX=" in bargs
     assert f"PIP_CERT={ca}" in bargs
     assert plan.build_env == {"CONTAINERS_CONF": str(checkout / "cache" / "containers.conf")}
     # Each setting is printed with its reason, in the dry run as in a real one.
@@ -362,7 +369,8 @@ def test_settings_can_be_turned_off(checkout: Path) -> None:
         checkout, "podman", RESTRICTED, RESTRICTED_ENV, ["cpu", "--host-settings", "off"]
     )
     assert plan.settings == es.NO_SETTINGS
-    assert "--volume" not in plan.build and "runc" not in plan.build
+    assert "--volume" not in plan.build
+    assert "runc" not in plan.build
 
 
 def test_podman_compat_forces_every_setting_and_podman(checkout: Path) -> None:
@@ -494,7 +502,8 @@ def test_missing_platform_in_matrix_is_one_paragraph(
     matrix.write_text(text[: text.index("  cuda:")] + text[text.index("models:") :])
     assert launch.main(["xpu", "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert "defines no platform 'xpu'" in err and "Traceback" not in err
+    assert "defines no platform 'xpu'" in err
+    assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
 
 
@@ -512,7 +521,8 @@ def test_no_engine_stops_with_exit_2_before_any_build(
     probe = preflight.Probe(which=lambda n: "/usr/bin/docker" if n == "docker" else None, run=run)
     assert launch.main(["cuda"], probe=probe) == 2
     err = capsys.readouterr().err
-    assert "No container engine is reachable" in err and "nox -s local" in err
+    assert "No container engine is reachable" in err
+    assert "nox -s local" in err
     assert calls == [["docker", "info"]]
 
 

@@ -33,8 +33,10 @@ STATUS_FULL = "CapEff:\t000001ffffffffff\n"
 def test_restricted_podman_host_gets_every_setting_with_a_reason() -> None:
     s = es.decide("podman", RESTRICTED, ENV, CACHE)
     assert (s.runtime, s.cgroup_manager) == ("runc", "cgroupfs")
-    assert s.no_default_ulimits and s.containers_conf == CACHE / "containers.conf"
-    assert s.ca_bundle == CA and s.find_links == "/opt/wheels"
+    assert s.no_default_ulimits
+    assert s.containers_conf == CACHE / "containers.conf"
+    assert s.ca_bundle == CA
+    assert s.find_links == "/opt/wheels"
     assert not s.host_network
     assert len(s.reasons) == 5
     assert es.global_flags(s) == ["--runtime", "runc", "--cgroup-manager=cgroupfs"]
@@ -61,23 +63,30 @@ def test_ca_bundle_named_but_missing_is_not_mounted() -> None:
 def test_each_setting_can_be_turned_off_alone() -> None:
     env = {**ENV, "KVRIG_RUNTIME": "default", "KVRIG_CA_BUNDLE": "none"}
     s = es.decide("podman", RESTRICTED, env, CACHE)
-    assert s.runtime is None and s.ca_bundle is None
-    assert s.cgroup_manager == "cgroupfs" and s.no_default_ulimits
+    assert s.runtime is None
+    assert s.ca_bundle is None
+    assert s.cgroup_manager == "cgroupfs"
+    assert s.no_default_ulimits
 
 
 def test_mode_off_and_on() -> None:
     assert es.decide("podman", RESTRICTED, ENV, CACHE, "off") == es.NO_SETTINGS
     on = es.decide("podman", es.HostFacts(), {}, CACHE, "on")
-    assert on.runtime == "runc" and on.host_network and on.ca_bundle == es.DEFAULT_CA_BUNDLE
+    assert on.runtime == "runc"
+    assert on.host_network
+    assert on.ca_bundle == es.DEFAULT_CA_BUNDLE
     # No wheel folder is named, so none is mounted nor claimed.
-    assert on.find_links is None and not any("wheel folder" in r for r in on.reasons)
+    assert on.find_links is None
+    assert not any("wheel folder" in r for r in on.reasons)
     assert es.decide("podman", es.HostFacts(), {"KVRIG_PODMAN_COMPAT": "1"}, CACHE) == on
 
 
 def test_explicit_settings_on_an_ordinary_host() -> None:
     env = {"KVRIG_NETWORK": "host", "KVRIG_ULIMITS": "none", "KVRIG_CGROUP_MANAGER": "systemd"}
     s = es.decide("podman", es.HostFacts(), env, CACHE)
-    assert s.host_network and s.no_default_ulimits and s.cgroup_manager == "systemd"
+    assert s.host_network
+    assert s.no_default_ulimits
+    assert s.cgroup_manager == "systemd"
     assert s.runtime is None
 
 
@@ -92,7 +101,8 @@ def test_explicit_settings_on_an_ordinary_host() -> None:
 def test_bad_values_are_one_paragraph(env: dict[str, str], words: str) -> None:
     with pytest.raises(es.SettingsError) as exc:
         es.decide("podman", es.HostFacts(), env, CACHE)
-    assert words in str(exc.value) and "\n" not in str(exc.value)
+    assert words in str(exc.value)
+    assert "\n" not in str(exc.value)
 
 
 def test_podman_settings_asked_of_docker_are_refused() -> None:
@@ -105,9 +115,11 @@ def test_host_facts_are_read_from_proc_text() -> None:
     assert not es.is_hybrid_cgroup(V2_MOUNTS)
     assert not es.is_hybrid_cgroup(HYBRID_MOUNTS.replace("cgroup2 /sys/fs/cgroup/unified", "x y"))
     cap = es.parse_cap_eff(STATUS_WITHOUT_SYS_RESOURCE)
-    assert cap is not None and not cap >> es.CAP_SYS_RESOURCE & 1
+    assert cap is not None
+    assert not cap >> es.CAP_SYS_RESOURCE & 1
     full = es.parse_cap_eff(STATUS_FULL)
-    assert full is not None and full >> es.CAP_SYS_RESOURCE & 1
+    assert full is not None
+    assert full >> es.CAP_SYS_RESOURCE & 1
 
 
 def test_containers_conf_is_written_only_when_needed(tmp_path: Path) -> None:
@@ -123,4 +135,5 @@ def test_a_probe_may_add_the_host_network_only_in_auto_mode_on_podman() -> None:
     assert not es.may_add_host_network("podman", {"KVRIG_NETWORK": "default"}, None)
     assert not es.may_add_host_network("podman", {}, "off")
     s = es.with_host_network(es.NO_SETTINGS)
-    assert s.host_network and "did not start" in s.reasons[-1]
+    assert s.host_network
+    assert "did not start" in s.reasons[-1]

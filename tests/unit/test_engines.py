@@ -31,12 +31,14 @@ def test_a_docker_client_without_its_daemon_gets_podman_installed() -> None:
     got = e.decide(facts(docker=e.Answer(True, False, NO_DAEMON)), ["debootstrap"])
     assert got.engine == "podman"
     assert got.install == (*e.PODMAN_PACKAGES, "debootstrap")
-    assert NO_DAEMON in got.reason and "podman is not installed" in got.reason
+    assert NO_DAEMON in got.reason
+    assert "podman is not installed" in got.reason
 
 
 def test_neither_engine_installs_podman_and_what_it_needs() -> None:
     got = e.decide(facts())
-    assert got.engine == "podman" and got.install == e.PODMAN_PACKAGES
+    assert got.engine == "podman"
+    assert got.install == e.PODMAN_PACKAGES
 
 
 def test_podman_present_gets_only_what_it_lacks() -> None:
@@ -49,14 +51,16 @@ def test_podman_present_gets_only_what_it_lacks() -> None:
 
 def test_podman_that_cannot_run_gets_its_missing_parts() -> None:
     got = e.decide(facts(podman=e.Answer(True, False, "crun: cgroups in hybrid mode")))
-    assert got.install == e.PODMAN_PACKAGES and "crun: cgroups in hybrid mode" in got.reason
+    assert got.install == e.PODMAN_PACKAGES
+    assert "crun: cgroups in hybrid mode" in got.reason
 
 
 def test_not_root_names_the_packages_and_what_to_do() -> None:
     with pytest.raises(e.SetupError) as err:
         e.decide(facts(docker=e.Answer(True, False, NO_DAEMON), root=False), ["debootstrap"])
     msg = str(err.value)
-    assert "not running as root" in msg and NO_DAEMON in msg
+    assert "not running as root" in msg
+    assert NO_DAEMON in msg
     assert "sudo apt-get install podman runc netavark aardvark-dns iptables debootstrap" in msg
     assert "\n" not in msg
 
@@ -76,7 +80,8 @@ def test_probing_asks_each_engine_for_info() -> None:
     assert asked == [["docker", "info"], ["podman", "info"]]
     assert found.docker == e.Answer(True, False, NO_DAEMON)
     assert found.podman == e.Answer(True, True, "")
-    assert found.have == frozenset({"podman"}) and not found.apt
+    assert found.have == frozenset({"podman"})
+    assert not found.apt
 
 
 def test_main_refuses_in_one_paragraph(monkeypatch: pytest.MonkeyPatch, capsys) -> None:

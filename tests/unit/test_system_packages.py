@@ -15,7 +15,8 @@ def test_missing_keeps_order_and_drops_installed() -> None:
 def test_install_commands_update_then_install_without_prompts() -> None:
     cmds = sp.install_commands(["chromium"])
     assert cmds[0][:2] == ["apt-get", "update"]
-    assert cmds[1][:3] == ["apt-get", "install", "-y"] and cmds[1][-1] == "chromium"
+    assert cmds[1][:3] == ["apt-get", "install", "-y"]
+    assert cmds[1][-1] == "chromium"
     assert sp.install_commands([]) == []
 
 
@@ -24,7 +25,8 @@ def test_not_root_names_the_packages_and_what_to_do(monkeypatch: pytest.MonkeyPa
     with pytest.raises(sp.SystemPackageError) as err:
         sp.ensure(["chromium", "chromium-driver"], is_root=False)
     msg = str(err.value)
-    assert "chromium, chromium-driver" in msg and "apt-get install chromium chromium-driver" in msg
+    assert "chromium, chromium-driver" in msg
+    assert "apt-get install chromium chromium-driver" in msg
 
 
 def test_nothing_missing_installs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -62,17 +62,20 @@ RUNS = {"outcome": "runs"}
 
 def test_runs_passes_on_a_healthy_record() -> None:
     v = judge(cell_with(RUNS), ran())
-    assert v.passed and v.status == "pass"
+    assert v.passed
+    assert v.status == "pass"
 
 
 def test_runs_fails_without_tokens() -> None:
     v = judge(cell_with(RUNS), ran(tokens_generated=0))
-    assert not v.passed and "no token generated" in v.reason
+    assert not v.passed
+    assert "no token generated" in v.reason
 
 
 def test_runs_fails_when_a_backend_rejects_the_size() -> None:
     v = judge(cell_with(RUNS), ran(backends_accept={"CPU_ATTN": True, "X": False}))
-    assert not v.passed and "X rejects the chosen block size 384" in v.reason
+    assert not v.passed
+    assert "X rejects the chosen block size 384" in v.reason
 
 
 def test_runs_fails_when_attention_page_is_smaller_than_mamba() -> None:
@@ -83,7 +86,8 @@ def test_runs_fails_when_attention_page_is_smaller_than_mamba() -> None:
         KVGroup(kind="FullAttentionSpec", block_size=128, page_size_bytes=32768),
     ]
     v = judge(cell_with(RUNS), ran(kv_cache_groups=groups))
-    assert not v.passed and "attention page 32768 B < mamba page 67840 B" in v.reason
+    assert not v.passed
+    assert "attention page 32768 B < mamba page 67840 B" in v.reason
 
 
 def test_page_invariant_is_for_hybrids_only() -> None:
@@ -124,7 +128,8 @@ def test_runs_without_probe_data_fails() -> None:
 
 def test_runs_fails_on_error_with_one_line_reason() -> None:
     v = judge(cell_with(RUNS), failed(EARLY.format("X"), "_check_aligned_block_size", False))
-    assert not v.passed and "\n" not in v.reason
+    assert not v.passed
+    assert "\n" not in v.reason
     assert v.reason.startswith("expected the engine to run and generate; got ValueError")
 
 
@@ -150,12 +155,14 @@ def test_early_error_that_came_late_fails() -> None:
     )
     v = judge(cell_with(EARLY_EXP), rec)
     assert not v.passed
-    assert "after KV-cache sizing" in v.reason and "select_common_block_size" in v.reason
+    assert "after KV-cache sizing" in v.reason
+    assert "select_common_block_size" in v.reason
 
 
 def test_early_error_that_never_came_fails() -> None:
     v = judge(cell_with(EARLY_EXP), ran())
-    assert not v.passed and "engine ran, generated 4 token(s)" in v.reason
+    assert not v.passed
+    assert "engine ran, generated 4 token(s)" in v.reason
 
 
 def test_early_error_from_another_function_fails() -> None:
@@ -229,14 +236,17 @@ def test_unsupported() -> None:
 def test_crash_and_timeout_are_failures() -> None:
     crash = ran(outcome="crashed", tokens_generated=0, signal="SIGILL", note="died")
     v = judge(cell_with(RUNS), crash)
-    assert not v.passed and "crashed" in v.reason
+    assert not v.passed
+    assert "crashed" in v.reason
     v = judge(cell_with(EARLY_EXP), ran(outcome="timeout", note="killed after 240 s"))
-    assert not v.passed and "timeout" in v.reason
+    assert not v.passed
+    assert "timeout" in v.reason
 
 
 def test_skip() -> None:
     v = judge(cell_with({"outcome": "skip", "reason": "needs AMX"}), ran(outcome="skipped"))
-    assert v.status == "skip" and v.reason == "needs AMX"
+    assert v.status == "skip"
+    assert v.reason == "needs AMX"
 
 
 def test_early_error_parser() -> None:
@@ -250,7 +260,8 @@ AVX512_BF16 = {"isa_class": "avx512_bf16"}
 def test_a_size_other_than_the_computed_one_fails_with_both_sizes() -> None:
     # The tiny granite aligns to 384 on an AVX512-BF16 CPU; 416 runs, but is not vLLM's rule.
     v = judge(cell_with(RUNS), ran(worker_block_size=416, host=AVX512_BF16))
-    assert v.status == "fail" and "vLLM chose 416, expected 384" in v.reason
+    assert v.status == "fail"
+    assert "vLLM chose 416, expected 384" in v.reason
     assert judge(cell_with(RUNS), ran(host=AVX512_BF16)).expected_block_size == 384
 
 
@@ -261,14 +272,16 @@ def test_the_early_error_size_is_compared_too() -> None:
         update={"host": AVX512_BF16}
     )
     v = judge(cell, rec)
-    assert v.status == "fail" and "vLLM raised at 416, expected 384" in v.reason
+    assert v.status == "fail"
+    assert "vLLM raised at 416, expected 384" in v.reason
 
 
 def test_the_size_follows_the_cpu_class_of_the_host_or_the_emulated_one() -> None:
     # Below AVX512-BF16 the SSM state stays bf16: the tiny granite aligns to 256.
     rec = ran(worker_block_size=256, host={"isa_class": "avx2"})
     v = judge(cell_with(RUNS), rec)
-    assert v.status == "pass" and v.expected_block_size == 256
+    assert v.status == "pass"
+    assert v.expected_block_size == 256
     # A cell run under an emulated class follows that class, whatever the host is.
     emulated = cell_with(RUNS).model_copy(update={"isa": "avx2", "emulated": True})
     assert judge(emulated, ran(worker_block_size=256, host={"isa_class": "amx"})).passed
@@ -281,7 +294,8 @@ def test_a_size_that_cannot_be_computed_is_said_and_fails_a_gate_cell() -> None:
     assert v.status == "pass"
     assert "size not checked: the CPU class is unknown (no ISA facts in the record)" in v.reason
     gated = judge(cell_with(RUNS, gate=True), ran(worker_block_size=4096, host={}))
-    assert gated.status == "fail" and "size not checked: the CPU class is unknown" in gated.reason
+    assert gated.status == "fail"
+    assert "size not checked: the CPU class is unknown" in gated.reason
 
 
 def view(**kw: Any) -> dict[str, Any]:
@@ -302,10 +316,12 @@ def test_what_vllm_saw_of_the_cpu_must_be_its_class() -> None:
     assert judge(cell_with(RUNS), ok).passed
     probes = ran(worker_block_size=256, host=avx2, isa_view=view(avx512_bf16=True))
     v = judge(cell_with(RUNS), probes)
-    assert v.status == "fail" and "avx512_bf16 True (class avx2: False)" in v.reason
+    assert v.status == "fail"
+    assert "avx512_bf16 True (class avx2: False)" in v.reason
     library = ran(worker_block_size=256, host=avx2, isa_view=view(kernel_libraries=["_C"]))
     v = judge(cell_with(RUNS), library)
-    assert v.status == "fail" and "not _C_AVX2, which the avx2 class loads" in v.reason
+    assert v.status == "fail"
+    assert "not _C_AVX2, which the avx2 class loads" in v.reason
 
 
 def test_an_emulated_cell_whose_worker_was_not_emulated_fails() -> None:
@@ -314,7 +330,8 @@ def test_an_emulated_cell_whose_worker_was_not_emulated_fails() -> None:
     emulated = view(emulated_class="avx2")
     assert judge(cell, ran(worker_block_size=256, host=host, isa_view=emulated)).passed
     v = judge(cell, ran(worker_block_size=256, host=host, isa_view=view()))
-    assert v.status == "fail" and "the worker ran unemulated" in v.reason
+    assert v.status == "fail"
+    assert "the worker ran unemulated" in v.reason
 
 
 DEFECT = {
@@ -327,7 +344,9 @@ def test_a_known_defect_showing_as_recorded_is_an_expected_failure() -> None:
     cell = cell_with(RUNS, known_defect=DEFECT)
     rec = failed(EARLY.format("KVRIG_SIBLING"), "_check_aligned_block_size", sized=False)
     v = judge(cell, rec)
-    assert v.status == "xfail" and v.passed and "known vLLM defect: rounds by the LCM" in v.reason
+    assert v.status == "xfail"
+    assert v.passed
+    assert "known vLLM defect: rounds by the LCM" in v.reason
 
 
 def test_a_known_defect_at_another_size_is_not_the_recorded_defect() -> None:
@@ -346,14 +365,16 @@ def test_a_known_defect_at_another_size_is_not_the_recorded_defect() -> None:
 
 def test_a_known_defect_that_no_longer_shows_fails_the_cell() -> None:
     v = judge(cell_with(RUNS, known_defect=DEFECT), ran())
-    assert v.status == "fail" and "no longer shows" in v.reason
+    assert v.status == "fail"
+    assert "no longer shows" in v.reason
 
 
 def test_a_known_defect_cell_failing_some_other_way_fails() -> None:
     cell = cell_with(RUNS, known_defect=DEFECT)
     rec = failed(EARLY.format("CPU_ATTN"), "_check_aligned_block_size", sized=False)
     v = judge(cell, rec)
-    assert v.status == "fail" and "nor does it show the known defect" in v.reason
+    assert v.status == "fail"
+    assert "nor does it show the known defect" in v.reason
 
 
 def test_a_record_without_the_probes_hooks_fails_naming_the_missing_one() -> None:
