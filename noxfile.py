@@ -93,16 +93,20 @@ def unit(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def faults(session: nox.Session) -> None:
-    """Cells that crash, hang or leak, a runner killed with SIGKILL or Ctrl-C, and the
-    CPU-class emulation in every process of a cell: no record lost, nothing left behind."""
+    """Fault injection on real processes, and the CPU-class emulation, with vLLM.
+
+    Cells that crash, hang or leak, a runner killed with SIGKILL or Ctrl-C: no record lost,
+    nothing left behind; the emulated class in every interpreter of a cell."""
     _install_vllm(session, "cpu")
     session.run("pytest", "tests/faults", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
 def cpu_column(session: nox.Session) -> None:
-    """Every CPU cell on real engines: natively, then under each lesser CPU class this
-    host can emulate, each into results/cpu-<class>; red if any column is."""
+    """Every CPU cell on real engines, natively and under each lesser CPU class.
+
+    Each lesser class this host can emulate runs into results/cpu-<class>; red if any
+    column is."""
     _install_vllm(session, "cpu")
     out = session.run("kvrig", "isa", "--lesser", silent=True)
     lesser = str(out).split()
@@ -119,8 +123,10 @@ def cpu_column(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def container_cpu(session: nox.Session) -> None:
-    """The CPU column in its container, then a check that every cell's result came back
-    to the host, passed, names its image, and matches the host's own run (CI)."""
+    """The CPU column in its container, checked against the host's own run.
+
+    Every cell's result must come back to the host, pass, name its image and match the
+    host's row."""
     # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
     shutil.rmtree(CONTAINER_RESULTS, ignore_errors=True)
     _install_rig(session)
@@ -142,9 +148,10 @@ def container_cpu(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
-    """Disables vLLM's early check in every process of the cells (through kvrig's vLLM
-    plugin; no installed file is touched) and requires every early_error cell to turn
-    red, saying the error came late or not at all."""
+    """Every early_error cell must turn red when vLLM's early check is disabled.
+
+    The check is disabled in memory in every vLLM process of the cells, through kvrig's
+    vLLM plugin: no installed file is touched."""
     _install_vllm(session, "cpu")
     # Every early_error cell, whatever -k chose for the column: no posargs here.
     session.run("python", "scripts/mutation_check.py")
@@ -161,8 +168,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def cpu(session: nox.Session) -> None:
-    """The CPU column in its container (Docker or Podman; Podman is installed if neither
-    answers)."""
+    """The CPU column in its container (Docker, else Podman, installed when none answers)."""
     _install_rig(session)
     _container_engine(session, "debootstrap")
     session.run("python", "-m", "kvrig.containers", "cpu", *session.posargs)
@@ -194,8 +200,7 @@ def base_image(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff on the code, the layers contract (imports run one way along the data path),
-    hadolint on the Dockerfiles."""
+    """ruff, the layers contract (imports run one way) and hadolint on the Dockerfiles."""
     session.install("--no-deps", "-e", str(ROOT))
     session.install(*LINT)
     session.run("ruff", "check", "src", "tests", "noxfile.py", "scripts")
@@ -226,8 +231,10 @@ def gate(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
-    """Prints cold set-up time, then the CPU column per CPU class, run naively and the
-    rig's way: wall times, the floor per core, ratio, speed-up and peak memory."""
+    """Speed and memory figures: set-up, then the CPU column per CPU class against the floor.
+
+    Wall times, the floor per core, the ratio, peak memory; `-- --naive` adds the naive
+    column and the speed-up."""
     _install_rig(session)
     session.run(
         "python",
