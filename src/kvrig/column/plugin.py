@@ -182,8 +182,8 @@ def _prestart(run: ColumnRun) -> None:
 
 def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
     matrix = load(matrix_path)
-    platform = config.getoption("--kvrig-platform") or hardware.detect_platform()
     host = hardware.detect_platform()
+    platform = config.getoption("--kvrig-platform") or host
     if platform != "cpu" and platform != host:
         needs = (
             "an NVIDIA GPU (nvidia-smi lists none here)"
