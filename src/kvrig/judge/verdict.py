@@ -184,9 +184,8 @@ def _emulation_problem(cell: Cell, rec: Record) -> str | None:
     if cls is None or cls == "aarch64":
         return None
     facts = isa.facts(cls)
-    seen = {"avx512": view.get("avx512"), "avx512_bf16": view.get("avx512_bf16")}
-    seen["amx"] = view.get("amx")
     wanted = {"avx512": facts.avx512, "avx512_bf16": facts.avx512_bf16, "amx": facts.amx}
+    seen = {k: view.get(k) for k in wanted}
     wrong = [f"{k} {seen[k]} (class {cls}: {v})" for k, v in wanted.items() if seen[k] != v]
     if wrong:
         return f"vLLM saw the CPU probes answer {', '.join(wrong)}"
