@@ -157,13 +157,18 @@ def test_shape_faithful_miniatures_name_checkpoint_and_source() -> None:
     assert all(m.source.strip() for m in faithful.values())
 
 
+def refusal(path: Path, needle: str) -> tuple[int, str]:
+    """The line of the file that holds `needle`, and the paragraph loading it gives."""
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if needle in ln)
+    with pytest.raises(MatrixError) as err:
+        load(path)
+    return line, str(err.value)
+
+
 def test_a_model_config_that_does_not_exist_is_refused_at_its_line(write_matrix, base) -> None:
     base["models"]["llama"]["config"] = "lama.json"
     path = write_matrix(base)
-    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "lama.json" in ln)
-    with pytest.raises(MatrixError) as err:
-        load(path)
-    msg = str(err.value)
+    line, msg = refusal(path, "lama.json")
     assert msg.startswith(f"{path}:{line}: the matrix is invalid at models.llama.config")
     assert "no config file 'lama.json'" in msg
     assert "granite-hybrid-4l.json" in msg  # the shipped ones are named
@@ -196,10 +201,7 @@ def test_an_unknown_backend_name_is_refused_at_its_line(write_matrix, base, wher
         node = node[part]
     node[where[-1]] = "NOPE_ATTN"
     path = write_matrix(base)
-    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if "NOPE_ATTN" in ln)
-    with pytest.raises(MatrixError) as err:
-        load(path)
-    msg = str(err.value)
+    line, msg = refusal(path, "NOPE_ATTN")
     assert msg.startswith(f"{path}:{line}: the matrix is invalid at {'.'.join(map(str, where))}")
     assert "'NOPE_ATTN' is not one of vLLM's attention backends" in msg
 
