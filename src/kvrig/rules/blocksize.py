@@ -321,11 +321,8 @@ def expected(cell: Cell, config: dict[str, Any], *, cpu: isa.Facts | None) -> Ex
             steps=["an fp8 KV cache needs AVX-512 or AMX"],
             unsupported="FP8 KV cache on CPU requires x86 with AVX-512 or AMX",
         )
-    avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
-    if uses_aligned(cell):
-        first = _expected(cell, config, avx512_bf16, None)
-        return _expected(cell, config, avx512_bf16, first.block_size)
-    return _expected(cell, config, avx512_bf16, None)
+    aligned = aligned_size(cell, config, cpu) if uses_aligned(cell) else None
+    return _expected(cell, config, bool(cpu and cpu.resets_ssm_to_float32), aligned)
 
 
 def aligned_size(cell: Cell, config: dict[str, Any], cpu: isa.Facts | None) -> int | None:
