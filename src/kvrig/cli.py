@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kvrig.define.cells import columns, expand
 from kvrig.define.matrix import PLATFORMS, MatrixError, default_matrix, load
-from kvrig.define.paths import RESULTS_ROOT, column_folders, results_folder
+from kvrig.define.paths import RESULTS_ROOT, column_folders, column_name, results_folder
 from kvrig.host import hardware, isa
 from kvrig.publish import gate as gate_mod
 from kvrig.publish import pipeline, report, repro
@@ -70,7 +70,7 @@ def resolve_column(platform: str, requested: str) -> tuple[str, str]:
         cls, emulated = isa.resolve(requested, hardware.cpu_flags(), hardware.cpu_info()["arch"])
     except isa.IsaError as exc:
         raise UsageError(str(exc)) from None
-    return (f"cpu-{cls}" if emulated else "cpu"), requested
+    return column_name("cpu", cls if emulated else None), requested
 
 
 def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:

@@ -23,7 +23,7 @@ from kvrig.column import progress, resume
 from kvrig.column.items import COLUMN_KEY, CellItem, MatrixFile
 from kvrig.define.cells import Cell, expand
 from kvrig.define.matrix import PLATFORMS, Matrix, MatrixError, load
-from kvrig.define.paths import results_folder
+from kvrig.define.paths import column_name, results_folder
 from kvrig.host import hardware, isa
 from kvrig.publish import pipeline, report
 from kvrig.publish import results as results_mod
@@ -63,7 +63,7 @@ class ColumnRun:
 
     @property
     def column(self) -> str:
-        return f"{self.platform}-{self.isa}" if self.emulated else self.platform
+        return column_name(self.platform, self.isa if self.emulated else None)
 
     def pool(self) -> Pool:
         if self._pool is None:

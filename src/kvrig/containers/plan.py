@@ -37,7 +37,7 @@ from pathlib import Path
 from kvrig.containers import settings as es
 from kvrig.define.matrix import PLATFORMS, MatrixError, PlatformSpec
 from kvrig.define.matrix import load as load_matrix
-from kvrig.define.paths import results_folder
+from kvrig.define.paths import column_name, results_folder
 from kvrig.host import isa
 from kvrig.provision import install
 
@@ -485,7 +485,7 @@ def make_plan(
     )
     # An emulated CPU class (`-- --kvrig-isa avx2`) writes its own column's folder.
     cls, _ = isa.take_arg(isa.NATIVE, args.pytest_args)
-    column = args.platform if cls == isa.NATIVE else f"{args.platform}-{cls}"
+    column = column_name(args.platform, None if cls == isa.NATIVE else cls)
     results = (args.results or root / results_folder(column)).resolve()
     custom_matrix = args.matrix.resolve() if args.matrix is not None else None
     flags = es.global_flags(settings)

@@ -22,6 +22,7 @@ from kvrig.define.matrix import (
     Platform,
     PlatformSpec,
 )
+from kvrig.define.paths import column_name
 from kvrig.host import isa
 
 # Every cell's processes run under these, wherever they run (host or image): no hub, no
@@ -58,7 +59,7 @@ class Cell(BaseModel):
     @property
     def column(self) -> str:
         """The results column: the platform, or `cpu-<class>` for a class the rig set."""
-        return f"{self.platform}-{self.isa}" if self.emulated and self.isa else self.platform
+        return column_name(self.platform, self.isa if self.emulated else None)
 
     @property
     def id(self) -> str:

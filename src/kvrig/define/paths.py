@@ -17,6 +17,12 @@ MUTATION = "cpu-mutation"
 CONTAINER = "cpu-container"
 
 
+def column_name(platform: str, cls: str | None = None) -> str:
+    """A results column: the platform, or `<platform>-<class>` for a CPU class the rig
+    emulates (None: the host's own class, read not set)."""
+    return f"{platform}-{cls}" if cls else platform
+
+
 def results_folder(column: str, shard: int | str | None = None, root: Path = RESULTS_ROOT) -> Path:
     """The default folder of a column's run (or of one shard of it)."""
     return root / (column if shard is None else f"{column}-shard{shard}")
