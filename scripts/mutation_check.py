@@ -1,15 +1,17 @@
 """Proves the rig notices when vLLM's early check is gone.
 
-Runs every early_error cell of the CPU column with `_check_aligned_block_size` disabled
-in every vLLM process of the cell (KVRIG_MUTATE, applied in memory by kvrig's vLLM
-plugin: no installed file is edited, so uv's cache and other environments are never
-touched), and requires every one of them to fail with a record showing the error came
-late (after the KV cache was sized) or not at all. The count must be the matrix's.
+Runs every early_error cell of the CPU column on an overlay of the installed vLLM with
+patches/no_early_check.diff applied (kvrig.provision.overlay: a copy, never the installed
+files, so uv's cache and other environments are never touched), and requires every one
+of them to fail with a record showing the error came late (after the KV cache was sized)
+or not at all, and each to have run on that overlay. The count must be the matrix's.
+Every cached vLLM file in uv's cache is hashed before and after: any change fails it.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -20,10 +22,10 @@ from kvrig.define.cells import expand
 from kvrig.define.matrix import load
 from kvrig.define.paths import MUTATION, results_folder
 from kvrig.host import hardware, isa
+from kvrig.provision import uv_cache
 from kvrig.publish import results as results_mod
-from kvrig.run.vllm_plugin import MUTATE_ENV
 
-MUTATION_NAME = "no_early_check"
+PATCH = Path(__file__).resolve().parent.parent / "patches" / "no_early_check.diff"
 
 
 def expected_cells(matrix: Path | None) -> set[str]:
@@ -41,10 +43,13 @@ def came_late_or_not_at_all(record: dict) -> bool:
 
 
 def verdict_problems(
-    rows: list[dict], records: dict[str, dict], expected: set[str] | None = None
+    rows: list[dict],
+    records: dict[str, dict],
+    expected: set[str] | None = None,
+    patch_sha256: str | None = None,
 ) -> list[str]:
     """Every expected early_error cell must have run and failed, its record showing the
-    error late or absent."""
+    error late or absent, and (given the patch's sha256) its row naming that overlay."""
     problems = []
     early = {r["cell_id"]: r for r in rows if r["expected"] == "early_error"}
     if not early:
@@ -57,7 +62,10 @@ def verdict_problems(
                 f" missing: {', '.join(missing)}"
             )
     for cid, r in sorted(early.items()):
-        if r["status"] != "fail":
+        under = (r.get("vllm_overlay") or {}).get("patch_sha256")
+        if patch_sha256 is not None and under != patch_sha256:
+            problems.append(f"{cid} did not run on the mutated overlay (it names {under})")
+        elif r["status"] != "fail":
             problems.append(f"{cid} still passed with the check disabled")
         elif not came_late_or_not_at_all(records.get(cid, {})):
             problems.append(f"{cid} failed for another reason: {r['reason']}")
@@ -76,12 +84,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=str(results_folder(MUTATION)))
     ap.add_argument("--matrix", default=None)
+    ap.add_argument("--patch", default=str(PATCH), help="the mutation, as a diff of vllm/")
     ap.add_argument("pytest_args", nargs="*")
     ns = ap.parse_args()
     results = Path(ns.results).resolve()
     expected = expected_cells(Path(ns.matrix) if ns.matrix else None)
     matrix = ["--matrix", ns.matrix] if ns.matrix else []
-    subprocess.run(
+    try:
+        cache = uv_cache.cache_dir()
+    except uv_cache.UvCacheError as exc:
+        print(f"mutation check cannot prove uv's cache untouched: {exc}")
+        return 2
+    before = uv_cache.digests(cache)
+    if not before:
+        print(
+            f"mutation check cannot prove uv's cache untouched: {cache} holds no vLLM. Run"
+            " it through nox -s mutation, which installs vLLM with uv."
+        )
+        return 2
+    proc = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -93,20 +114,31 @@ def main() -> int:
             "--results",
             str(results),
             "--rerun",
+            "--vllm-patch",
+            ns.patch,
             "-m",
             "expect_early_error",
             "-q",
             "--tb=no",  # the failures are expected; the summary below reads them
             *ns.pytest_args,
         ],
-        env={**os.environ, MUTATE_ENV: MUTATION_NAME},
+        env=dict(os.environ),
         check=False,
     )
+    if proc.returncode == 2:
+        # Refused before any engine started: a patch that no longer applies to this vLLM
+        # is remade for it, never skipped.
+        print("mutation check FAILED: the mutated overlay could not be built (see above)")
+        return 1
     rows = results_mod.read(results)
-    print("\nWith _check_aligned_block_size disabled:")
+    print(f"\nWith _check_aligned_block_size disabled by {ns.patch}:")
     for r in rows:
         print(f"  {r['status'].upper():<4} {r['cell_id']}: {r['reason']}")
-    problems = verdict_problems(rows, read_records(results), expected)
+    sha = hashlib.sha256(Path(ns.patch).read_bytes()).hexdigest()
+    problems = verdict_problems(rows, read_records(results), expected, sha)
+    touched = uv_cache.changed(before, uv_cache.digests(cache))
+    if touched:
+        problems.append(f"uv's cache changed: {len(touched)} file(s), e.g. {touched[0]}")
     if problems:
         print(
             "mutation check FAILED: the rig did not notice the missing check:\n  "
@@ -114,8 +146,9 @@ def main() -> int:
         )
         return 1
     print(
-        f"mutation check passed: all {len(rows)} early_error cells turned red, each record"
-        " showing the error late or not at all."
+        f"mutation check passed: all {len(rows)} early_error cells turned red on the overlay,"
+        " each record showing the error late or not at all; uv's cache (all"
+        f" {len(before)} cached vLLM files) byte-identical before and after."
     )
     return 0
 

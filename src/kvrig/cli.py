@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 
 from kvrig.define.cells import columns, expand
-from kvrig.define.matrix import PLATFORMS, MatrixError, default_matrix, load
+from kvrig.define.matrix import PLATFORMS, MatrixError, VllmSource, default_matrix, load
 from kvrig.define.paths import RESULTS_ROOT, column_folders, column_name, results_folder
 from kvrig.host import hardware, isa
+from kvrig.provision import overlay
+from kvrig.publish import compare, pipeline, report, repro
 from kvrig.publish import gate as gate_mod
-from kvrig.publish import pipeline, report, repro
 from kvrig.publish import results as results_mod
 from kvrig.run.runner import ResultsFolderError, check_results_folder
 
@@ -83,7 +84,13 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
     matrix = load(matrix_path)  # refuse a bad matrix before pytest starts
     requested, extra = isa.take_arg(ns.isa, extra)
     column, cls = resolve_column(platform, requested)
-    results = Path(ns.results or results_folder(column)).resolve()
+    spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
+    manifest = use_overlay(ns, platform, spec.vllm, matrix_path) if spec else None
+    folder = results_folder(column)
+    if manifest is not None and (ns.vllm_source or ns.vllm_patch):
+        # Beside the release's results, not over them: `kvrig compare` reads both.
+        folder = results_folder(f"{column}-overlay-{manifest.digest[:8]}")
+    results = Path(ns.results or folder).resolve()
     try:
         check_results_folder(results)
     except ResultsFolderError as exc:
@@ -92,14 +99,39 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
         extra = ["--kvrig-cold", *extra]
     if ns.rerun:
         extra = ["--kvrig-rerun", *extra]
-    spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
     workers = spec.parallel if spec and importlib.util.find_spec("xdist") else 1
     if ns.shard:
         extra = [*extra, f"--kvrig-shard={pipeline.parse_shard(ns.shard)}"]
     args = column_args(
         platform, cls, results, matrix_path.resolve(), with_workers(extra, workers), column
     )
-    return int(pytest.main(args))
+    code = int(pytest.main(args))
+    if manifest is not None and (ns.vllm_source or ns.vllm_patch):
+        release = results_folder(column).resolve()
+        print(f"kvrig: compare with the release: kvrig compare {release} {results}")
+    return code
+
+
+def use_overlay(
+    ns: argparse.Namespace, platform: str, declared: VllmSource, matrix_path: Path
+) -> overlay.Manifest | None:
+    """Builds the overlay a column runs on, if any, and puts it in force for every process
+    the column starts (before pytest or any engine starts)."""
+    try:
+        wanted = overlay.requested(platform, declared, ns.vllm_source, ns.vllm_patch)
+        if wanted.kind != "overlay":
+            return None
+        # Command-line paths are the user's; matrix.yaml's are the matrix file's.
+        here = Path.cwd() if (ns.vllm_source or ns.vllm_patch) else matrix_path.parent
+        manifest = overlay.prepare(wanted, relative_to=here)
+    except overlay.OverlayError as exc:
+        raise UsageError(str(exc)) from None
+    os.environ.update(overlay.environment(manifest, dict(os.environ)))
+    sys.path.insert(0, manifest.path)
+    print(f"kvrig: vLLM {manifest.describe()}", file=sys.stderr)
+    if not manifest.compiled_check.startswith("checked"):
+        print(f"kvrig: compiled-code check {manifest.compiled_check}", file=sys.stderr)
+    return manifest
 
 
 def cmd_isa(ns: argparse.Namespace) -> int:
@@ -194,6 +226,23 @@ def cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(ns: argparse.Namespace) -> int:
+    """Exit 1 when a cell that passed on the first run is red on the second."""
+    runs = []
+    for given in (ns.results_a, ns.results_b):
+        merged = _collect([given], "compare")
+        _in_matrix_order(merged, ns.matrix)
+        runs.append(merged.rows)
+    found = compare.compare(*runs)
+    for label, given, rows in (("A", ns.results_a, runs[0]), ("B", ns.results_b, runs[1])):
+        print(f"{label}: {given}")
+        for line in report.run_facts(rows):
+            print(f"   {line}")
+    print()
+    print(compare.table(found, ns.results_a, ns.results_b))
+    return 1 if found.turned_red else 0
+
+
 def _previous(ns: argparse.Namespace, merged: results_mod.Merged) -> tuple[list[dict], str] | None:
     """The rows to compare with: --previous, else the previous-results.jsonl beside each."""
     if ns.previous:
@@ -263,6 +312,16 @@ def parser() -> argparse.ArgumentParser:
         help="run every cell again even if the last run was cut short (default: resume)",
     )
     c.add_argument("--shard", help="run shard I of N of the column (e.g. 2/3), for CI jobs")
+    c.add_argument(
+        "--vllm-source",
+        metavar="PATH",
+        help="run the Python of this vLLM checkout over the platform's released kernels",
+    )
+    c.add_argument(
+        "--vllm-patch",
+        metavar="FILE",
+        help="run the platform's vLLM with this diff applied to a copy of its Python",
+    )
     cl = sub.add_parser("cells", help="list the cells of the matrix")
     cl.add_argument("--platform", choices=PLATFORMS)
     cl.add_argument("--isa", default=isa.NATIVE, help="list the cells of this emulated class")
@@ -273,6 +332,11 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="print and write the report of results folders")
     r.add_argument("results", nargs="*", help="folders or trees (default: results/<platform>)")
     r.add_argument("--out", help="folder for report.md and report.html (default: their parent)")
+    cp = sub.add_parser(
+        "compare", help="the cells two runs differ on; exit 1 if one that passed turned red"
+    )
+    cp.add_argument("results_a", metavar="RESULTS_A", help="the first run (e.g. the release)")
+    cp.add_argument("results_b", metavar="RESULTS_B", help="the second (e.g. a branch on it)")
     g = sub.add_parser("gate", help="exit 0 only if every required cell passed")
     g.add_argument(
         "--results", action="append", help="folder or tree, repeatable (default: results/*)"
@@ -309,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             "validate": cmd_validate,
             "report": cmd_report,
             "gate": cmd_gate,
+            "compare": cmd_compare,
             "pipeline": cmd_pipeline,
             "isa": cmd_isa,
         }.get(ns.command)

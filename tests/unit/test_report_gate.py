@@ -170,7 +170,7 @@ def test_repro_of_an_emulated_class_emulates_it_again() -> None:
 
 def test_gate_passes_when_every_required_cell_passed() -> None:
     rows = [row(REQUIRED, "pass"), row(OTHER, "fail")]
-    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda c, col, i: [f"rerun {c}"])
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda c, col, i, o: [f"rerun {c}"])
     assert res.passed
     assert res.lines[-1] == "gate: PASS"
     assert f"          rerun {OTHER}" in res.lines  # every failing cell says how to rerun it
@@ -187,7 +187,7 @@ def test_gate_passes_when_every_required_cell_passed() -> None:
     ],
 )
 def test_gate_fails_on_a_missing_failed_or_unexplained_skip(rows, why) -> None:
-    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda c, col, i: [f"rerun {c}"])
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda c, col, i, o: [f"rerun {c}"])
     assert not res.passed
     assert res.lines[-1].startswith("gate: FAIL")
     fail = next(x for x in res.lines if x.startswith("FAIL"))

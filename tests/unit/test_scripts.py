@@ -41,16 +41,26 @@ def test_verdict_problems_read_the_records_and_require_the_full_count() -> None:
     assert mutation.verdict_problems([], {}) == ["no early_error cell ran"]
 
 
-def test_the_mutation_replaces_the_check_in_memory_only() -> None:
-    from kvrig.run.vllm_plugin import mutation
+def test_verdict_problems_require_the_mutated_overlay() -> None:
+    mutation = load("mutation_check")
+    rows = [
+        {"cell_id": "a", "expected": "early_error", "status": "fail", "reason": "got ran",
+         "vllm_overlay": {"patch_sha256": "abc"}},
+        {"cell_id": "b", "expected": "early_error", "status": "fail", "reason": "got ran",
+         "vllm_overlay": None},
+    ]  # fmt: skip
+    records = {"a": {"outcome": "ran"}, "b": {"outcome": "ran"}}
+    assert mutation.verdict_problems(rows, records, {"a", "b"}, "abc") == [
+        "b did not run on the mutated overlay (it names None)"
+    ]
 
-    assert mutation.MUTATIONS == ("no_early_check",)
-    try:
-        mutation.install("nope")
-    except ValueError as exc:
-        assert "unknown kvrig mutation 'nope'" in str(exc)
-    else:
-        raise AssertionError("an unknown mutation must be refused")
+
+def test_the_mutation_patch_is_kept_in_the_repo_and_disables_only_the_check() -> None:
+    mutation = load("mutation_check")
+    text = mutation.PATCH.read_text()
+    assert text.startswith("diff --git a/vllm/platforms/interface.py b/vllm/platforms/interface.py")
+    removed = [x for x in text.splitlines() if x.startswith("-") and not x.startswith("---")]
+    assert removed == ["-        if block_size == pre_block_size:", "-            return"]
 
 
 def test_benchmark_sees_its_own_process_tree() -> None:

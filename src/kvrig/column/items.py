@@ -37,7 +37,7 @@ def failure_text(cell: Cell, judged: Judged, folder: Path, where: str) -> str:
         f"{where}: {cell.id}: {judged.verdict.reason}\n"
         f"record: {folder / 'records' / (cell.id + '.json')}\n"
         f"log ({rec.log}), last {report.LOG_TAIL_LINES} lines:\n{log}\n"
-        "rerun it alone:\n" + "\n".join(repro.lines(cell.id, cell.column))
+        "rerun it alone:\n" + "\n".join(repro.lines(cell.id, cell.column, overlay=rec.vllm_overlay))
     )
 
 

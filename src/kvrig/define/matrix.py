@@ -115,26 +115,59 @@ class _Strict(BaseModel):
 
 
 class VllmSource(_Strict):
-    """Where a platform's vLLM comes from; the container build args follow from it."""
+    """Where a platform's vLLM comes from; the container build args follow from it.
 
-    kind: Literal["pypi", "image", "wheel", "git"] = "pypi"
+    An `overlay` runs a checkout's or a patch's Python over the compiled files of a
+    released wheel (its `base`), the way vLLM's own developers test Python-only changes:
+    most block-size changes touch only Python, and building the kernels takes hours.
+    """
+
+    kind: Literal["pypi", "image", "wheel", "git", "overlay"] = "pypi"
     package: str = "vllm"
     version: str | None = None
     image: str | None = None
     wheel: str | None = None
     git_url: str = "https://github.com/vllm-project/vllm.git"
     git_ref: str | None = None
+    # overlay: the released vLLM whose compiled files are kept, and exactly one of a vLLM
+    # checkout or a diff file (relative paths: from the matrix file's folder).
+    base: VllmSource | None = None
+    source: str | None = None
+    patch: str | None = None
 
     @model_validator(mode="after")
     def _has_what_its_kind_needs(self) -> VllmSource:
+        if self.kind == "overlay":
+            return self._a_good_overlay()
         needed = {"pypi": "version", "image": "image", "wheel": "wheel", "git": "git_ref"}[
             self.kind
         ]
         if getattr(self, needed) in (None, ""):
             raise ValueError(f"a vLLM source of kind {self.kind!r} needs {needed!r}")
+        for name in ("base", "source", "patch"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name!r} belongs to a vLLM source of kind 'overlay' only")
         return self
 
+    def _a_good_overlay(self) -> VllmSource:
+        if self.base is None or self.base.kind not in ("pypi", "wheel"):
+            raise ValueError(
+                "an overlay needs a 'base' of kind pypi or wheel: the released vLLM whose"
+                " compiled kernels the overlaid Python runs on"
+            )
+        if (self.source is None) == (self.patch is None):
+            raise ValueError("an overlay needs exactly one of 'source' (a checkout) or 'patch'")
+        return self
+
+    @property
+    def installed(self) -> VllmSource:
+        """The source that is installed: an overlay's base, else the source itself."""
+        return self.base if self.kind == "overlay" and self.base else self
+
     def describe(self) -> str:
+        if self.kind == "overlay":
+            what = f"source {self.source}" if self.source else f"patch {self.patch}"
+            return f"{self.installed.describe()} with the Python of {what}"
         return {
             "pypi": f"{self.package}=={self.version}",
             "image": f"image {self.image}",

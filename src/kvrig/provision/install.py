@@ -47,7 +47,7 @@ def plan(
     torch_index: str | None = None,
 ) -> list[str]:
     """The arguments to `uv pip install` for this platform's vLLM."""
-    src = spec.vllm
+    src = spec.vllm.installed
     if src.kind == "image":
         raise InstallError(
             f"The {platform} platform takes vLLM from the image {src.image}, which only a"
@@ -80,7 +80,7 @@ def plan(
 
 def build_env(spec: PlatformSpec, platform: str) -> dict[str, str]:
     """Environment for the install: a vLLM built from source must know its target."""
-    if spec.vllm.kind != "git":
+    if spec.vllm.installed.kind != "git":
         return {}
     if platform == "xpu":
         return {"VLLM_TARGET_DEVICE": "xpu"}
@@ -115,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     except (MatrixError, InstallError) as exc:
         print(f"kvrig: {exc}", file=sys.stderr)
         return 2
-    plan_out = {"args": args, "env": build_env(spec, ns.platform), "package": spec.vllm.package}
+    plan_out = {
+        "args": args,
+        "env": build_env(spec, ns.platform),
+        "package": spec.vllm.installed.package,
+    }
     print(json.dumps(plan_out))
     return 0
 

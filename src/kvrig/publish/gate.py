@@ -20,11 +20,11 @@ from typing import Any
 from kvrig.define.cells import Cell, expand
 from kvrig.define.matrix import Allowance, Matrix
 from kvrig.judge.verdict import Status
-from kvrig.publish.results import block_text
+from kvrig.publish.results import block_text, overlays_of
 
 Row = dict[str, Any]
-# (cell id, column, image) -> the commands that rerun it (kvrig.publish.repro.lines)
-Repro = Callable[[str, str, str | None], list[str]]
+# (cell id, column, image, overlay) -> the commands that rerun it (kvrig.publish.repro.lines)
+Repro = Callable[[str, str, str | None, dict[str, Any] | None], list[str]]
 
 
 def column_cells(matrix: Matrix, column: str, rows: list[Row]) -> list[Cell]:
@@ -120,7 +120,8 @@ def evaluate(
                 lines.append(f"FAIL    {cell.id}: {why}")
                 if repro is not None:
                     image = row.get("image") if row else None
-                    lines.extend(f"          {x}" for x in repro(cell.id, column, image))
+                    under = row.get("vllm_overlay") if row else None
+                    lines.extend(f"          {x}" for x in repro(cell.id, column, image, under))
     for a in matrix.allowances:
         # The allowance's own column (a cell id is `<column>-<model>-<case>`, and neither
         # a model nor a case has a hyphen): a prefix would take `cpu-avx2-m-c` for `cpu`'s.
@@ -138,7 +139,8 @@ def evaluate(
             lines.append(f"        {r['cell_id']}: {r['reason']}")
             if repro is not None:
                 column = r.get("column") or r["cell_id"].split("-", 1)[0]
-                lines.extend(f"          {x}" for x in repro(r["cell_id"], column, r.get("image")))
+                again = repro(r["cell_id"], column, r.get("image"), r.get("vllm_overlay"))
+                lines.extend(f"          {x}" for x in again)
     if previous is not None:
         new_fail, fixed, moved = changes(rows, previous)
         lines.append(
@@ -161,6 +163,7 @@ def evaluate(
         f" {counts['allowed']} allowed, {counts['failed']} failed"
     )
     lines.append(summary)
+    lines.extend(f"vLLM under test: {text}" for text in overlays_of(rows))
     passed = not problems
     verdict = "PASS" if passed else f"FAIL ({'; '.join(problems)})"
     lines.append(f"gate: {verdict}")

@@ -130,6 +130,7 @@ def run_facts(rows: list[Row]) -> list[str]:
             f" (commit {values('vllm_commit')}), rig {values('rig_version')},"
             f" host {values('host_id')}; {span}"
         )
+        lines.extend(f"  vLLM under test: {text}" for text in results_mod.overlays_of(mine))
     return lines
 
 
@@ -296,7 +297,7 @@ def log_tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
 
 
 def repro_lines(r: Row) -> list[str]:
-    return repro_mod.lines(r["cell_id"], column_of(r), r.get("image"))
+    return repro_mod.lines(r["cell_id"], column_of(r), r.get("image"), r.get("vllm_overlay"))
 
 
 def gather(merged: results_mod.Merged) -> dict[str, Detail]:

@@ -9,10 +9,13 @@ kvrig.containers runs, on the image the cell ran in, or the platform's latest bu
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from kvrig.containers import plan
 from kvrig.define.paths import results_folder
+from kvrig.provision.overlay import Manifest
 
 
 def selector(cell_id: str) -> list[str]:
@@ -25,14 +28,21 @@ def _column_args(column: str) -> list[str]:
     return ["--kvrig-isa", cls] if platform == "cpu" and cls else []
 
 
-def host_command(cell_id: str, column: str) -> str:
-    return shlex.join(["nox", "-s", "local", "--", *_column_args(column), *selector(cell_id)])
+def _overlay_args(overlay: Mapping[str, Any] | None) -> list[str]:
+    """The arguments that rebuild the overlay the cell ran under (none for a release)."""
+    return Manifest.of_summary(overlay).cli_args() if overlay else []
 
 
-def session_command(cell_id: str, column: str) -> str:
+def host_command(cell_id: str, column: str, overlay: Mapping[str, Any] | None = None) -> str:
+    args = [*_column_args(column), *_overlay_args(overlay), *selector(cell_id)]
+    return shlex.join(["nox", "-s", "local", "--", *args])
+
+
+def session_command(cell_id: str, column: str, overlay: Mapping[str, Any] | None = None) -> str:
     """Builds the image when needed, then runs the cell in it."""
     platform = column.split("-", 1)[0]
-    return shlex.join(["nox", "-s", platform, "--", *_column_args(column), *selector(cell_id)])
+    args = [*_column_args(column), *_overlay_args(overlay), *selector(cell_id)]
+    return shlex.join(["nox", "-s", platform, "--", *args])
 
 
 def docker_command(cell_id: str, column: str, image: str | None = None) -> str:
@@ -50,11 +60,18 @@ def docker_command(cell_id: str, column: str, image: str | None = None) -> str:
     return shlex.join(argv)
 
 
-def lines(cell_id: str, column: str | None = None, image: str | None = None) -> list[str]:
-    """Host and container commands; the `docker run` line writes to results/<column>."""
+def lines(
+    cell_id: str,
+    column: str | None = None,
+    image: str | None = None,
+    overlay: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Host and container commands; the `docker run` line writes to results/<column>.
+
+    A cell that ran under an overlay is rerun under the same one: its image holds it."""
     column = column or cell_id.split("-", 1)[0]
     return [
-        f"host:      {host_command(cell_id, column)}",
-        f"container: {session_command(cell_id, column)}",
+        f"host:      {host_command(cell_id, column, overlay)}",
+        f"container: {session_command(cell_id, column, overlay)}",
         f"           {docker_command(cell_id, column, image)}",
     ]

@@ -22,6 +22,7 @@ from typing import Any
 
 from kvrig.define.cells import Cell
 from kvrig.judge.verdict import Verdict
+from kvrig.provision.overlay import Manifest
 from kvrig.run.record import Record
 
 RESULTS_FILE = "results.jsonl"
@@ -80,6 +81,7 @@ def row(
         "peak_rss_mb": rec.peak_rss_mb,
         "vllm_version": rec.vllm_version,
         "vllm_commit": rec.vllm_commit,
+        "vllm_overlay": rec.vllm_overlay,
         "rig_version": rig_version(),
         "host": rec.host,
         "host_id": host_id(rec.host),
@@ -163,3 +165,17 @@ def merge(sources: list[tuple[Path, list[dict[str, Any]]]]) -> Merged:
 def collect(paths: list[Path], name: str = RESULTS_FILE) -> Merged:
     """The merged rows of every results file found under `paths` (see `files`)."""
     return merge([(f, _read_file(f)) for f in files(paths, name)])
+
+
+def overlays_of(rows: list[dict[str, Any]]) -> list[str]:
+    """The overlays the rows ran under, described: the Python under test is not the
+    release's, and a report that said only "vLLM 0.32.0" would hide it."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        o = r.get("vllm_overlay")
+        if o:
+            m = Manifest.of_summary(o)
+            more = f" and {len(m.files) - 8} more" if len(m.files) > 8 else ""
+            files = ", ".join(m.files[:8]) + more
+            seen[m.digest] = f"{m.describe()} ({files or 'none'}; overlay {m.digest})"
+    return sorted(seen.values())

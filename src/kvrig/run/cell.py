@@ -19,6 +19,7 @@ from typing import Any
 from kvrig.define import models
 from kvrig.define.cells import OFFLINE_ENV, Cell
 from kvrig.host import isa
+from kvrig.provision import overlay
 from kvrig.rules import blocksize
 from kvrig.run.vllm_plugin import CRAFT_ENV, PROBE_ENV
 from kvrig.run.vllm_plugin.crafted import BackendSpec, CraftSpec
@@ -150,6 +151,12 @@ def run(workdir: Path) -> dict[str, Any]:
     except ImportError:
         out["vllm_commit"] = None
     out["torch_version"] = torch.__version__
+    out["vllm_file"] = vllm.__file__
+    manifest = os.environ.get(overlay.OVERLAY_ENV)
+    problem = overlay.in_force(manifest, str(vllm.__file__)) if manifest else None
+    if problem:  # the cell would test the base, not the overlay it is named for
+        out["frontend_error"] = {"type": "OverlayNotInForce", "message": problem}
+        return out
     kwargs = engine_kwargs(cell, model_dir)
     out["engine_kwargs"] = kwargs
     t1 = time.monotonic()

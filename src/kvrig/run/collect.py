@@ -119,6 +119,7 @@ def assemble(
         "timings",
         "vllm_version",
         "vllm_commit",
+        "vllm_file",
         "torch_version",
     ):
         if key in front:

@@ -45,14 +45,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from kvrig.run.vllm_plugin import CRAFT_ENV, MUTATE_ENV, PROBE_ENV
+from kvrig.run.vllm_plugin import CRAFT_ENV, PROBE_ENV
 
 # Read by vLLM or the kvrig plugin only when an engine is built, i.e. after the fork.
 LAZY_ENV = frozenset(
     {
         CRAFT_ENV,
         PROBE_ENV,
-        MUTATE_ENV,
         "VLLM_ENABLE_V1_MULTIPROCESSING",
         "KVRIG_TEST_FAULT",
         "PYTHONUNBUFFERED",

@@ -93,6 +93,10 @@ class Record(BaseModel):
     peak_rss_mb: float | None = None
     vllm_version: str | None = None
     vllm_commit: str | None = None
+    # The overlay the cell ran under (kvrig.provision.overlay: base wheel, source commit
+    # or patch sha256, files overlaid), and where the front end's vllm was imported from.
+    vllm_overlay: dict[str, Any] | None = None
+    vllm_file: str | None = None
     torch_version: str | None = None
     host: dict[str, Any] = Field(default_factory=dict)
     log: str | None = None

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from kvrig.define.cells import Cell
 from kvrig.host import hardware
+from kvrig.provision import overlay
 from kvrig.run import cell as cellmod
 from kvrig.run.collect import assemble, parse_events
 from kvrig.run.forkserver import ForkServer, Pool, ServerError
@@ -129,6 +130,7 @@ def run_cell(
             outcome="skipped",
             skip_reason=cell.expect.reason,
             host=hardware.fingerprint(),
+            vllm_overlay=overlay.named(os.environ),
         )
         rec.save(paths.record)
         return rec
@@ -192,6 +194,7 @@ def run_cell(
     rec.timings["wall_s"] = round(elapsed, 3)
     rec.peak_rss_mb = round(peak_mb, 1)
     rec.host = hardware.fingerprint()
+    rec.vllm_overlay = overlay.named(env)
     rec.log = str(paths.log)
     if ended_by == "timeout":
         rec.note = f"killed after {timeout_s:.0f} s"

@@ -2,8 +2,9 @@
 
 vLLM calls `register()` in the front end, the engine core and every worker, so whatever
 a cell asks for here is in force in the worker, where `update_block_size_for_backend`
-and its `_check_aligned_block_size` run. With none of KVRIG_CRAFT, KVRIG_PROBE_FILE and
-KVRIG_MUTATE set it does nothing, so installing kvrig beside vLLM changes no engine.
+and its `_check_aligned_block_size` run. With neither KVRIG_CRAFT nor KVRIG_PROBE_FILE
+set it does nothing, so installing kvrig beside vLLM changes no engine. (A changed vLLM
+is an overlay, kvrig.provision.overlay, never a patch applied from here.)
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import os
 
 CRAFT_ENV = "KVRIG_CRAFT"
 PROBE_ENV = "KVRIG_PROBE_FILE"
-# The mutation check's switch (kvrig.run.vllm_plugin.mutation); nothing else sets it.
-MUTATE_ENV = "KVRIG_MUTATE"
 
 _done = False
 
@@ -25,11 +24,6 @@ def register() -> None:
     _done = True
     craft = os.environ.get(CRAFT_ENV)
     probe_file = os.environ.get(PROBE_ENV)
-    mutate = os.environ.get(MUTATE_ENV)
-    if mutate:
-        from kvrig.run.vllm_plugin import mutation
-
-        mutation.install(mutate)
     if probe_file:
         from kvrig.run.vllm_plugin import probe
 

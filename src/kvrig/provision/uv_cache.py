@@ -1,0 +1,109 @@
+"""The proof that nothing the rig does writes into uv's cache of vLLM.
+
+uv installs by hard-linking files from its cache: a write through an installed vLLM file
+changes the cached file, and with it every environment made from it afterwards. The rig
+never writes there (overlays are copies, kvrig.provision.overlay); this takes the sha256
+of every file of every vLLM package in uv's cache, before and after, so a run that did
+would fail instead of passing on silently corrupted installs.
+
+`python -m kvrig.provision.uv_cache snapshot FILE` writes the digests; `check FILE`
+compares and exits 1 on any change (files added since are fine: a new install).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+class UvCacheError(Exception):
+    """The check cannot run; the message says why, in one paragraph."""
+
+
+def cache_dir() -> Path:
+    """uv's cache folder, as uv itself reports it (UV_CACHE_DIR, XDG, or its default)."""
+    if os.environ.get("UV_CACHE_DIR"):
+        return Path(os.environ["UV_CACHE_DIR"])
+    uv = shutil.which("uv")
+    if uv is None:
+        raise UvCacheError(
+            "uv is not on PATH, so its cache cannot be found or checked. Run this through"
+            " nox with the uv backend (pip install 'nox[uv]'), as the README's commands do."
+        )
+    out = subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, check=False)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise UvCacheError(f"`uv cache dir` failed: {out.stderr.strip() or 'no output'}")
+    return Path(out.stdout.strip())
+
+
+def vllm_packages(cache: Path) -> list[Path]:
+    """Every unpacked vllm package in the cache (one per cached wheel)."""
+    return sorted(p.parent for p in cache.glob("archive-v*/*/vllm/__init__.py"))
+
+
+def digests(cache: Path) -> dict[str, str]:
+    """sha256 of every file of every cached vllm package, by path."""
+    out = {}
+    for package in vllm_packages(cache):
+        for path in sorted(package.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                h = hashlib.sha256()
+                with path.open("rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(chunk)
+                out[str(path)] = h.hexdigest()
+    return out
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """The files that were there before and are not byte-identical now (or are gone)."""
+    return sorted(p for p, digest in before.items() if after.get(p) != digest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kvrig.provision.uv_cache")
+    p.add_argument("action", choices=["snapshot", "check"])
+    p.add_argument("file")
+    ns = p.parse_args(argv)
+    try:
+        cache = cache_dir()
+    except UvCacheError as exc:
+        print(f"kvrig: {exc}", file=sys.stderr)
+        return 2
+    now = digests(cache)
+    snap = Path(ns.file)
+    if ns.action == "snapshot":
+        snap.parent.mkdir(parents=True, exist_ok=True)
+        snap.write_text(json.dumps({"cache": str(cache), "files": now}))
+        print(f"uv cache: {len(now)} vLLM file(s) in {cache} recorded")
+        return 0
+    if not snap.is_file():
+        print(f"kvrig: no snapshot at {snap}: take one first (snapshot {snap})", file=sys.stderr)
+        return 2
+    before = json.loads(snap.read_text())["files"]
+    bad = changed(before, now)
+    if bad:
+        print(
+            f"uv cache CHANGED: {len(bad)} cached vLLM file(s) differ from before the run,"
+            f" e.g. {', '.join(bad[:5])}. Something wrote through an installed vLLM; clear"
+            " uv's cache (uv cache clean) before trusting any environment made from it."
+        )
+        return 1
+    if not before:
+        print(
+            f"uv cache: it held no vLLM before the run ({cache}), so there was nothing to"
+            " compare here; the mutation session compares its own before and after."
+        )
+        return 0
+    print(f"uv cache: all {len(before)} cached vLLM file(s) byte-identical before and after")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
