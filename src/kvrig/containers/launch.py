@@ -33,6 +33,7 @@ from kvrig.containers.plan import (
     parse_args,
     requested_engine,
 )
+from kvrig.provision import overlay
 
 
 class _Terminated(Exception):
@@ -108,6 +109,10 @@ def resolve_base(
 def execute(plan: Plan, probe: preflight.Probe) -> int:
     es.write_containers_conf(plan.settings)
     if not _image_present(plan.engine, plan.image, plan.settings):
+        if plan.stage is not None:  # the overlay's inputs, or an empty folder without one
+            overlay.stage(plan.overlay, plan.stage)
+        if plan.overlay is not None:
+            print(f"kvrig.containers: vLLM with {plan.overlay.describe()}", flush=True)
         print("+ " + shlex.join(plan.build), file=sys.stderr, flush=True)
         code, output = _run_teed(plan.build, {**_engine_env(plan.settings), **plan.build_env})
         if code != 0:

@@ -1,10 +1,15 @@
 """A column in its container, as commands: image tag, build, run, and the dry run's lines.
 
     python -m kvrig.containers {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
-        [--matrix PATH] [--results DIR] [--podman-compat] [-- pytest args...]
+        [--matrix PATH] [--results DIR] [--podman-compat]
+        [--vllm-source PATH | --vllm-patch FILE] [-- pytest args...]
 
 Arguments it does not know (e.g. `-k qwen3_next`) go to the column's pytest, as does
 everything after `--`.
+
+An overlay (--vllm-source, --vllm-patch, or matrix.yaml's kind: overlay) is checked on
+the host, its inputs staged in docker/overlay/ and built into the image over the image's
+own vLLM (kvrig.provision.overlay); their digest is part of the image's tag.
 
 The commands are built by pure functions from matrix.yaml and the host's facts, so what
 `--dry-run` prints is what runs, and unit tests check them without an engine. The image
@@ -40,6 +45,7 @@ from kvrig.define.matrix import load as load_matrix
 from kvrig.define.paths import column_name, results_folder
 from kvrig.host import isa
 from kvrig.provision import install
+from kvrig.provision import overlay as overlay_mod
 
 IMAGE_REPO = "kvrig-{platform}"
 CONTAINER_RESULTS = "/results"
@@ -47,6 +53,8 @@ CONTAINER_MATRIX = "/opt/kvrig/matrix.yaml"
 # The image's own unprivileged user (docker/Dockerfile.*: ARG KVRIG_UID).
 IMAGE_UID = 10001
 SHM_SIZE = "8g"
+# Where an overlay's inputs are staged in the build context (docker/Dockerfile.*: COPY).
+OVERLAY_STAGE = Path("docker") / "overlay"
 # Where a host's wheel folder is mounted during the build.
 BUILD_WHEELS = "/opt/kvrig-wheels"
 # What the images are built from besides the Dockerfile (docker/Dockerfile.*: COPY).
@@ -89,6 +97,8 @@ class Plan:
     settings: es.EngineSettings = es.NO_SETTINGS
     wheel: str | None = None
     results_owner: int | None = None
+    overlay: overlay_mod.Staged | None = None
+    stage: Path | None = None  # the build context's overlay folder, filled before a build
 
 
 # --- image tag ---------------------------------------------------------------------------
@@ -147,7 +157,7 @@ def build_args(
     settings: es.EngineSettings = es.NO_SETTINGS,
 ) -> dict[str, str]:
     """The Dockerfile's build arguments for a platform of matrix.yaml."""
-    src = spec.vllm
+    src = spec.vllm.installed  # an overlay's base; the overlay itself is built on top
     args = {"VLLM_SOURCE": src.kind, "BASE_IMAGE": base_override or spec.base_image}
     if src.kind == "pypi":
         args.update(VLLM_PACKAGE=src.package, VLLM_VERSION=str(src.version))
@@ -336,6 +346,8 @@ class Args:
     results: Path | None
     host_settings: str | None
     pytest_args: list[str]
+    vllm_source: str | None = None
+    vllm_patch: str | None = None
 
 
 def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
@@ -379,6 +391,8 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
         const="on",
         help="same as --host-settings on (also KVRIG_PODMAN_COMPAT=1)",
     )
+    parser.add_argument("--vllm-source", metavar="PATH", help="a vLLM checkout to overlay")
+    parser.add_argument("--vllm-patch", metavar="FILE", help="a diff of vllm/ to overlay")
     ns, unknown = parser.parse_known_args(argv)
     return Args(
         ns.platform,
@@ -388,6 +402,8 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
         ns.results,
         ns.host_settings,
         [*unknown, *tail],
+        ns.vllm_source,
+        ns.vllm_patch,
     )
 
 
@@ -474,6 +490,9 @@ def make_plan(
     bargs = build_args(
         args.platform, spec, base_override or env.get("KVRIG_BASE_IMAGE") or None, settings
     )
+    staged = staged_overlay(args, spec, root)
+    if staged is not None:
+        bargs.update(VLLM_OVERLAY=staged.kind, VLLM_OVERLAY_DIGEST=staged.digest)
     dockerfile = (root / "docker" / f"Dockerfile.{args.platform}").read_bytes()
     files = rig_files(root)
     tag = image_tag(
@@ -486,6 +505,9 @@ def make_plan(
     # An emulated CPU class (`-- --kvrig-isa avx2`) writes its own column's folder.
     cls, _ = isa.take_arg(isa.NATIVE, args.pytest_args)
     column = column_name(args.platform, None if cls == isa.NATIVE else cls)
+    if staged is not None and (args.vllm_source or args.vllm_patch):
+        # Beside the release's results, not over them: `kvrig compare` reads both.
+        column = f"{column}-overlay-{staged.digest[:8]}"
     results = (args.results or root / results_folder(column)).resolve()
     custom_matrix = args.matrix.resolve() if args.matrix is not None else None
     flags = es.global_flags(settings)
@@ -515,9 +537,28 @@ def make_plan(
         base_image=bargs["BASE_IMAGE"],
         global_flags=flags,
         settings=settings,
-        wheel=spec.vllm.wheel if spec.vllm.kind == "wheel" else None,
+        wheel=spec.vllm.installed.wheel if spec.vllm.installed.kind == "wheel" else None,
         results_owner=results_owner(engine, host),
+        overlay=staged,
+        stage=root / OVERLAY_STAGE,
     )
+
+
+def staged_overlay(args: Args, spec: PlatformSpec, root: Path) -> overlay_mod.Staged | None:
+    """The overlay the image is built with, its inputs read and checked on the host."""
+    try:
+        wanted = overlay_mod.requested(args.platform, spec.vllm, args.vllm_source, args.vllm_patch)
+        if wanted.kind != "overlay":
+            return None
+        here = (
+            Path.cwd()
+            if (args.vllm_source or args.vllm_patch)
+            else ((args.matrix or root / "matrix.yaml").resolve().parent)
+        )
+        version = str(wanted.installed.version or "")
+        return overlay_mod.staged_inputs(wanted, relative_to=here, base_version=version)
+    except overlay_mod.OverlayError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def dry_run_lines(plan: Plan) -> list[str]:
@@ -533,6 +574,8 @@ def dry_run_lines(plan: Plan) -> list[str]:
         )
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.build_env.items())
     lines.append(f"# built only when {plan.image} is absent:")
+    if plan.overlay is not None:
+        lines.append(f"# with {plan.overlay.describe()}, staged in {plan.stage}")
     lines.append(f"{prefix} {q(plan.build)}".strip())
     lines.append(f"mkdir -p {shlex.quote(str(plan.results))}")
     if plan.results_owner is not None:

@@ -2,8 +2,9 @@
 
 A column is a platform, or `cpu-<class>` for a CPU class the rig emulates. Report and
 gate read these folders by default, so the names are decided here once; side runs kept
-under results/ (the mutation check's `cpu-mutation`, the container check's
-`cpu-container`) match none of them and never mix in.
+under results/ (the mutation check's `cpu-mutation` and `cpu-mutation-container`, the
+container check's `cpu-container`, an overlay's `<column>-overlay-<digest>`) match none of
+them and never mix in.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 RESULTS_ROOT = Path("results")
 MUTATION = "cpu-mutation"
+MUTATION_CONTAINER = "cpu-mutation-container"
 CONTAINER = "cpu-container"
 
 

