@@ -126,7 +126,7 @@ def use_overlay(
         manifest = overlay.prepare(wanted, relative_to=here)
     except overlay.OverlayError as exc:
         raise UsageError(str(exc)) from None
-    os.environ.update(overlay.environment(manifest, dict(os.environ)))
+    os.environ.update(overlay.environment(manifest, overlay.run_file(manifest), os.environ))
     sys.path.insert(0, manifest.path)
     print(f"kvrig: vLLM {manifest.describe()}", file=sys.stderr)
     if not manifest.compiled_check.startswith("checked"):

