@@ -110,8 +110,10 @@ def computed(cell: Cell, rec: Record) -> Computed:
         cpu = isa.facts(cls)
     if not cell.config:
         return Computed(None, "the cell carries no model config")
+    # The GPU decides CUDA's GDN prefill kernel, and with it a checkpoint term.
+    gpu_arch = (rec.host or {}).get("gpu_compute_capability") if cell.platform == "cuda" else None
     try:
-        return Computed(expected_mod.expected(cell, cell.config, cpu=cpu))
+        return Computed(expected_mod.expected(cell, cell.config, cpu=cpu, gpu_arch=gpu_arch))
     except KeyError as exc:
         return Computed(None, f"the model config lacks {exc}")
     except (ValueError, FileNotFoundError) as exc:
