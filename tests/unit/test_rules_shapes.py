@@ -7,35 +7,12 @@ import pytest
 
 from kvrig.rules import choices, shapes, versions
 
-# Qwen3.6-35B-A3B's text model (the layout of a Qwen3.5/3.6 config.json: the text model
-# nested under text_config, the class named at the top).
-QWEN36 = {
-    "architectures": ["Qwen3_5MoeForConditionalGeneration"],
-    "text_config": {
-        "num_attention_heads": 16,
-        "num_key_value_heads": 2,
-        "head_dim": 256,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
-        "mamba_ssm_dtype": "float32",
-        "dtype": "bfloat16",
-    },
-}
-GRANITE = {
-    "architectures": ["GraniteMoeHybridForCausalLM"],
-    "hidden_size": 128,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "mamba_n_heads": 4,
-    "mamba_d_head": 64,
-    "mamba_d_state": 64,
-    "mamba_n_groups": 1,
-    "mamba_d_conv": 4,
-    "mamba_expand": 2,
-}
+from .test_expected import TINY_GRANITE
+from .test_published_logs import QWEN36_35B
+
+# Qwen3.6-35B-A3B: the text model nested under text_config, the class named at the top.
+QWEN36 = QWEN36_35B
+GRANITE = TINY_GRANITE
 
 
 def test_the_nested_text_config_is_read_with_the_top_level_class() -> None:

