@@ -395,3 +395,61 @@ def test_a_running_engine_whose_kv_cache_was_never_seen_sized_fails() -> None:
     v = judge(cell_with(RUNS), ran(kv_cache_sized_seen=False))
     assert v.status == "fail"
     assert "the probe never saw the KV cache sized" in v.reason
+
+
+def _matrix_cell(cell_id: str):
+    from pathlib import Path
+
+    from kvrig.define.cells import expand
+    from kvrig.define.matrix import load
+
+    matrix = load(Path(__file__).resolve().parents[2] / "matrix.yaml")
+    return next(c for c in expand(matrix, cell_id.split("-")[0]) if c.id == cell_id)
+
+
+def _gpu_ran(cell, size: int, **host: Any) -> Record:
+    groups = [
+        KVGroup(kind="MambaSpec", block_size=size, page_size_bytes=size * 256),
+        KVGroup(kind="FullAttentionSpec", block_size=size, page_size_bytes=size * 256),
+    ]
+    return ran(
+        cell_id=cell.id,
+        platform=cell.platform,
+        worker_block_size=size,
+        engine_block_size=size,
+        backends_accept={"FLASH_ATTN": True},
+        kv_cache_groups=groups,
+        kernel_block_sizes=[size, size],
+        layer_backends={"model.layers.1.self_attn.attn": "FLASH_ATTN"},
+        host=host,
+    )
+
+
+def test_a_cuda_cell_at_another_size_fails_as_on_cpu() -> None:
+    # The CUDA rules reproduce published CUDA engine logs (tests/unit/test_published_logs.py),
+    # so a CUDA engine choosing another size than 16 x cdiv(35072, 16 x 256) = 144 (the bf16
+    # state "auto" gives) fails, even one the case's invariants allow (272, an fp32 state).
+    cell = _matrix_cell("cuda-granite_hybrid-default")
+    assert judge(cell, _gpu_ran(cell, 144)).status == "pass"
+    wrong = judge(cell, _gpu_ran(cell, 272))
+    assert wrong.status == "fail"
+    assert "vLLM chose 272, expected 144" in wrong.reason
+
+
+def test_an_xpu_size_mismatch_stays_a_note_saying_why() -> None:
+    cell = _matrix_cell("xpu-granite_hybrid-default")
+    v = judge(cell, _gpu_ran(cell, 320))
+    assert v.status == "pass"
+    assert "expected 192" in v.reason
+    assert "no published log or run confirms the xpu rules" in v.reason
+
+
+def test_a_cuda_gdn_cell_follows_the_gpu_the_record_names() -> None:
+    # Prefix caching on: FlashInfer's GDN prefill on SM90 adds the 64-token checkpoint,
+    # 64 x cdiv(35840, 64 x 4096) = 64 (so 192 with the bf16 state's 3 steps); Ampere's
+    # Triton prefill does not: 16 x cdiv(35840, 4096) = 144.
+    cell = _matrix_cell("cuda-qwen3_next-ssm_bf16")
+    hopper = judge(cell, _gpu_ran(cell, 192, gpu_compute_capability="9.0"))
+    ampere = judge(cell, _gpu_ran(cell, 144, gpu_compute_capability="8.0"))
+    assert (hopper.expected_block_size, ampere.expected_block_size) == (192, 144)
+    assert judge(cell, _gpu_ran(cell, 144, gpu_compute_capability="9.0")).status == "fail"

@@ -96,6 +96,7 @@ RULES: dict[str, PlatformRules] = {
     "cpu": PlatformRules(default=Backend("CPU_ATTN", (Kernel(32, True),)), measured=True),
     "cuda": PlatformRules(
         default=Backend("FLASH_ATTN", (Kernel(16, True),)),
+        measured=True,
         mla=Backend("FLASHMLA_SPARSE", (Kernel(64, True),)),
         indexer=Backend("DEEPSEEK_V32_INDEXER", (Kernel(64),)),
     ),
