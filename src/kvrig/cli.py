@@ -286,6 +286,10 @@ def cmd_predict(ns: argparse.Namespace) -> int:
     config = _read_config(ns.config)
     release, origin = _release(ns)
     cls = ns.isa
+    if ns.platform != "cpu" and cls is not None:
+        raise UsageError(
+            f"--isa {cls} names a CPU class, and {ns.platform} has none; leave it out."
+        )
     if ns.platform == "cpu" and cls in (None, isa.NATIVE):
         cls = isa.host_class(hardware.cpu_flags(), hardware.cpu_info()["arch"])
     settings = predict_mod.Settings(

@@ -4,6 +4,8 @@ as JSON, or as one paragraph and exit 2 when the config or a rule is unknown."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,22 @@ def test_cpu_follows_the_class_and_refuses_what_vllm_refuses() -> None:
     assert predict.predict(tiny, predict.Settings("cpu", "0.32.0", isa="avx2")).block_size == 256
     with pytest.raises(predict.shapes.ConfigError, match="AVX-512 or AMX"):
         predict.predict(tiny, predict.Settings("cpu", "0.32.0", isa="avx2", kv_cache_dtype="fp8"))
+
+
+def test_predict_imports_no_vllm(tmp_path: Path) -> None:
+    """It must answer on a machine without vLLM: nothing it imports may pull vLLM in."""
+    path = _write(tmp_path, QWEN3_NEXT_80B)
+    code = (
+        "import sys; from kvrig.cli import main;"
+        f" rc = main(['predict', {str(path)!r}, '--platform', 'cuda', '--tp', '2']);"
+        " assert rc == 0, rc; assert not any(m.split('.')[0] == 'vllm' for m in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "block size" in done.stdout
+
+
+def test_a_cpu_class_off_cpu_is_refused(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, QWEN3_NEXT_80B)
+    assert main(["predict", str(path), "--platform", "cuda", "--isa", "amx"]) == 2
+    assert "names a CPU class" in capsys.readouterr().err
