@@ -112,3 +112,12 @@ def test_a_cpu_class_off_cpu_is_refused(tmp_path: Path, capsys) -> None:
     path = _write(tmp_path, QWEN3_NEXT_80B)
     assert main(["predict", str(path), "--platform", "cuda", "--isa", "amx"]) == 2
     assert "names a CPU class" in capsys.readouterr().err
+
+
+def test_the_readme_example_is_what_predict_prints(tmp_path: Path, capsys) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("$ kvrig predict Qwen3.6-35B-A3B/config.json", 1)[1].split("```")[0]
+    args, *shown = block.strip("\n").splitlines()
+    path = _write(tmp_path, QWEN36_35B)
+    assert main(["predict", str(path), *args.split()]) == 0
+    assert capsys.readouterr().out.splitlines() == shown

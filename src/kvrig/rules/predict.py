@@ -47,6 +47,8 @@ BACKENDS: dict[str, dict[str, Backend]] = {
     },
 }
 PLATFORMS = tuple(BACKENDS)
+# The backend each platform picks for these models when none is asked for.
+DEFAULT = {"cpu": "CPU_ATTN", "cuda": "FLASH_ATTN", "xpu": "FLASH_ATTN"}
 CACHE_MODES = ("align", "none")
 
 
@@ -121,7 +123,7 @@ def backend(settings: Settings) -> Backend:
                 f" engine logged with --backend ({', '.join(known)})."
             )
         sm10 = settings.gpu_arch and choices.compute_capability(settings.gpu_arch)[0] == 10
-        name = "FLASHINFER" if settings.platform == "cuda" and sm10 else next(iter(known))
+        name = "FLASHINFER" if settings.platform == "cuda" and sm10 else DEFAULT[settings.platform]
     if name.upper() not in known:
         raise shapes.ConfigError(
             f"Unknown attention backend {name!r} for {settings.platform}; kvrig knows"
@@ -203,22 +205,9 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
     resets = _cpu_resets(settings, kv)
     mode, why = cache_mode(settings, rules, s.family)
     per_token = shapes.attention_page_per_token(s, kv)
+    steps = _shape_steps(s, settings, rules, chosen, kv)
     page: Pages | None = None
     ssm = None
-    steps = [
-        (
-            "model",
-            f"{s.architecture} ({s.family}), TP {settings.tp}: {s.kv_heads} KV head(s)"
-            f" of {s.head_size} per rank",
-        ),
-        ("rules", f"{rules.label}"),
-        ("backend", f"{chosen.name} {_kernels(chosen)}"),
-        (
-            "attention",
-            f"2 x {s.kv_heads} x {s.head_size} x {shapes.dtype_bytes(kv)} B ({kv})"
-            f" = {per_token} B per token",
-        ),
-    ]
     if s.hybrid:
         ssm = choices.ssm_dtype(
             s.architecture,
@@ -228,19 +217,8 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
             rules,
             cpu_resets_to_float32=resets,
         )
-        mamba = shapes.mamba_page(s, dtype, ssm)
-        page = Pages(per_token, mamba, ssm)
-        conv, temporal = " x ".join(map(str, s.conv)), " x ".join(map(str, s.temporal))
-        steps.append(
-            (
-                "state",
-                f"conv {conv} x {shapes.dtype_bytes(dtype)} B ({dtype}) + temporal"
-                f" {temporal} x {shapes.dtype_bytes(ssm)} B ({ssm}) = {mamba} B per sequence",
-            )
-        )
-    gdn_align = s.family == "gdn" and mode == "align" and rules.checkpoint_term
-    if gdn_align and settings.platform == "cuda" and settings.gpu_arch is None:
-        raise GpuDecides
+        page = Pages(per_token, shapes.mamba_page(s, dtype, ssm), ssm)
+        steps.append(("state", _state_text(s, dtype, ssm, page.mamba)))
     gdn_align = s.family == "gdn" and mode == "align" and rules.checkpoint_term
     if gdn_align and settings.platform == "cuda" and settings.gpu_arch is None:
         raise GpuDecides
@@ -270,6 +248,35 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
         mamba_cache_mode=mode,
         steps=steps,
         log=out.log,
+    )
+
+
+def _shape_steps(
+    s: shapes.Shapes, settings: Settings, rules: versions.Rules, chosen: Backend, kv: str
+) -> list[tuple[str, str]]:
+    """The first lines of the explanation: what one rank holds, under which rules."""
+    per_token = shapes.attention_page_per_token(s, kv)
+    return [
+        (
+            "model",
+            f"{s.architecture} ({s.family}), TP {settings.tp}: {s.kv_heads} KV head(s)"
+            f" of {s.head_size} per rank",
+        ),
+        ("rules", rules.label),
+        ("backend", f"{chosen.name} {_kernels(chosen)}"),
+        (
+            "attention",
+            f"2 x {s.kv_heads} x {s.head_size} x {shapes.dtype_bytes(kv)} B ({kv})"
+            f" = {per_token} B per token",
+        ),
+    ]
+
+
+def _state_text(s: shapes.Shapes, conv_dtype: str, ssm: str, mamba: int) -> str:
+    conv, temporal = " x ".join(map(str, s.conv)), " x ".join(map(str, s.temporal))
+    return (
+        f"conv {conv} x {shapes.dtype_bytes(conv_dtype)} B ({conv_dtype}) + temporal"
+        f" {temporal} x {shapes.dtype_bytes(ssm)} B ({ssm}) = {mamba} B per sequence"
     )
 
 
