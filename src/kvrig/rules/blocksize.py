@@ -3,9 +3,11 @@
 vLLM's own arithmetic decides which size an engine runs at; if the rig only checked that
 the engine ran, a silent change in that arithmetic (a different rounding, a lost page
 term) would pass unseen. So every cell's size is derived a second time here, from the
-per-layer shapes in the model's config, the platform's start size and the backends'
-declared sizes, following the steps vLLM documents (phase 1, hybrid alignment, the XPU
-GDN rounding, the early check). The verdict compares the two.
+per-rank shapes in the model's config (kvrig.rules.shapes), the rules of the release the
+platform installs (kvrig.rules.versions) and the backends' declared sizes, following the
+steps vLLM documents (phase 1, hybrid alignment, the XPU GDN rounding, the early check).
+The verdict compares the two; `kvrig predict` runs the same steps (`decide`) for a real
+checkpoint.
 
 Everything here is pure: a config dict and a few facts in, an `Expected` out.
 """
