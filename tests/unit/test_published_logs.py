@@ -20,6 +20,18 @@ import pytest
 
 from kvrig.rules import predict
 
+
+def gdn(*, key_heads: int, value_heads: int, head_dim: int, conv_kernel: int) -> dict[str, int]:
+    """A Qwen GDN config's linear-attention fields (key and value heads share a head dim)."""
+    return {
+        "linear_num_key_heads": key_heads,
+        "linear_num_value_heads": value_heads,
+        "linear_key_head_dim": head_dim,
+        "linear_value_head_dim": head_dim,
+        "linear_conv_kernel_dim": conv_kernel,
+    }
+
+
 # Config copies, as stored in public repositories and checkpoint pages:
 # HF = the checkpoint's own config.json on huggingface.co (the values match every public
 # copy listed beside them).
@@ -30,11 +42,7 @@ QWEN3_NEXT_80B = {
     "num_attention_heads": 16,
     "num_key_value_heads": 2,
     "head_dim": 256,
-    "linear_num_key_heads": 16,
-    "linear_num_value_heads": 32,
-    "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128,
-    "linear_conv_kernel_dim": 4,
+    **gdn(key_heads=16, value_heads=32, head_dim=128, conv_kernel=4),
     "torch_dtype": "bfloat16",
 }
 QWEN35_4B = {
@@ -47,11 +55,7 @@ QWEN35_4B = {
         "num_attention_heads": 16,
         "num_key_value_heads": 4,
         "head_dim": 256,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
+        **gdn(key_heads=16, value_heads=32, head_dim=128, conv_kernel=4),
         "mamba_ssm_dtype": "float32",
         "dtype": "bfloat16",
     },
@@ -66,11 +70,7 @@ QWEN36_35B = {
         "num_attention_heads": 16,
         "num_key_value_heads": 2,
         "head_dim": 256,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
+        **gdn(key_heads=16, value_heads=32, head_dim=128, conv_kernel=4),
         "mamba_ssm_dtype": "float32",
         "dtype": "bfloat16",
     },
@@ -84,11 +84,7 @@ QWEN35_27B = {
         "num_attention_heads": 24,
         "num_key_value_heads": 4,
         "head_dim": 256,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 48,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
+        **gdn(key_heads=16, value_heads=48, head_dim=128, conv_kernel=4),
         "mamba_ssm_dtype": "float32",
         "dtype": "bfloat16",
     },
