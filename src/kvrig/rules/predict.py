@@ -1,0 +1,318 @@
+"""The block size vLLM picks for a real checkpoint, predicted without vLLM (`kvrig predict`).
+
+Where no engine can run here (CUDA, XPU, ROCm), a maintainer still needs to know what an
+engine of some release will choose for a given checkpoint and settings, and to hold that
+against what engines logged. This is the verdicts' own computation
+(kvrig.rules.blocksize.decide) fed the stock backend of the platform instead of a cell,
+so a prediction and a verdict can never disagree about the same inputs.
+
+Pure: a config dict and Settings in, a Prediction (or ConfigError) out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvrig.host import isa
+from kvrig.rules import choices, shapes, versions
+from kvrig.rules.blocksize import (
+    RULES,
+    Backend,
+    Kernel,
+    Pages,
+    checkpoint_for,
+    decide,
+    kv_dtype,
+)
+
+_M16 = (Kernel(16, True),)
+# The stock backends `--backend` can name, with get_supported_kernel_block_sizes() as
+# vLLM 0.33.0 declares it (vllm-blocksize-facts.md, section 6).
+BACKENDS: dict[str, dict[str, Backend]] = {
+    "cpu": {"CPU_ATTN": RULES["cpu"].default},
+    "cuda": {
+        "FLASH_ATTN": RULES["cuda"].default,
+        "FLASHINFER": Backend("FLASHINFER", (Kernel(16), Kernel(32), Kernel(64))),
+        "TRITON_ATTN": Backend("TRITON_ATTN", _M16),
+        "FLEX_ATTENTION": Backend("FLEX_ATTENTION", _M16),
+    },
+    "xpu": {"FLASH_ATTN": RULES["xpu"].default, "TRITON_ATTN": Backend("TRITON_ATTN", _M16)},
+    # ROCm runs the base Platform's steps; its default choice is not restated here.
+    "rocm": {
+        "ROCM_ATTN": Backend("ROCM_ATTN", _M16),
+        "ROCM_AITER_UNIFIED_ATTN": Backend("ROCM_AITER_UNIFIED_ATTN", _M16),
+        "ROCM_AITER_FA": Backend("ROCM_AITER_FA", (Kernel(16), Kernel(32))),
+        "TRITON_ATTN": Backend("TRITON_ATTN", _M16),
+    },
+}
+PLATFORMS = tuple(BACKENDS)
+# The backend each platform picks for these models when none is asked for.
+DEFAULT = {"cpu": "CPU_ATTN", "cuda": "FLASH_ATTN", "xpu": "FLASH_ATTN"}
+CACHE_MODES = ("align", "none")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The engine arguments (and the hardware facts) the size depends on."""
+
+    platform: str
+    vllm: str
+    backend: str | None = None
+    tp: int = 1
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    mamba_ssm_cache_dtype: str | None = None
+    block_size: int | None = None
+    prefix_caching: bool | None = None
+    mamba_cache_mode: str | None = None
+    num_speculative_tokens: int = 0
+    gpu_arch: str | None = None
+    isa: str | None = None  # the CPU class (kvrig.host.isa), on CPU
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the engine will choose, and the steps and log lines that lead there."""
+
+    block_size: int
+    attention_page_bytes_per_token: int
+    mamba_page_bytes: int
+    padded_mamba_page_bytes: int | None
+    padding_pct: float
+    rules: str
+    backend: str
+    ssm_dtype: str | None
+    mamba_cache_mode: str
+    steps: list[tuple[str, str]] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+    # Without --gpu-arch where the GPU decides: the size on the GPUs where vLLM picks
+    # FlashInfer's GDN prefill (the main answer is Triton's).
+    flashinfer_block_size: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "block_size": self.block_size,
+            "attention_page_bytes_per_token": self.attention_page_bytes_per_token,
+            "mamba_page_bytes": self.mamba_page_bytes,
+            "padded_mamba_page_bytes": self.padded_mamba_page_bytes,
+            "padding_pct": round(self.padding_pct, 4),
+            "rule_version": self.rules,
+            "backend": self.backend,
+            "ssm_dtype": self.ssm_dtype,
+            "mamba_cache_mode": self.mamba_cache_mode,
+            "vllm_log": self.log,
+            "steps": [f"{k}: {v}" for k, v in self.steps],
+            "flashinfer_gdn_prefill_block_size": self.flashinfer_block_size,
+        }
+
+
+def backend(settings: Settings) -> Backend:
+    """The attention backend: the one asked for, else the platform's default (FLASHINFER
+    first on SM10.x, as CUDA's priority list has it)."""
+    known = BACKENDS.get(settings.platform)
+    if known is None:
+        raise shapes.ConfigError(
+            f"Unknown platform {settings.platform!r}; kvrig predicts for {', '.join(PLATFORMS)}."
+        )
+    name = settings.backend
+    if name is None:
+        if settings.platform == "rocm":
+            raise shapes.ConfigError(
+                "ROCm's default attention backend is not restated by kvrig; name the one the"
+                f" engine logged with --backend ({', '.join(known)})."
+            )
+        sm10 = settings.gpu_arch and choices.compute_capability(settings.gpu_arch)[0] == 10
+        name = "FLASHINFER" if settings.platform == "cuda" and sm10 else DEFAULT[settings.platform]
+    if name.upper() not in known:
+        raise shapes.ConfigError(
+            f"Unknown attention backend {name!r} for {settings.platform}; kvrig knows"
+            f" {', '.join(known)} there (CPU always uses CPU_ATTN for these models)."
+        )
+    return known[name.upper()]
+
+
+def cache_mode(settings: Settings, rules: versions.Rules, family: str) -> tuple[str, str]:
+    """(mamba_cache_mode, why): "align" with prefix caching (vLLM's default for these
+    hybrids), "none" without."""
+    if settings.mamba_cache_mode is not None:
+        if settings.mamba_cache_mode not in CACHE_MODES:
+            raise shapes.ConfigError(
+                f"mamba_cache_mode {settings.mamba_cache_mode!r} is not restated by kvrig;"
+                f" it knows {', '.join(CACHE_MODES)}."
+            )
+        mode, why = settings.mamba_cache_mode, "as asked"
+    elif settings.prefix_caching is None and rules.plain_align_mode(family) is None:
+        mode, why = "none", "prefix caching taken as off (on is not restated at this release)"
+    elif settings.prefix_caching is False:
+        mode, why = "none", "prefix caching off"
+    else:
+        mode = "align"
+        why = "prefix caching on" + (" (vLLM's default)" if settings.prefix_caching is None else "")
+    if mode == "align" and rules.plain_align_mode(family) is None:
+        raise shapes.ConfigError(
+            f"Prefix caching of a {family} model at vLLM {versions.shown(rules.version)}:"
+            " earlier releases aligned a prefix-cached Mamba block to the SSD chunk size"
+            " (HybridAttentionMambaModelConfig), which kvrig does not restate, and when"
+            " that stopped is known only as 0.19.1 for GDN and 0.32.0 for Mamba2. Predict"
+            " with --no-prefix-caching, or for a release from then on."
+        )
+    return mode, why
+
+
+# Compute capabilities standing for each GDN prefill kernel when the GPU is not given.
+TRITON_GPU, FLASHINFER_GPU = "8.0", "9.0"
+
+
+def predict(config: dict[str, Any], settings: Settings) -> Prediction:
+    """The size an engine of `settings.vllm` on `settings.platform` picks for `config`;
+    where the GPU decides and is not given, Triton's answer with FlashInfer's beside it."""
+    try:
+        return _predict(config, settings)
+    except GpuDecides:
+        pass
+    triton = _predict(config, replace(settings, gpu_arch=TRITON_GPU))
+    flashinfer = _predict(config, replace(settings, gpu_arch=FLASHINFER_GPU))
+    note = (
+        "not given; this prediction is for GPUs whose GDN prefill runs on Triton (before"
+        f" SM90, or Blackwell with head_k_dim != 128); {flashinfer.block_size} where vLLM"
+        " picks FlashInfer's (SM90; SM10.x/SM12.x with head_k_dim 128). Pass --gpu-arch."
+    )
+    return replace(
+        triton,
+        steps=[*triton.steps, ("gpu", note)],
+        flashinfer_block_size=flashinfer.block_size,
+    )
+
+
+class GpuDecides(Exception):
+    """The size depends on the GPU's GDN prefill kernel and no GPU was given."""
+
+
+def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
+    rules = versions.rules(settings.platform, settings.vllm)
+    s = shapes.shapes(
+        config, tp=settings.tp, num_speculative_tokens=settings.num_speculative_tokens
+    )
+    chosen = backend(settings)
+    dtype = shapes.dtype_name(settings.dtype) if settings.dtype else shapes.model_dtype(config)
+    if dtype is None:
+        raise shapes.ConfigError(
+            "The config names no dtype (dtype or torch_dtype), so the KV and state dtypes"
+            " are unknown; pass --dtype."
+        )
+    kv = shapes.dtype_name(kv_dtype(dtype, settings.kv_cache_dtype))
+    resets = _cpu_resets(settings, kv)
+    mode, why = cache_mode(settings, rules, s.family)
+    per_token = shapes.attention_page_per_token(s, kv)
+    steps = _shape_steps(s, settings, rules, chosen, kv)
+    page: Pages | None = None
+    ssm = None
+    if s.hybrid:
+        ssm = choices.ssm_dtype(
+            s.architecture,
+            s.config_ssm_dtype,
+            dtype,
+            settings.mamba_ssm_cache_dtype,
+            rules,
+            cpu_resets_to_float32=resets,
+        )
+        page = Pages(per_token, shapes.mamba_page(s, dtype, ssm), ssm)
+        steps.append(("state", _state_text(s, dtype, ssm, page.mamba)))
+    gdn_align = s.family == "gdn" and mode == "align" and rules.checkpoint_term
+    if gdn_align and settings.platform == "cuda" and settings.gpu_arch is None:
+        raise GpuDecides
+    checkpoint = checkpoint_for(
+        s.family, config, rules, align_mode=mode == "align", gpu_arch=settings.gpu_arch
+    )
+    steps.append(("cache mode", f"{mode} ({why})" + _checkpoint_note(s, rules, mode, checkpoint)))
+    out = decide(
+        [chosen],
+        rules,
+        user_block_size=settings.block_size,
+        page=page,
+        checkpoint=checkpoint,
+        gdn=s.family == "gdn",
+    )
+    assert out.block_size is not None  # one stock backend: phase 1 always finds a size
+    steps += [("step", line) for line in out.steps[1:]]
+    return Prediction(
+        block_size=out.block_size,
+        attention_page_bytes_per_token=per_token,
+        mamba_page_bytes=page.mamba if page else 0,
+        padded_mamba_page_bytes=out.padded,
+        padding_pct=out.padding_pct,
+        rules=rules.label,
+        backend=chosen.name,
+        ssm_dtype=ssm,
+        mamba_cache_mode=mode,
+        steps=steps,
+        log=out.log,
+    )
+
+
+def _shape_steps(
+    s: shapes.Shapes, settings: Settings, rules: versions.Rules, chosen: Backend, kv: str
+) -> list[tuple[str, str]]:
+    """The first lines of the explanation: what one rank holds, under which rules."""
+    per_token = shapes.attention_page_per_token(s, kv)
+    return [
+        (
+            "model",
+            f"{s.architecture} ({s.family}), TP {settings.tp}: {s.kv_heads} KV head(s)"
+            f" of {s.head_size} per rank",
+        ),
+        ("rules", rules.label),
+        ("backend", f"{chosen.name} {_kernels(chosen)}"),
+        (
+            "attention",
+            f"2 x {s.kv_heads} x {s.head_size} x {shapes.dtype_bytes(kv)} B ({kv})"
+            f" = {per_token} B per token",
+        ),
+    ]
+
+
+def _state_text(s: shapes.Shapes, conv_dtype: str, ssm: str, mamba: int) -> str:
+    conv, temporal = " x ".join(map(str, s.conv)), " x ".join(map(str, s.temporal))
+    return (
+        f"conv {conv} x {shapes.dtype_bytes(conv_dtype)} B ({conv_dtype}) + temporal"
+        f" {temporal} x {shapes.dtype_bytes(ssm)} B ({ssm}) = {mamba} B per sequence"
+    )
+
+
+def _cpu_resets(settings: Settings, kv: str) -> bool:
+    """Whether the CPU class resets the SSM state to float32; refuses what it refuses."""
+    if settings.platform != "cpu":
+        return False
+    if settings.isa is None:
+        raise shapes.ConfigError(
+            "On CPU the block size depends on the CPU class (AVX512-BF16 resets the SSM"
+            f" state to float32); pass --isa (one of {', '.join(isa.CLASSES)})."
+        )
+    try:
+        facts = isa.facts(settings.isa)
+    except isa.IsaError as exc:
+        raise shapes.ConfigError(str(exc)) from None
+    if "fp8" in kv and not facts.fp8_kv_cache:
+        raise shapes.ConfigError(
+            f"vLLM refuses this on a {settings.isa} CPU: FP8 KV cache on CPU requires x86"
+            " with AVX-512 or AMX."
+        )
+    return facts.resets_ssm_to_float32
+
+
+def _kernels(b: Backend) -> str:
+    sizes = [f"MultipleOf({k.size})" if k.multiple else str(k.size) for k in b.kernels]
+    return f"[{', '.join(sizes)}]"
+
+
+def _checkpoint_note(
+    s: shapes.Shapes, rules: versions.Rules, mode: str, checkpoint: int | None
+) -> str:
+    if s.family != "gdn" or mode != "align":
+        return ""
+    if checkpoint:
+        return f"; FlashInfer GDN prefill: {checkpoint}-token checkpoint alignment"
+    if not rules.checkpoint_term:
+        return f"; no checkpoint term before 0.33.0 (rules {rules.label})"
+    return "; GDN prefill on Triton: no checkpoint term"

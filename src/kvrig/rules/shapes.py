@@ -1,0 +1,252 @@
+"""A checkpoint's config.json, read the way vLLM reads it, down to one rank's state shapes.
+
+The block size is a ratio of two pages, and both are per rank: vLLM shards KV heads (and
+replicates them when there are fewer than ranks) and splits the Mamba/GDN state across
+tensor-parallel ranks. Reading the shapes from the whole model, or from the top level of
+a Qwen3.5 config whose text model sits under `text_config`, gives a size no engine
+chooses. So this module restates, field by field, what vLLM's model classes hand to
+`MambaSpec` and `FullAttentionSpec`, and refuses, naming the field, what it does not know.
+
+Pure: a config dict and the parallel settings in, shapes out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+DTYPE_BYTES = {
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}
+
+# Architectures whose linear-attention layers are gated delta nets (GDN_ATTN), with the
+# class vLLM resolves them to; their state is
+# MambaStateShapeCalculator.gated_delta_net_state_shape.
+GDN = {
+    "Qwen3NextForCausalLM": "vllm/model_executor/models/qwen3_next.py",
+    "Qwen3_5ForConditionalGeneration": "vllm/model_executor/models/qwen3_5.py",
+    "Qwen3_5ForCausalLM": "vllm/model_executor/models/qwen3_5.py",
+    "Qwen3_5MoeForConditionalGeneration": "vllm/model_executor/models/qwen3_5.py",
+    "Qwen3_5MoeForCausalLM": "vllm/model_executor/models/qwen3_5.py",
+}
+# Hybrid Mamba2 architectures; their state is MambaStateShapeCalculator.mamba2_state_shape.
+MAMBA2 = {
+    "NemotronHForCausalLM": "vllm/model_executor/models/nemotron_h.py",
+    "GraniteMoeHybridForCausalLM": "vllm/model_executor/models/granitemoehybrid.py",
+}
+# Attention-only architectures: no state, the size is phase 1's.
+DENSE = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+)
+
+
+class ConfigError(ValueError):
+    """A config the predictor cannot read; the message is one paragraph for the user."""
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What one rank holds per token of attention and per sequence of state."""
+
+    architecture: str
+    family: str  # "gdn", "hybrid_mamba" or "dense"
+    kv_heads: int  # per rank
+    head_size: int
+    conv: tuple[int, int] = (0, 0)  # per rank: (conv_dim / tp, kernel - 1 + spec tokens)
+    temporal: tuple[int, int, int] = (0, 0, 0)  # per rank
+    head_k_dim: int | None = None  # GDN's linear_key_head_dim (FlashInfer prefill needs 128)
+    # The state dtype the checkpoint asks for: Qwen3.5's mamba_ssm_dtype, NemotronH's
+    # mamba_ssm_cache_dtype; None when it asks for none.
+    config_ssm_dtype: str | None = None
+
+    @property
+    def hybrid(self) -> bool:
+        return self.family != "dense"
+
+
+def dtype_name(name: str) -> str:
+    """A dtype as vLLM's STR_DTYPE_TO_TORCH_DTYPE knows it, or ConfigError."""
+    canon = DTYPE_ALIASES.get(name, name)
+    if canon not in DTYPE_BYTES:
+        raise ConfigError(
+            f"Unknown dtype {name!r}. kvrig knows {', '.join(DTYPE_BYTES)}; pass one of"
+            " them (--dtype, --kv-cache-dtype, --mamba-ssm-cache-dtype)."
+        )
+    return canon
+
+
+def dtype_bytes(name: str) -> int:
+    return DTYPE_BYTES[dtype_name(name)]
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """ModelConfig.hf_text_config: a multimodal checkpoint's `text_config` (Qwen3.5,
+    Qwen3.6), with the top level's architectures, which name the class vLLM loads."""
+    nested = config.get("text_config")
+    if not isinstance(nested, dict):
+        return config
+    merged = dict(nested)
+    if config.get("architectures"):
+        merged["architectures"] = config["architectures"]
+    return merged
+
+
+def architecture(config: dict[str, Any]) -> str:
+    archs = config.get("architectures") or []
+    if not archs:
+        raise ConfigError(
+            "The config names no architecture (its `architectures` list is missing or"
+            " empty), so the model class vLLM would load, and with it the state shapes, is"
+            " unknown. Pass the checkpoint's own config.json."
+        )
+    return str(archs[0])
+
+
+def model_dtype(config: dict[str, Any]) -> str | None:
+    """The dtype vLLM loads an "auto" model in: the config's dtype (or torch_dtype)."""
+    for source in (text_config(config), config):
+        for key in ("dtype", "torch_dtype"):
+            if isinstance(source.get(key), str):
+                return dtype_name(source[key])
+    return None
+
+
+def config_ssm_dtype(cfg: dict[str, Any], arch: str) -> str | None:
+    """The state dtype a checkpoint asks for, in the field its vLLM config class reads:
+    Qwen3.5's `mamba_ssm_dtype`, NemotronH's `mamba_ssm_cache_dtype`."""
+    if arch.startswith("Qwen3_5"):
+        return cfg.get("mamba_ssm_dtype")
+    if arch == "NemotronHForCausalLM":
+        return cfg.get("mamba_ssm_cache_dtype")
+    return None
+
+
+def _field(cfg: dict[str, Any], arch: str, *names: str) -> int:
+    """The first of `names` the config has, as an int, or a ConfigError naming them."""
+    for name in names:
+        if cfg.get(name) is not None:
+            return int(cfg[name])
+    raise ConfigError(
+        f"The {arch} config lacks {' or '.join(repr(n) for n in names)}, which vLLM's"
+        f" {arch} reads for its KV-cache or state shapes. Pass the checkpoint's full"
+        " config.json (a config with `text_config` is read from there)."
+    )
+
+
+def _divide(total: int, tp: int, what: str, arch: str) -> int:
+    """vllm.distributed.divide: a sharded dimension must split evenly across ranks."""
+    if total % tp:
+        raise ConfigError(
+            f"{arch}: {what} ({total}) does not split across {tp} tensor-parallel ranks;"
+            " vLLM asserts it does. Pick a --tp that divides it."
+        )
+    return total // tp
+
+
+def kv_heads_per_rank(total: int, tp: int) -> int:
+    """ModelConfig.get_num_kv_heads: sharded, and replicated when fewer than ranks."""
+    return max(1, total // tp)
+
+
+def head_size(cfg: dict[str, Any], arch: str) -> int:
+    """ModelConfig.get_head_size: head_dim when the config sets it, else hidden / heads."""
+    for key in ("head_dim", "attention_head_dim"):
+        if cfg.get(key):
+            return int(cfg[key])
+    hidden = _field(cfg, arch, "hidden_size")
+    return hidden // _field(cfg, arch, "num_attention_heads")
+
+
+def extra_groups(n_groups: int, tp: int) -> int:
+    """MambaStateShapeCalculator.extra_groups_for_head_shards: groups replicated so that
+    every head shard has its group."""
+    return 0 if n_groups % tp == 0 else tp - n_groups
+
+
+def shapes(config: dict[str, Any], *, tp: int = 1, num_speculative_tokens: int = 0) -> Shapes:
+    """One rank's attention and state shapes for this config (ConfigError if unknown)."""
+    if tp < 1 or num_speculative_tokens < 0:
+        raise ConfigError("--tp must be at least 1 and --num-speculative-tokens at least 0.")
+    cfg = text_config(config)
+    arch = architecture(cfg)
+    if arch not in GDN and arch not in MAMBA2 and arch not in DENSE:
+        known = ", ".join(sorted([*GDN, *MAMBA2, *DENSE]))
+        raise ConfigError(
+            f"Unknown architecture {arch!r}: kvrig restates the KV-cache and state shapes of"
+            f" {known} only, so it cannot say which block size vLLM picks for it. Add its"
+            " shapes to kvrig.rules.shapes (from the model's get_mamba_state_shape_from_config"
+            " in vLLM), or pass the config of a supported architecture."
+        )
+    kv = kv_heads_per_rank(_field(cfg, arch, "num_key_value_heads"), tp)
+    head = head_size(cfg, arch)
+    spec = num_speculative_tokens
+    if arch in GDN or arch in MAMBA2:
+        state = _gdn_state if arch in GDN else _mamba2_state
+        conv_dim, kernel, temporal = state(cfg, arch, tp)
+        return Shapes(
+            arch,
+            "gdn" if arch in GDN else "hybrid_mamba",
+            kv,
+            head,
+            conv=(_divide(conv_dim, tp, "the conv dimension", arch), kernel - 1 + spec),
+            temporal=temporal,
+            head_k_dim=cfg.get("linear_key_head_dim") if arch in GDN else None,
+            config_ssm_dtype=config_ssm_dtype(cfg, arch),
+        )
+    return Shapes(arch, "dense", kv, head)
+
+
+def _gdn_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tuple[int, int, int]]:
+    """MambaStateShapeCalculator.gated_delta_net_state_shape: (the whole conv dimension,
+    the conv kernel, one rank's temporal state)."""
+    nk = _field(cfg, arch, "linear_num_key_heads")
+    nv = _field(cfg, arch, "linear_num_value_heads")
+    dk = _field(cfg, arch, "linear_key_head_dim")
+    dv = _field(cfg, arch, "linear_value_head_dim")
+    kernel = _field(cfg, arch, "linear_conv_kernel_dim")
+    temporal = (_divide(nv, tp, "linear_num_value_heads", arch), dv, dk)
+    return dk * nk * 2 + dv * nv, kernel, temporal
+
+
+def _mamba2_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tuple[int, int, int]]:
+    """MambaStateShapeCalculator.mamba2_state_shape, with the fields each model class
+    passes it (NemotronH: heads x head_dim is the inner size; GraniteMoeHybrid: expand x
+    hidden_size)."""
+    if arch == "NemotronHForCausalLM":
+        heads = _field(cfg, arch, "mamba_num_heads")
+        hdim = _field(cfg, arch, "mamba_head_dim")
+        inner = heads * hdim
+        groups = _field(cfg, arch, "n_groups")
+        state = _field(cfg, arch, "ssm_state_size")
+        kernel = _field(cfg, arch, "conv_kernel")
+    else:
+        heads = _field(cfg, arch, "mamba_n_heads")
+        hdim = _field(cfg, arch, "mamba_d_head")
+        inner = _field(cfg, arch, "mamba_expand") * _field(cfg, arch, "hidden_size")
+        groups = _field(cfg, arch, "mamba_n_groups")
+        state = _field(cfg, arch, "mamba_d_state")
+        kernel = _field(cfg, arch, "mamba_d_conv")
+    conv_dim = inner + 2 * (groups + extra_groups(groups, tp)) * state
+    return conv_dim, kernel, (_divide(heads, tp, "the Mamba heads", arch), hdim, state)
+
+
+def attention_page_per_token(s: Shapes, kv_dtype: str) -> int:
+    """FullAttentionSpec(block_size=1).page_size_bytes: K and V for one rank's heads."""
+    return 2 * s.kv_heads * s.head_size * dtype_bytes(kv_dtype)
+
+
+def mamba_page(s: Shapes, conv_dtype: str, ssm_dtype: str) -> int:
+    """MambaSpec.page_size_bytes: each state's elements times its dtype's size."""
+    return math.prod(s.conv) * dtype_bytes(conv_dtype) + math.prod(s.temporal) * dtype_bytes(
+        ssm_dtype
+    )
