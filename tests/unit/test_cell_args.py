@@ -96,3 +96,14 @@ def test_craft_spec_round_trips() -> None:
     assert CraftSpec.from_json(spec.to_json()) == spec
     assert json.loads(spec.to_json())["siblings"][0]["base"] == "FLASHMLA_SPARSE"
     assert craft_spec(cell_with(RUNS)) is None
+
+
+def test_tensor_parallelism_gets_a_process_per_rank_and_a_core_each(tmp_path: Path) -> None:
+    cell = cell_with(RUNS, knobs={"tensor_parallel_size": 2})
+    kw = engine_kwargs(cell, Path("/m"))
+    assert kw["tensor_parallel_size"] == 2
+    assert kw["distributed_executor_backend"] == "mp"
+    assert cell_env(cell, tmp_path, base={})["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    one = cell_with(RUNS)
+    assert "distributed_executor_backend" not in engine_kwargs(one, Path("/m"))
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in cell_env(one, tmp_path, base={})

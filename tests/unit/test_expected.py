@@ -132,6 +132,10 @@ MEASURED: dict[str, dict[str, int | None]] = {
     "qwen3_next_80b-default": {"bf16": 1152, "plain": 640},
     "qwen3_next_80b-prefix_caching_off": {"bf16": 1152, "plain": 640},
     "qwen3_next_80b-ssm_bf16": {"bf16": 640, "plain": 640},
+    # Measured "plain" on the AVX2 EPYC (2026-12-01); "bf16" worked by hand from the fp32
+    # state (FalconH1 797184 B: 128 x 13; TP 2's 34304 B per rank: 128 x 2), not measured.
+    "falcon_h1_05b-default": {"bf16": 1664, "plain": 896},
+    "granite_hybrid-tp2": {"bf16": 256, "plain": 128},
 }
 
 

@@ -297,6 +297,9 @@ class Knobs(_Strict):
     kv_cache_dtype_skip_layers: list[str] | None = None
     attention_backend: str | None = Field(default=None, pattern=_BACKEND_NAME)
     multiprocessing: bool | None = None
+    # Ranks of one engine (vLLM's multiprocess executor): KV heads per rank, replicated
+    # when there are fewer than ranks, and Mamba/GDN heads split across them.
+    tensor_parallel_size: int | None = Field(default=None, ge=1, le=8)
 
 
 class Invariants(_Strict):

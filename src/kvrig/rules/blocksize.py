@@ -394,6 +394,7 @@ def _expected(
             platform=cell.platform,
             avx512_bf16=avx512_bf16,
             rules=rules,
+            tp=knobs.tensor_parallel_size or 1,
         )
         align_mode = knobs.enable_prefix_caching is not False
         checkpoint = checkpoint_for(family, config, rules, align_mode=align_mode, gpu_arch=gpu_arch)

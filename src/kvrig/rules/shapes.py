@@ -40,6 +40,8 @@ GDN = {
 MAMBA2 = {
     "NemotronHForCausalLM": "vllm/model_executor/models/nemotron_h.py",
     "GraniteMoeHybridForCausalLM": "vllm/model_executor/models/granitemoehybrid.py",
+    # Mamba2 beside attention in every layer (FalconH1ParallelHybrid)
+    "FalconH1ForCausalLM": "vllm/model_executor/models/falcon_h1.py",
 }
 # Attention-only architectures: no state, the size is phase 1's.
 DENSE = (
@@ -221,7 +223,7 @@ def _gdn_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tuple
 def _mamba2_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tuple[int, int, int]]:
     """MambaStateShapeCalculator.mamba2_state_shape, with the fields each model class
     passes it (NemotronH: heads x head_dim is the inner size; GraniteMoeHybrid: expand x
-    hidden_size)."""
+    hidden_size; FalconH1: mamba_d_ssm, else expand x hidden_size)."""
     if arch == "NemotronHForCausalLM":
         heads = _field(cfg, arch, "mamba_num_heads")
         hdim = _field(cfg, arch, "mamba_head_dim")
@@ -232,7 +234,10 @@ def _mamba2_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tu
     else:
         heads = _field(cfg, arch, "mamba_n_heads")
         hdim = _field(cfg, arch, "mamba_d_head")
-        inner = _field(cfg, arch, "mamba_expand") * _field(cfg, arch, "hidden_size")
+        if arch == "FalconH1ForCausalLM" and cfg.get("mamba_d_ssm") is not None:
+            inner = _field(cfg, arch, "mamba_d_ssm")
+        else:
+            inner = _field(cfg, arch, "mamba_expand") * _field(cfg, arch, "hidden_size")
         groups = _field(cfg, arch, "mamba_n_groups")
         state = _field(cfg, arch, "mamba_d_state")
         kernel = _field(cfg, arch, "mamba_d_conv")

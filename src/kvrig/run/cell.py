@@ -39,6 +39,9 @@ _ENGINES: list[Any] = []
 ISA_BOOT = Path(__file__).resolve().parent / "isa_boot"
 
 
+TP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
 def emulation_env(cell: Cell, pythonpath: str | None) -> dict[str, str]:
     """What makes every process of an emulated cell see its CPU class: the class, torch's
     and oneDNN's caps, and the boot folder whose sitecustomize caps torch's probes in each
@@ -90,6 +93,11 @@ def cell_env(cell: Cell, workdir: Path, base: dict[str, str] | None = None) -> d
         }
     )
     env.update(emulation_env(cell, env.get("PYTHONPATH")))
+    tp = cell.case.knobs.tensor_parallel_size or 1
+    if cell.platform == "cpu" and tp > 1:
+        # vllm-cpu binds each rank's threads to a NUMA node of its own and refuses more
+        # ranks than nodes; a core per rank works on any host with as many cores.
+        env[TP_BIND_ENV] = "|".join(str(i) for i in range(tp))
     spec = craft_spec(cell)
     if spec is not None:
         env[CRAFT_ENV] = spec.to_json()
@@ -121,10 +129,13 @@ def engine_kwargs(cell: Cell, model_dir: Path) -> dict[str, Any]:
         "mamba_ssm_cache_dtype",
         "kv_cache_dtype",
         "kv_cache_dtype_skip_layers",
+        "tensor_parallel_size",
     ):
         value = getattr(knobs, name)
         if value is not None:
             kwargs[name] = value
+    if (knobs.tensor_parallel_size or 1) > 1:
+        kwargs["distributed_executor_backend"] = "mp"  # a process per rank, on one host
     backend = knobs.attention_backend
     if cell.case.crafted.replace is not None and cell.platform_spec.crafted_route == "custom":
         backend = "CUSTOM"

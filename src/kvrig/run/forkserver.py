@@ -53,6 +53,7 @@ LAZY_ENV = frozenset(
         CRAFT_ENV,
         PROBE_ENV,
         "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "VLLM_CPU_OMP_THREADS_BIND",  # read by each CPU worker as it starts
         "KVRIG_TEST_FAULT",
         "PYTHONUNBUFFERED",
         "PYTEST_CURRENT_TEST",  # pytest changes it for every test; nothing in vLLM reads it
