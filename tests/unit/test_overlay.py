@@ -288,3 +288,30 @@ def test_only_the_most_recently_used_overlays_are_kept(tmp_path: Path) -> None:
     gone = overlay.prune(tmp_path, keep=2)
     assert sorted(p.name for p in gone) == [".build-crashed", "old"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mid", "new"]
+
+
+def test_staged_inputs_build_in_an_image_as_on_the_host_and_keep_the_hosts_names(
+    site: Path, tmp_path: Path
+) -> None:
+    """What an image build does (kvrig.containers stages, the Dockerfile builds), here."""
+    root = _checkout(tmp_path, site)
+    (root / "vllm" / "platforms" / "interface.py").write_text(MUTATED)
+    wanted = VllmSource(kind="overlay", base=BASE, source=str(root))
+    staged = overlay.staged_inputs(wanted, relative_to=tmp_path, base_version="0.32.0")
+    assert staged.kind == "source" and staged.identity["source"] == str(root)
+    assert staged.identity["dirty"] and "src/vllm/platforms/interface.py" in staged.files
+    inputs = tmp_path / "context" / "docker" / "overlay"
+    overlay.stage(staged, inputs)
+    target = tmp_path / "opt" / "vllm-overlay"
+    target.parent.mkdir()
+    m = overlay.build_staged(inputs, target)
+    assert m.source == str(root) and m.dirty == staged.identity["dirty"]  # the host's names
+    assert m.files == ["vllm/platforms/interface.py"]
+    assert (target / "vllm" / "platforms" / "interface.py").read_text() == MUTATED
+    assert overlay.Manifest.load(target.with_suffix(".json")) == m  # the image's KVRIG_OVERLAY
+    again = overlay.staged_inputs(wanted, relative_to=tmp_path, base_version="0.32.0")
+    assert again.digest == staged.digest  # the tag stays while the inputs do
+    (root / "vllm" / "platforms" / "interface.py").write_text(INTERFACE)
+    assert overlay.staged_inputs(wanted, relative_to=tmp_path, base_version="0.32.0").digest != (
+        staged.digest
+    )
