@@ -254,3 +254,25 @@ def test_the_arithmetic_in_every_case_doc_is_right() -> None:
                 wrong.append(f"{case.model}/{case.id}: {shown} is {got}, the doc says {written}")
     assert checked > 40  # the docs do carry their arithmetic
     assert wrong == []
+
+
+# The plain cells of shape-faithful miniatures (and the TP cell), as `kvrig predict` is
+# given them: the checkpoint-style config and the engine settings, no cell.
+PREDICTED = {
+    "granite_4h_tiny-default": {},
+    "nemotron_nano_9b_v2-default": {},
+    "qwen3_next_80b-default": {},
+    "falcon_h1_05b-default": {},
+    "granite_hybrid-tp2": {"tp": 2},
+}
+
+
+@pytest.mark.parametrize("cls", ["avx2", "amx"])
+@pytest.mark.parametrize("name", sorted(PREDICTED))
+def test_the_predictor_gives_each_miniature_its_measured_size(name: str, cls: str) -> None:
+    from kvrig.rules import predict
+
+    cell = next(c for c in _cells() if c.id == f"cpu-{name}" and c.isa == cls)
+    settings = predict.Settings(platform="cpu", vllm="0.32.0", isa=cls, **PREDICTED[name])
+    got = predict.predict(models.render(cell.model), settings)
+    assert got.block_size == measured(cell, cls)
