@@ -46,6 +46,10 @@ def _install_rig(session: nox.Session, *groups: str) -> None:
 def _install_vllm(session: nox.Session, platform: str) -> None:
     """The platform's vLLM as matrix.yaml says, with kvrig and its plugins."""
     _install_rig(session, *COLUMN)
+    if platform == "cpu":
+        # torch's inductor builds the few helpers vLLM compiles even in eager mode (the
+        # vocab-parallel embedding's mask, with TP > 1) with the host's C++ compiler.
+        session.run("python", "-m", "kvrig.provision.system_packages", "g++:g++")
     out = session.run("python", "-m", "kvrig.provision.install", platform, silent=True)
     plan = json.loads(str(out).strip().splitlines()[-1])
     args, env = plan["args"], plan["env"]
