@@ -48,8 +48,8 @@ def _install_vllm(session: nox.Session, platform: str) -> None:
     _install_rig(session, *COLUMN)
     if platform == "cpu":
         # torch's inductor builds the few helpers vLLM compiles even in eager mode (the
-        # vocab-parallel embedding's mask, with TP > 1) with the host's C++ compiler.
-        session.run("python", "-m", "kvrig.provision.system_packages", "g++:g++")
+        # vocab-parallel embedding's mask, with TP > 1): a C++ compiler and Python.h.
+        session.run("python", "-m", "kvrig.provision.compiler")
     out = session.run("python", "-m", "kvrig.provision.install", platform, silent=True)
     plan = json.loads(str(out).strip().splitlines()[-1])
     args, env = plan["args"], plan["env"]

@@ -32,12 +32,3 @@ def test_not_root_names_the_packages_and_what_to_do(monkeypatch: pytest.MonkeyPa
 def test_nothing_missing_installs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sp, "installed", lambda _p: True)
     assert sp.ensure(["chromium"], is_root=False) == []
-
-
-def test_a_command_on_path_counts_as_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    on_path = {"g++": "/usr/bin/g++"}
-    monkeypatch.setattr(sp.shutil, "which", on_path.get)
-    never = lambda name: False  # noqa: E731 - dpkg knows nothing here
-    assert sp.missing(["g++:g++", "chromium"], never) == ["chromium"]
-    on_path.clear()
-    assert sp.missing(["g++:g++"], never) == ["g++"]

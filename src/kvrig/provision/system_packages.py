@@ -5,11 +5,6 @@ Chromium or Podman installs it from Debian's packages when it is missing and it 
 with apt-get); anywhere else it stops with one paragraph that names the packages to install.
 
     python -m kvrig.provision.system_packages chromium chromium-driver
-    python -m kvrig.provision.system_packages g++:g++   # present if `g++` is on PATH
-
-A `package:command` is there when the command is on PATH, however it was installed (a
-compiler from another distribution's packages, or a toolchain module), and is installed as
-`package` otherwise.
 """
 
 from __future__ import annotations
@@ -41,15 +36,8 @@ def installed(package: str) -> bool:
 def missing(
     packages: Iterable[str], is_installed: Callable[[str], bool] | None = None
 ) -> list[str]:
-    """The packages to install: those not installed, or whose command is not on PATH."""
     check = is_installed or installed
-    out = []
-    for spec in packages:
-        package, _, command = spec.partition(":")
-        present = shutil.which(command) is not None if command else check(package)
-        if not present:
-            out.append(package)
-    return out
+    return [p for p in packages if not check(p)]
 
 
 def install_commands(packages: list[str]) -> list[list[str]]:

@@ -1,0 +1,51 @@
+"""What CPU engines need to compile: a C++ compiler and this interpreter's headers.
+
+vLLM compiles a few helpers even in eager mode (the vocab-parallel embedding's mask, with
+tensor parallelism), and on CPU torch's inductor builds them as C++ against Python.h. A
+host without either fails those cells mid-run with a compile error, so the sessions that
+start CPU engines make sure of both first (installed from Debian's packages as root, else
+one paragraph naming them: kvrig.provision.system_packages).
+
+    python -m kvrig.provision.compiler
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+
+from kvrig.provision import system_packages
+
+
+def needed(
+    which: Callable[[str], str | None] = shutil.which,
+    include: str | None = None,
+    version: tuple[int, int] = (sys.version_info.major, sys.version_info.minor),
+) -> list[str]:
+    """The Debian packages that would supply what is missing (pure, given its facts)."""
+    out = []
+    if which("g++") is None:
+        out.append("g++")
+    headers = Path(include or sysconfig.get_paths()["include"]) / "Python.h"
+    if not headers.is_file():
+        out.append(f"python{version[0]}.{version[1]}-dev")  # Debian's name for them
+    return out
+
+
+def main() -> int:
+    need = needed()
+    try:
+        done = system_packages.ensure(need) if need else []
+    except system_packages.SystemPackageError as exc:
+        print(f"kvrig: {exc}", file=sys.stderr)
+        return 2
+    if done:
+        print(f"installed: {' '.join(done)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
