@@ -602,16 +602,16 @@ def test_an_overlay_goes_into_the_image_and_its_digest_into_the_tag(
 def test_staging_fills_the_build_context_and_empties_it_without_an_overlay(
     checkout: Path, tmp_path: Path
 ) -> None:
-    from kvrig.provision import overlay
+    from kvrig.provision import overlay_image
 
     patch = tmp_path / "fix.diff"
     patch.write_text(PATCH)
     plan = plan_for(checkout, ["cpu", "--vllm-patch", str(patch)])
     assert plan.stage == checkout / "docker" / "overlay"
-    overlay.stage(plan.overlay, plan.stage)
+    overlay_image.stage(plan.overlay, plan.stage)
     assert (plan.stage / "fix.diff").read_text() == PATCH
     assert '"kind": "patch"' in (plan.stage / "request.json").read_text()
-    overlay.stage(None, plan.stage)
+    overlay_image.stage(None, plan.stage)
     assert list(plan.stage.iterdir()) == []
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvrig.define.matrix import VllmSource
-from kvrig.provision import overlay
+from kvrig.provision import overlay, overlay_image
 
 INTERFACE = """class Platform:
     @classmethod
@@ -297,21 +297,21 @@ def test_staged_inputs_build_in_an_image_as_on_the_host_and_keep_the_hosts_names
     root = _checkout(tmp_path, site)
     (root / "vllm" / "platforms" / "interface.py").write_text(MUTATED)
     wanted = VllmSource(kind="overlay", base=BASE, source=str(root))
-    staged = overlay.staged_inputs(wanted, relative_to=tmp_path, base_version="0.32.0")
+    staged = overlay_image.staged_inputs(wanted, relative_to=tmp_path, base_version="0.32.0")
     assert staged.kind == "source" and staged.identity["source"] == str(root)
     assert staged.identity["dirty"] and "src/vllm/platforms/interface.py" in staged.files
     inputs = tmp_path / "context" / "docker" / "overlay"
-    overlay.stage(staged, inputs)
+    overlay_image.stage(staged, inputs)
     target = tmp_path / "opt" / "vllm-overlay"
     target.parent.mkdir()
-    m = overlay.build_staged(inputs, target)
+    m = overlay_image.build_staged(inputs, target)
     assert m.source == str(root) and m.dirty == staged.identity["dirty"]  # the host's names
     assert m.files == ["vllm/platforms/interface.py"]
     assert (target / "vllm" / "platforms" / "interface.py").read_text() == MUTATED
     assert overlay.Manifest.load(target.with_suffix(".json")) == m  # the image's KVRIG_OVERLAY
-    again = overlay.staged_inputs(wanted, relative_to=tmp_path, base_version="0.32.0")
+    again = overlay_image.staged_inputs(wanted, relative_to=tmp_path, base_version="0.32.0")
     assert again.digest == staged.digest  # the tag stays while the inputs do
     (root / "vllm" / "platforms" / "interface.py").write_text(INTERFACE)
-    assert overlay.staged_inputs(wanted, relative_to=tmp_path, base_version="0.32.0").digest != (
-        staged.digest
-    )
+    assert overlay_image.staged_inputs(
+        wanted, relative_to=tmp_path, base_version="0.32.0"
+    ).digest != (staged.digest)

@@ -33,7 +33,7 @@ from kvrig.containers.plan import (
     parse_args,
     requested_engine,
 )
-from kvrig.provision import overlay
+from kvrig.provision import overlay_image
 
 
 class _Terminated(Exception):
@@ -110,7 +110,7 @@ def execute(plan: Plan, probe: preflight.Probe) -> int:
     es.write_containers_conf(plan.settings)
     if not _image_present(plan.engine, plan.image, plan.settings):
         if plan.stage is not None:  # the overlay's inputs, or an empty folder without one
-            overlay.stage(plan.overlay, plan.stage)
+            overlay_image.stage(plan.overlay, plan.stage)
         if plan.overlay is not None:
             print(f"kvrig.containers: vLLM with {plan.overlay.describe()}", flush=True)
         print("+ " + shlex.join(plan.build), file=sys.stderr, flush=True)

@@ -44,7 +44,7 @@ from kvrig.define.matrix import PLATFORMS, MatrixError, PlatformSpec
 from kvrig.define.matrix import load as load_matrix
 from kvrig.define.paths import column_name, results_folder
 from kvrig.host import isa
-from kvrig.provision import install
+from kvrig.provision import install, overlay_image
 from kvrig.provision import overlay as overlay_mod
 
 IMAGE_REPO = "kvrig-{platform}"
@@ -97,7 +97,7 @@ class Plan:
     settings: es.EngineSettings = es.NO_SETTINGS
     wheel: str | None = None
     results_owner: int | None = None
-    overlay: overlay_mod.Staged | None = None
+    overlay: overlay_image.Staged | None = None
     stage: Path | None = None  # the build context's overlay folder, filled before a build
 
 
@@ -544,7 +544,7 @@ def make_plan(
     )
 
 
-def staged_overlay(args: Args, spec: PlatformSpec, root: Path) -> overlay_mod.Staged | None:
+def staged_overlay(args: Args, spec: PlatformSpec, root: Path) -> overlay_image.Staged | None:
     """The overlay the image is built with, its inputs read and checked on the host."""
     try:
         wanted = overlay_mod.requested(args.platform, spec.vllm, args.vllm_source, args.vllm_patch)
@@ -556,7 +556,7 @@ def staged_overlay(args: Args, spec: PlatformSpec, root: Path) -> overlay_mod.St
             else ((args.matrix or root / "matrix.yaml").resolve().parent)
         )
         version = str(wanted.installed.version or "")
-        return overlay_mod.staged_inputs(wanted, relative_to=here, base_version=version)
+        return overlay_image.staged_inputs(wanted, relative_to=here, base_version=version)
     except overlay_mod.OverlayError as exc:
         raise UsageError(str(exc)) from None
 

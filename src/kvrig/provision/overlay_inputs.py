@@ -1,0 +1,197 @@
+"""What an overlay is made of, read and checked before anything is built.
+
+A vLLM checkout (its package files, commit, uncommitted changes) or a patch (the files it
+touches); refused, in one paragraph, when an overlay cannot test it: not a vLLM tree, not
+a text patch, a change to compiled code, which would not be in the engines at all. Only
+reads: nothing here writes a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvrig.provision import patches
+
+# What an overlay cannot test: it keeps the base wheel's compiled kernels.
+COMPILED = ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
+COMPILED_SUFFIXES = (".so", ".pyd", ".dll", ".dylib")
+PACKAGE = "vllm"
+
+
+class OverlayError(Exception):
+    """One paragraph for the user: nothing was built and no engine started."""
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """git's answer, or a failed one where git is not installed (an image build)."""
+    argv = ["git", "-c", "safe.directory=*", "-C", str(repo), *args]
+    try:
+        # safe.directory: a checkout owned by another user is still only read.
+        return subprocess.run(argv, capture_output=True, check=False)
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(argv, 127, b"", b"git is not installed")
+
+
+def compiled(paths: Sequence[str]) -> list[str]:
+    """The paths an overlay cannot test: compiled sources and the build that makes them."""
+    return sorted(
+        p
+        for p in paths
+        if p.startswith(COMPILED) or p in COMPILED or Path(p).name == "CMakeLists.txt"
+    )
+
+
+def _refuse_compiled(changed: list[str], base: str, what: str) -> None:
+    bad = compiled(changed)
+    if bad:
+        shown = ", ".join(bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
+        raise OverlayError(
+            f"{what} changes compiled code ({shown}), which an overlay cannot test: it runs"
+            f" the new Python over the kernels of {base}, so those changes would not be in"
+            " the engines at all. Test it with a vLLM built from the checkout (matrix.yaml"
+            " kind: git), or leave those files out."
+        )
+
+
+# --- a checkout -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkout:
+    root: Path
+    files: dict[str, Path]  # vllm/... -> the checkout's file
+    commit: str | None
+    dirty: str | None
+    compiled_check: str
+
+
+def read_checkout(root: Path, base_version: str, base: str) -> Checkout:
+    """The checkout's package files and identity; refuses what an overlay cannot test."""
+    root = root.resolve()
+    if not (root / PACKAGE / "platforms" / "interface.py").is_file():
+        raise OverlayError(
+            f"{root} is not a vLLM tree: it has no vllm/platforms/interface.py. Point"
+            " --vllm-source (or an overlay's `source`) at the root of a vLLM checkout, the"
+            " folder that holds vllm/."
+        )
+    listed = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", PACKAGE)
+    if listed.returncode != 0:
+        names = sorted(
+            str(p.relative_to(root))
+            for p in (root / PACKAGE).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        )
+        return Checkout(
+            root,
+            _package_files(root, names),
+            None,
+            None,
+            "not checked: the folder is not a git checkout, so its changes to compiled"
+            " code cannot be listed",
+        )
+    names = [n for n in listed.stdout.decode().split("\0") if n]
+    commit = _git(root, "rev-parse", "HEAD").stdout.decode().strip() or None
+    diff = _git(root, "diff", "HEAD", "--binary").stdout
+    untracked = [
+        n
+        for n in _git(root, "ls-files", "-z", "--others", "--exclude-standard")
+        .stdout.decode()
+        .split("\0")
+        if n
+    ]
+    dirty = _dirty_digest(root, diff, untracked)
+    changed = [
+        *_git(root, "diff", "--name-only", "HEAD").stdout.decode().split(),
+        *untracked,
+    ]
+    tag = f"v{base_version}"
+    since = _git(root, "diff", "--name-only", tag)
+    if since.returncode == 0:
+        changed += since.stdout.decode().split()
+        check = f"checked against tag {tag}"
+    else:
+        check = (
+            f"uncommitted changes only: the checkout has no tag {tag} to compare its commits with"
+        )
+    _refuse_compiled(changed, base, f"The checkout {root}")
+    return Checkout(root, _package_files(root, names), commit, dirty, check)
+
+
+def _package_files(root: Path, names: Sequence[str]) -> dict[str, Path]:
+    return {
+        n: root / n
+        for n in names
+        if n.startswith(f"{PACKAGE}/")
+        and not n.endswith(COMPILED_SUFFIXES)
+        and (root / n).is_file()
+    }
+
+
+def _dirty_digest(root: Path, diff: bytes, untracked: Sequence[str]) -> str | None:
+    if not diff and not untracked:
+        return None
+    h = hashlib.sha256(diff)
+    for name in sorted(untracked):
+        path = root / name
+        if path.is_file():
+            h.update(name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def read_patch(patch: Path) -> list[patches.FileDiff]:
+    """The patch's file diffs, refusing what is not a patch."""
+    try:
+        return patches.read(patch.read_text(errors="replace"))
+    except patches.PatchError as exc:
+        raise OverlayError(
+            f"{patch} is not a patch kvrig can apply: {exc}. Give a unified diff of text"
+            " files made from the root of a vLLM tree (git diff > fix.diff)."
+        ) from None
+
+
+def patched(patch: Path, diffs: list[patches.FileDiff], base_root: Path) -> dict[str, str | None]:
+    """The new text of each file of the vllm package the patch changes (None: deleted),
+    computed from the base's files before anything is copied."""
+
+    def base_text(name: str) -> str | None:
+        path = base_root / name
+        return path.read_text() if path.is_file() else None
+
+    inside = [d for d in diffs if d.path.startswith(f"{PACKAGE}/")]
+    try:
+        return patches.apply(inside, base_text)
+    except patches.PatchError as exc:
+        raise OverlayError(
+            f"The patch {patch} does not apply to the vLLM it overlays ({exc}). Make it"
+            " against the base release (its tag in a vLLM checkout) or change the base;"
+            " nothing was built and no engine started."
+        ) from None
+
+
+def checked_patch(patch: Path, base: str) -> tuple[Path, list[patches.FileDiff]]:
+    """A patch an overlay can take: there, readable, not of compiled code, and of vllm/."""
+    if not patch.is_file():
+        raise OverlayError(f"The patch {patch} does not exist. Give the path of a diff file.")
+    diffs = read_patch(patch)
+    touched = [d.path for d in diffs]
+    _refuse_compiled(touched, base, f"The patch {patch}")
+    if not any(p.startswith(f"{PACKAGE}/") for p in touched):
+        raise OverlayError(
+            f"The patch {patch} changes no file of the vllm package"
+            f" ({', '.join(touched)}), so an overlay of it would run the base unchanged."
+            " Give a patch of vllm/ made from the root of a vLLM tree."
+        )
+    return patch, diffs
+
+
+def resolve(path: str, relative_to: Path) -> Path:
+    p = Path(path).expanduser()
+    return (p if p.is_absolute() else relative_to / p).resolve()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
