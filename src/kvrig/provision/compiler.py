@@ -36,15 +36,7 @@ def needed(
 
 
 def main() -> int:
-    need = needed()
-    try:
-        done = system_packages.ensure(need) if need else []
-    except system_packages.SystemPackageError as exc:
-        print(f"kvrig: {exc}", file=sys.stderr)
-        return 2
-    if done:
-        print(f"installed: {' '.join(done)}")
-    return 0
+    return system_packages.main(needed())
 
 
 if __name__ == "__main__":
