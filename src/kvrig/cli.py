@@ -90,8 +90,9 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
     column, cls = resolve_column(platform, requested)
     spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
     manifest = use_overlay(ns, platform, spec.vllm, matrix_path) if spec else None
+    asked = manifest is not None and bool(ns.vllm_source or ns.vllm_patch)
     folder = results_folder(column)
-    if manifest is not None and (ns.vllm_source or ns.vllm_patch):
+    if asked:
         # Beside the release's results, not over them: `kvrig compare` reads both.
         folder = results_folder(f"{column}-overlay-{manifest.digest[:8]}")
     results = Path(ns.results or folder).resolve()
@@ -110,7 +111,7 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
         platform, cls, results, matrix_path.resolve(), with_workers(extra, workers), column
     )
     code = int(pytest.main(args))
-    if manifest is not None and (ns.vllm_source or ns.vllm_patch):
+    if asked:
         release = results_folder(column).resolve()
         print(f"kvrig: compare with the release: kvrig compare {release} {results}")
     return code

@@ -624,3 +624,19 @@ def test_an_overlay_the_image_cannot_take_is_refused_before_any_build(
         plan_for(checkout, ["cpu", "--vllm-patch", str(bad)])
     with pytest.raises(c.UsageError, match="needs a released wheel"):
         plan_for(checkout, ["xpu", "--vllm-patch", str(bad)])  # xpu builds vLLM from git
+
+
+def test_a_plan_made_again_takes_the_overlay_inputs_already_read(
+    checkout: Path, tmp_path: Path
+) -> None:
+    patch = tmp_path / "fix.diff"
+    patch.write_text(PATCH)
+    first = plan_for(checkout, ["cpu", "--vllm-patch", str(patch)])
+    patch.unlink()  # read again, it would be refused
+    args = c.parse_args(["cpu", "--vllm-patch", str(patch)], {})
+    again = c.make_plan(
+        args, checkout, USER, "docker", {"HOME": str(checkout)}, "kvrig-cpu-42",
+        base_override="localhost/kvrig-base:bookworm", staged=first.overlay,
+    )  # fmt: skip
+    assert again.overlay == first.overlay
+    assert "BASE_IMAGE=localhost/kvrig-base:bookworm" in flag_values(again.build, "--build-arg")

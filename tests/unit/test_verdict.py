@@ -281,12 +281,17 @@ def test_a_size_other_than_the_computed_one_fails_with_both_sizes() -> None:
     assert judge(cell_with(RUNS), ran(host=AVX512_BF16)).expected_block_size == 384
 
 
-def test_the_early_error_size_is_compared_too() -> None:
-    cell = cell_with({"outcome": "early_error", "backends": ["KVRIG_SIBLING"]})
+def rejected_at_416() -> Record:
+    """The early check firing at 416 on an AVX512-BF16 host, where 384 is computed."""
     msg = EARLY.replace("384", "416").format("KVRIG_SIBLING")
-    rec = failed(msg, "_check_aligned_block_size", sized=False).model_copy(
+    return failed(msg, "_check_aligned_block_size", sized=False).model_copy(
         update={"host": AVX512_BF16}
     )
+
+
+def test_the_early_error_size_is_compared_too() -> None:
+    cell = cell_with({"outcome": "early_error", "backends": ["KVRIG_SIBLING"]})
+    rec = rejected_at_416()
     v = judge(cell, rec)
     assert v.status == "fail"
     assert "vLLM raised at 416, expected 384" in v.reason
@@ -369,10 +374,7 @@ def test_a_known_defect_at_another_size_is_not_the_recorded_defect() -> None:
     # The tiny granite's released alignment lands on 384 on an AVX512-BF16 class: a
     # rejection at 416 is some other behaviour, not the defect the matrix recorded.
     cell = cell_with(RUNS, known_defect=DEFECT)
-    msg = EARLY.replace("384", "416").format("KVRIG_SIBLING")
-    rec = failed(msg, "_check_aligned_block_size", sized=False).model_copy(
-        update={"host": AVX512_BF16}
-    )
+    rec = rejected_at_416()
     v = judge(cell, rec)
     assert v.status == "fail"
     assert "nor does it show the known defect" in v.reason

@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
         plan = make_plan(args, root, host, engine, env, name, settings)
         local = resolve_base(engine, plan.base_image, settings, probe)
         if local is not None:
-            plan = make_plan(args, root, host, engine, env, name, settings, local)
+            plan = make_plan(args, root, host, engine, env, name, settings, local, plan.overlay)
         preflight.check_wheel(root, plan.wheel, probe)
         if preflight.check_engine_runs(
             engine,
@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
         ):
             settings = es.with_host_network(settings)
             print(f"kvrig.containers: {engine} setting: {settings.reasons[-1]}", flush=True)
-            plan = make_plan(args, root, host, engine, env, name, settings, local)
+            plan = make_plan(args, root, host, engine, env, name, settings, local, plan.overlay)
         return execute(plan, probe)
     except (preflight.PreflightError, UsageError, es.SettingsError) as exc:
         print(f"kvrig.containers: {exc}", file=sys.stderr)

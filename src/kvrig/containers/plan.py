@@ -482,15 +482,20 @@ def make_plan(
     name: str,
     settings: es.EngineSettings | None = None,
     base_override: str | None = None,
+    staged: overlay_image.Staged | None = None,
 ) -> Plan:
-    """The whole column as commands; reads the checkout's files but changes nothing."""
+    """The whole column as commands; reads the checkout's files but changes nothing.
+
+    `staged`: the overlay's inputs an earlier plan of the same run read already (a
+    checkout's are every file of its package, hashed), so a plan made again for another
+    base image or network setting does not read them again."""
     spec = load_spec(args, root)
     if settings is None:
         settings = es.decide(engine, es.HostFacts(), env, cache_dir(env), args.host_settings)
     bargs = build_args(
         args.platform, spec, base_override or env.get("KVRIG_BASE_IMAGE") or None, settings
     )
-    staged = staged_overlay(args, spec, root)
+    staged = staged or staged_overlay(args, spec, root)
     if staged is not None:
         bargs.update(VLLM_OVERLAY=staged.kind, VLLM_OVERLAY_DIGEST=staged.digest)
     dockerfile = (root / "docker" / f"Dockerfile.{args.platform}").read_bytes()
