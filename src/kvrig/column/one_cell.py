@@ -35,14 +35,24 @@ def run_and_judge(
     env_overrides: dict[str, str] | None = None,
 ) -> Judged:
     """Runs the cell (unless `reuse` finds its finished record), judges its record and
-    appends its row to the folder's results.jsonl (not again for a reused record)."""
+    appends its row to the folder's results.jsonl (not again for a reused record); the row
+    is written with the record, under one held Ctrl-C, so a run cut short never keeps a
+    record without its row."""
     done = finished_record(folder, cell.id) if reuse else None
-    record = done or run_cell(cell, folder, pool=pool, env_overrides=env_overrides)
-    verdict = judge(cell, record)
-    row = results.row(cell, record, verdict)
-    if done is None:
+    if done is not None:
+        verdict = judge(cell, done)
+        return Judged(done, verdict, results.row(cell, done, verdict), reused=True)
+    judged: list[tuple[Verdict, dict[str, Any]]] = []
+
+    def keep(record: Record) -> None:  # with the record, under the same held Ctrl-C
+        verdict = judge(cell, record)
+        row = results.row(cell, record, verdict)
         results.append(folder, row)
-    return Judged(record, verdict, row, reused=done is not None)
+        judged.append((verdict, row))
+
+    record = run_cell(cell, folder, pool=pool, env_overrides=env_overrides, keep=keep)
+    verdict, row = judged[0]
+    return Judged(record, verdict, row, reused=False)
 
 
 def finished_record(folder: Path, cell_id: str) -> Record | None:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -22,6 +23,7 @@ from kvrig.define.cells import Cell
 from kvrig.host import hardware
 from kvrig.provision import overlay
 from kvrig.run import cell as cellmod
+from kvrig.run import interrupts
 from kvrig.run.collect import assemble, parse_events
 from kvrig.run.forkserver import ForkServer, Pool, ServerError
 from kvrig.run.procs import kill_session, rss_mb, session_pids
@@ -115,6 +117,7 @@ def run_cell(
     python: str = sys.executable,
     pool: Pool | None = None,
     env_overrides: dict[str, str] | None = None,
+    keep: Callable[[Record], None] | None = None,
 ) -> Record:
     """Runs one cell to its end and returns (and saves) its record; never raises for the
     cell's own failures, which are the record's to report.
@@ -122,6 +125,8 @@ def run_cell(
     With a pool the cell's process is forked by a warm server (see kvrig.run.forkserver);
     without one it is a fresh `python -m kvrig.run.cell`, started here. env_overrides change
     the cell's environment (the benchmark's naive run forces vLLM's multiprocess engine).
+    `keep` is called with the saved record while Ctrl-C is held (see kvrig.run.interrupts),
+    so what the caller writes from it is never cut apart from the record.
     """
     paths = Paths(results, cell.id)
     if cell.expect.outcome == "skip":
@@ -132,8 +137,7 @@ def run_cell(
             host=hardware.fingerprint(),
             vllm_overlay=overlay.named(os.environ),
         )
-        rec.save(paths.record)
-        return rec
+        return _save(rec, paths.record, keep)
     timeout_s = timeout_s or cell.platform_spec.timeout_s
     limit_mb = (memory_limit_gb or cell.platform_spec.memory_limit_gb) * 1024
     workdir = paths.workdir
@@ -202,7 +206,14 @@ def run_cell(
         rec.note = f"killed at {peak_mb:.0f} MB (limit {limit_mb:.0f} MB)"
     elif rec.outcome == "crashed":
         rec.note = f"process ended with {sig or f'exit code {code}'} before writing its summary"
-    rec.save(paths.record)
+    return _save(rec, paths.record, keep)
+
+
+def _save(rec: Record, path: Path, keep: Callable[[Record], None] | None) -> Record:
+    with interrupts.held():
+        rec.save(path)
+        if keep is not None:
+            keep(rec)
     return rec
 
 
