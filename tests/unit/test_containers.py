@@ -5,6 +5,7 @@ No engine runs: the commands are built by pure functions and compared as argv li
 
 from __future__ import annotations
 
+import re
 import shlex
 import textwrap
 from pathlib import Path
@@ -273,8 +274,16 @@ def test_base_image_override_does_not_replace_a_vllm_image() -> None:
 # --- image tag -------------------------------------------------------------------------------
 
 
-def test_tag_is_stable_for_the_same_inputs(checkout: Path) -> None:
-    assert plan_for(checkout, ["cpu"]).image == plan_for(checkout, ["cpu"]).image
+def test_tag_is_stable_for_the_same_inputs(checkout: Path, tmp_path_factory) -> None:
+    first = plan_for(checkout, ["cpu"]).image
+    assert re.fullmatch(r"kvrig-cpu:1\.2\.3-[0-9a-f]{12}", first)
+    # The same files again, written anew in another folder (other paths, inodes and times).
+    twin = tmp_path_factory.mktemp("twin")
+    for path in sorted(checkout.rglob("*")):
+        if path.is_file():
+            (twin / path.relative_to(checkout)).parent.mkdir(parents=True, exist_ok=True)
+            (twin / path.relative_to(checkout)).write_bytes(path.read_bytes())
+    assert plan_for(twin, ["cpu"]).image == first
 
 
 def test_tag_changes_with_the_dockerfile(checkout: Path) -> None:

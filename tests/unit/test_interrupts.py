@@ -16,6 +16,18 @@ from kvrig.run.record import Record
 from .conftest import cell_with
 
 
+@pytest.fixture(autouse=True)
+def default_sigint():
+    """Python's own SIGINT handler for each test, whatever the suite was started under:
+    under nohup or from a background job SIGINT is ignored, and these tests are about what
+    a held Ctrl-C does to the handler the caller had."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_a_sigint_inside_is_raised_when_the_block_ends() -> None:
     reached = False
     with pytest.raises(KeyboardInterrupt), interrupts.held():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,11 @@ def test_cuda_driver_that_lists_no_gpu() -> None:
 
 
 def test_cuda_with_a_gpu_passes() -> None:
-    pf.check_device("cuda", probe({"nvidia-smi -L": (0, "GPU 0: NVIDIA H100 (UUID: x)")}))
+    asked: list[str] = []
+    host = probe({"nvidia-smi -L": (0, "GPU 0: NVIDIA H100 (UUID: x)")})
+    host = replace(host, run=lambda cmd, run=host.run: asked.append(" ".join(cmd)) or run(cmd))
+    assert pf.check_device("cuda", host) is None
+    assert asked == ["nvidia-smi -L"]  # it passed because the GPU was listed, not unasked
 
 
 def test_xpu_without_render_nodes() -> None:
@@ -120,14 +125,37 @@ def test_xpu_tool_that_fails_is_named() -> None:
 
 
 def test_xpu_intel_node_passes_without_host_tools() -> None:
+    read: list[str] = []
     host = probe(
         files={"/sys/class/drm/renderD128/device/vendor": "0x8086\n"}, nodes=["renderD128"]
     )
-    pf.check_device("xpu", host)
+    host = replace(
+        host,
+        read=lambda p, files=host.read: read.append(str(p)) or files(p),
+        run=lambda cmd: pytest.fail(f"ran {cmd}: no host tool is installed"),
+    )
+    assert pf.check_device("xpu", host) is None
+    assert read == ["/sys/class/drm/renderD128/device/vendor"]  # the node's vendor was read
 
 
 def test_cpu_needs_no_device() -> None:
-    pf.check_device("cpu", probe())
+    looked: list[str] = []
+
+    def nothing_there(what: str):
+        def look(*args: object) -> None:
+            looked.append(what)
+
+        return look
+
+    host = pf.Probe(
+        which=nothing_there("which"),
+        exists=nothing_there("exists"),
+        glob=nothing_there("glob"),
+        read=nothing_there("read"),
+        run=nothing_there("run"),
+    )
+    assert pf.check_device("cpu", host) is None
+    assert looked == []  # no device, tool or file of the host is looked at
 
 
 # --- base image and wheel --------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +262,14 @@ def test_fingerprint_differs_only_in_matrix_when_the_file_bytes_change(tmp_path:
 def test_fingerprint_of_an_unchanged_matrix_is_the_same(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text("version: 1\n")
-    assert _fingerprint(matrix) == _fingerprint(matrix)
+    before = _fingerprint(matrix)
+    # The same bytes written again (a checkout switched back, an editor's save): new times.
+    matrix.unlink()
+    matrix.write_text("version: 1\n")
+    os.utime(matrix, (1, 1))
+    after = _fingerprint(matrix)
+    assert resume.changed(before, after) == []
+    assert after["matrix"] == before["matrix"] != _fingerprint(tmp_path / "none.yaml")["matrix"]
 
 
 def test_fingerprint_differs_only_in_selection_when_the_selection_changes(tmp_path: Path) -> None:
