@@ -232,7 +232,7 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    """Exit 1 when a cell that passed on the first run is red on the second."""
+    """Exit 1 when a cell that passed on the first run is red on the second, or missing."""
     runs = []
     for given in (ns.results_a, ns.results_b):
         merged = _collect([given], "compare")
@@ -245,7 +245,7 @@ def cmd_compare(ns: argparse.Namespace) -> int:
             print(f"   {line}")
     print()
     print(compare.table(found, ns.results_a, ns.results_b))
-    return 1 if found.turned_red else 0
+    return 1 if found.regressed else 0
 
 
 def _previous(ns: argparse.Namespace, merged: results_mod.Merged) -> tuple[list[dict], str] | None:
@@ -412,7 +412,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("results", nargs="*", help="folders or trees (default: results/<platform>)")
     r.add_argument("--out", help="folder for report.md and report.html (default: their parent)")
     cp = sub.add_parser(
-        "compare", help="the cells two runs differ on; exit 1 if one that passed turned red"
+        "compare",
+        help="the cells two runs differ on; exit 1 if one that passed is red or missing on B",
     )
     cp.add_argument("results_a", metavar="RESULTS_A", help="the first run (e.g. the release)")
     cp.add_argument("results_b", metavar="RESULTS_B", help="the second (e.g. a branch on it)")

@@ -83,3 +83,27 @@ def test_the_command_exits_1_on_a_regression_0_otherwise_2_without_results(
     assert "no cell differs" in capsys.readouterr().out
     assert main(["compare", str(a), str(tmp_path / "missing")]) == 2
     assert "No results in" in capsys.readouterr().err
+
+
+def test_a_cell_that_passed_on_a_and_is_missing_on_b_is_lost() -> None:
+    a = [row("cpu-m-c"), row("cpu-m-d"), row("cpu-m-f", "fail")]
+    result = compare.compare(a, [row("cpu-m-c")])
+    assert result.lost == ["cpu-m-d"]  # cpu-m-f failed on A: nothing was lost with it
+    assert result.only_a == ["cpu-m-d", "cpu-m-f"]
+    assert result.regressed and not result.turned_red
+    text = compare.table(result, "release", "branch")
+    assert "passed on A and missing on B (1): cpu-m-d" in text
+
+
+def test_the_command_exits_1_when_b_lacks_a_cell_that_passed_on_a(tmp_path: Path, capsys) -> None:
+    a = _folder(tmp_path / "a", [row("cpu-m-c"), row("cpu-m-d")])
+    cut = _folder(tmp_path / "cut", [row("cpu-m-c")])
+    assert main(["compare", str(a), str(cut)]) == 1
+    assert "passed on A and missing on B (1): cpu-m-d" in capsys.readouterr().out
+    assert main(["compare", str(cut), str(a)]) == 0  # B ran more than A: nothing lost
+
+
+def test_a_status_kvrig_never_writes_on_b_is_red_not_a_traceback() -> None:
+    result = compare.compare([row("cpu-m-c")], [row("cpu-m-c", "error")])
+    assert [c.key for c in result.turned_red] == ["cpu-m-c"]
+    assert "ERROR?" in compare.table(result, "a", "b")
