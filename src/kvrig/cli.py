@@ -266,11 +266,41 @@ def _previous(ns: argparse.Namespace, merged: results_mod.Merged) -> tuple[list[
     return prev.rows, ", ".join(str(p) for p in found)
 
 
+def _gate_results(ns: argparse.Namespace) -> tuple[results_mod.Merged, gate_mod.Selection]:
+    """The release columns' results under --results (default: results/<column>), and the
+    side runs named with --side; everything else found is left out and named."""
+    side = [Path(s) for s in ns.side or []]
+    folders = _folders(ns.results) if ns.results or not side else []
+    side_files = results_mod.files(side)
+    for given in side:
+        if not results_mod.files([given]):
+            raise UsageError(
+                f"No results in {given}, named with --side. Name a side run's results folder"
+                " (results/<column>-overlay-<digest>, say) or its results.jsonl."
+            )
+    found = [*results_mod.files(folders), *side_files]
+    sources = [(f, results_mod.read_file(f)) for f in dict.fromkeys(found)]
+    chosen = gate_mod.select(sources, columns(), side=set(side_files))
+    merged = results_mod.merge(chosen.sources)
+    if not merged.rows and not ns.platform:
+        shown = ", ".join(str(f) for f in [*folders, *side]) or "results/<platform>"
+        left = f" (left out: {'; '.join(chosen.ignored)})" if chosen.ignored else ""
+        raise UsageError(
+            f"No release results in {shown}{left}. Run a column first (nox -s local, or nox -s"
+            " cpu|cuda|xpu), then gate its results folder(s) (results/<column>, or a tree of"
+            " them); a side run is gated only when named with --side."
+        )
+    for clash in merged.clashes:
+        print(f"note: {clash}", file=sys.stderr)
+    return merged, chosen
+
+
 def cmd_gate(ns: argparse.Namespace) -> int:
-    m = load(ns.matrix)
+    today = dt.datetime.now(dt.timezone.utc).date()
+    m = load(ns.matrix, today=today)
     # With --platform the gate knows what to require, so no results at all is a failure.
-    merged = _collect(ns.results, "gate", empty_ok=bool(ns.platform))
-    platforms = ns.platform or report.columns_of(merged.rows)
+    merged, chosen = _gate_results(ns)
+    platforms = ns.platform or chosen.columns
     previous = None if ns.no_previous else _previous(ns, merged)
     if previous:
         print(f"comparing with {previous[1]}")
@@ -278,10 +308,11 @@ def cmd_gate(ns: argparse.Namespace) -> int:
         m,
         merged.rows,
         platforms,
-        dt.datetime.now(dt.timezone.utc).date(),
+        today,
         previous=previous[0] if previous else None,
         accept_block_size_changes=ns.accept_block_size_changes,
         repro=repro.lines,
+        ignored=chosen.ignored,
     )
     print("\n".join(res.lines))
     return 0 if res.passed else 1
@@ -419,7 +450,17 @@ def parser() -> argparse.ArgumentParser:
     cp.add_argument("results_b", metavar="RESULTS_B", help="the second (e.g. a branch on it)")
     g = sub.add_parser("gate", help="exit 0 only if every required cell passed")
     g.add_argument(
-        "--results", action="append", help="folder or tree, repeatable (default: results/*)"
+        "--results",
+        action="append",
+        help="folder or tree, repeatable; only release column folders in it are read"
+        " (default: results/<column>, results/<column>-shard<i>)",
+    )
+    g.add_argument(
+        "--side",
+        action="append",
+        metavar="FOLDER",
+        help="a side run to gate on as named (an overlay's results/<column>-overlay-<digest>),"
+        " repeatable; without --results only the side runs are read",
     )
     g.add_argument(
         "--platform",

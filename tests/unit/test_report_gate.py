@@ -3,13 +3,14 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvrig import cli
-from kvrig.define.cells import Cell, columns, expand
+from kvrig.define.cells import Cell, columns, expand, judged_under
 from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import column_folders
 from kvrig.judge.verdict import Status, Verdict
@@ -211,12 +212,12 @@ def test_gate_passes_when_every_required_cell_passed() -> None:
 @pytest.mark.parametrize(
     ("rows", "why"),
     [
-        ([], "not run"),
-        ([row(REQUIRED, "fail", reason="block size 256, expected 384")], "failed"),
-        ([row(REQUIRED, "skip", reason="skipped by hand")], "skipped"),
+        ([row(OTHER, "pass")], "not run"),
+        ([row(OTHER, "pass"), row(REQUIRED, "fail", reason="block 256, expected 384")], "failed"),
+        ([row(OTHER, "pass"), row(REQUIRED, "skip", reason="skipped by hand")], "skipped"),
     ],
 )
-def test_gate_fails_on_a_missing_failed_or_unexplained_skip(rows, why) -> None:
+def test_gate_fails_on_a_missing_failed_or_skipped_cell(rows, why) -> None:
     res = gate.evaluate(matrix(), rows, ["cpu"], TODAY, repro=lambda c, col, i, o: [f"rerun {c}"])
     assert not res.passed
     assert res.lines[-1].startswith("gate: FAIL")
@@ -323,6 +324,13 @@ def test_report_command_writes_markdown_and_html(
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def shipped_text(expires: dt.date) -> str:
+    """matrix.yaml as shipped, its allowances running until `expires` (its own dates would
+    make a test of today's gate depend on the day it runs)."""
+    text = (ROOT / "matrix.yaml").read_text()
+    return re.sub(r"(?m)^(    expires: )\d{4}-\d{2}-\d{2}$", rf"\g<1>{expires}", text)
+
+
 def _real_column(folder: Path) -> tuple[list[str], str]:
     """A results folder holding a passing row for every CPU cell of matrix.yaml."""
     cells = expand(load(ROOT / "matrix.yaml"), "cpu")
@@ -331,7 +339,7 @@ def _real_column(folder: Path) -> tuple[list[str], str]:
         expected = Status.SKIP if cell.expect.outcome == "skip" else Status.PASS
         results.append(folder, results.row(cell, rec, Verdict(cell.id, expected, "as expected")))
     required = [c.id for c in cells if c.case.gate and c.expect.outcome != "skip"]
-    return required, (ROOT / "matrix.yaml").read_text()
+    return required, shipped_text(dt.date.today() + dt.timedelta(days=30))
 
 
 def test_gate_release_scenario_on_the_shipped_matrix(tmp_path: Path, capsys) -> None:
@@ -352,18 +360,18 @@ def test_gate_release_scenario_on_the_shipped_matrix(tmp_path: Path, capsys) -> 
     assert f"FAIL    {target}: not run" in capsys.readouterr().out
 
     skipped = {**json.loads(next(ln for ln in lines if target in ln)), "status": "skip"}
-    results.append(folder, {**skipped, "reason": "skipped: no reason given"})
-    assert gate_exit() == 1  # turned into an unexplained skip
-    assert f"FAIL    {target}: skipped" in capsys.readouterr().out
+    results.append(folder, {**skipped, "reason": "no reason given"})
+    assert gate_exit() == 1  # turned into a skip
+    assert f"FAIL    {target}: skipped: no reason given" in capsys.readouterr().out
 
     later = (dt.date.today() + dt.timedelta(days=30)).isoformat()
     entry = f"  - {{cell: {target}, reason: vLLM issue 1234, owner: kv-team, expires: {later}}}"
-    m.write_text(text.replace("allowances: []", "allowances:\n" + entry))
+    m.write_text(text.replace("allowances:\n", "allowances:\n" + entry + "\n"))
     assert gate_exit() == 0  # an unexpired allowance lets it through
     assert f"ALLOWED {target}" in capsys.readouterr().out
 
     m.write_text(
-        text.replace("allowances: []", "allowances:\n" + entry.replace(later, "2020-01-01"))
+        text.replace("allowances:\n", "allowances:\n" + entry.replace(later, "2020-01-01") + "\n")
     )
     assert gate_exit() == 1  # and once it has expired, the gate fails again
     assert f"EXPIRED allowance for {target}" in capsys.readouterr().out
@@ -581,3 +589,245 @@ def test_an_expired_allowance_only_fails_the_gate_of_its_own_column(gated, excus
     rows = [*two_columns(), *class_rows("avx512", True)]
     res = gate.evaluate(m, rows, gated, TODAY)
     assert res.problems == []
+
+
+# --- green that means green: what the gate reads, and what it does not let pass -------------
+
+LATER = "2026-11-29T18:00:00Z"
+
+
+def _gate(m: Path, *args: str) -> int:
+    return cli.main(["--matrix", str(m), "gate", "--no-previous", *args])
+
+
+def test_gate_over_a_tree_reads_the_release_columns_and_names_the_side_runs(
+    tmp_path: Path, write_matrix, base, capsys
+) -> None:
+    tree = tmp_path / "results"
+    results.append(tree / "cpu", row(REQUIRED, "fail", reason="block 256, expected 384"))
+    results.append(tree / "cpu", row(OTHER, "pass"))
+    # Side runs of the same cells, all newer: a green overlay and container run, and the
+    # mutation check's run, red by design.
+    for side, status in (
+        ("cpu-overlay-1a2b3c4d", "pass"),
+        ("cpu-container", "pass"),
+        ("cpu-mutation", "fail"),
+        ("cpu-mutation-container", "fail"),
+    ):
+        results.append(tree / side, row(REQUIRED, status, ended_at=LATER))
+        results.append(tree / side, row(OTHER, status, ended_at=LATER))
+    m = write_matrix(base)
+    assert _gate(m, "--results", str(tree)) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL    {REQUIRED}: failed: block 256, expected 384" in out
+    assert f"ok      {OTHER}" not in out  # OTHER is not required; it is not named as ok
+    for side in ("cpu-overlay-1a2b3c4d", "cpu-container", "cpu-mutation", "cpu-mutation-container"):
+        assert f"IGNORED {tree / side}: not a release column's folder" in out
+    assert "not required, failed" not in out  # the mutation run's red rows are not read
+
+
+def test_the_mutation_run_is_not_gated_as_the_release(tmp_path: Path, write_matrix, base) -> None:
+    tree = tmp_path / "results"
+    for r in (row(REQUIRED, "pass"), row(OTHER, "pass")):
+        results.append(tree / "cpu", r)
+    results.append(tree / "cpu-mutation", row(REQUIRED, "fail", ended_at=LATER))
+    assert _gate(write_matrix(base), "--results", str(tree)) == 0
+
+
+def test_a_side_run_is_gated_when_named_and_then_alone(
+    tmp_path: Path, write_matrix, base, capsys
+) -> None:
+    tree = tmp_path / "results"
+    results.append(tree / "cpu", row(REQUIRED, "fail", reason="the release's"))
+    overlay_run = tree / "cpu-overlay-1a2b3c4d"
+    results.append(overlay_run, row(REQUIRED, "pass"))
+    m = write_matrix(base)
+    assert _gate(m, "--side", str(overlay_run)) == 0
+    out = capsys.readouterr().out
+    assert f"ok      {REQUIRED}" in out and "the release's" not in out
+    assert _gate(m, "--side", str(tmp_path / "nothing")) == 2
+    assert "named with --side" in capsys.readouterr().err
+
+
+def test_ci_artifact_folders_are_release_columns(tmp_path: Path, write_matrix, base) -> None:
+    artifacts = tmp_path / "artifacts"
+    results.append(artifacts / "kvrig-cpu-shard1", row(REQUIRED, "pass"))
+    results.append(artifacts / "kvrig-cpu-shard2", row(OTHER, "pass"))
+    assert _gate(write_matrix(base), "--results", str(artifacts)) == 0
+
+
+def test_rows_of_a_column_the_gate_does_not_expect_are_ignored_and_named(tmp_path: Path) -> None:
+    stray = row(REQUIRED, "fail", reason="a stray row", column="cuda")
+    res = gate.evaluate(
+        matrix(), [row(REQUIRED, "pass"), row(OTHER, "pass"), stray], ["cpu"], TODAY
+    )
+    assert "IGNORED rows of columns the gate does not gate on: cuda (1)" in res.lines
+    # In a column's folder, only that column's rows are read.
+    folder = tmp_path / "results" / "cpu"
+    chosen = gate.select([(folder / results.RESULTS_FILE, [row(OTHER, "pass"), stray])], columns())
+    assert [r["cell_id"] for _, rows in chosen.sources for r in rows] == [OTHER]
+    assert chosen.ignored == [f"{folder}: rows of another column than cpu: cuda (1)"]
+    assert chosen.columns == ["cpu"]
+
+
+def _changed(base_data: dict[str, Any], edit) -> Matrix:
+    data = copy.deepcopy(base_data)
+    edit(data)
+    return Matrix.model_validate(data)
+
+
+def test_a_row_judged_under_another_expectation_is_refused() -> None:
+    rows = [row(REQUIRED, "pass"), row(OTHER, "pass")]
+    assert all(r["judged_under"] for r in rows)  # every row carries its cell's identity
+
+    def expect_a_size(data: dict[str, Any]) -> None:
+        data["cases"][0]["expect"]["cpu"]["invariants"] = {"block_size": 256}
+
+    def pin_another_vllm(data: dict[str, Any]) -> None:
+        data["platforms"]["cpu"]["vllm"]["version"] = "0.33.0"
+
+    for edit in (expect_a_size, pin_another_vllm):
+        res = gate.evaluate(_changed(BASE, edit), rows, ["cpu"], TODAY)
+        assert not res.passed
+        assert (
+            f"FAIL    {REQUIRED}: judged under another expectation (the row's matrix identity"
+            " differs): rerun the column"
+        ) in res.lines
+        assert res.problems == [f"{REQUIRED} judged under another expectation"]
+
+
+def test_a_row_without_its_matrix_identity_is_refused() -> None:
+    old = {k: v for k, v in row(REQUIRED, "pass").items() if k != "judged_under"}
+    res = gate.evaluate(matrix(), [old, row(OTHER, "pass")], ["cpu"], TODAY)
+    assert (
+        f"FAIL    {REQUIRED}: judged under another expectation (the row's matrix identity"
+        " names none): rerun the column" in res.lines
+    )
+
+
+def test_a_row_that_ran_another_vllm_than_the_pinned_is_refused() -> None:
+    rows = [row(REQUIRED, "pass", vllm_version="0.31.0"), row(OTHER, "pass")]
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY)
+    assert (
+        f"FAIL    {REQUIRED}: judged under another expectation (it ran vLLM 0.31.0, the matrix"
+        " pins 0.32.0): rerun the column"
+    ) in res.lines
+    local = [row(REQUIRED, "pass", vllm_version="0.32.0+cpu"), row(OTHER, "pass")]
+    assert gate.evaluate(matrix(), local, ["cpu"], TODAY).passed  # the pinned release's build
+
+
+def test_judged_under_follows_the_cell_and_nothing_else() -> None:
+    def identity(data: dict[str, Any], cell_id: str = REQUIRED) -> str:
+        cells = expand(Matrix.model_validate(data))
+        return judged_under(next(c for c in cells if c.id == cell_id))
+
+    def edit(change) -> dict[str, Any]:
+        data = copy.deepcopy(BASE)
+        change(data)
+        return data
+
+    before = identity(BASE)
+    assert len(before) == 64 and identity(copy.deepcopy(BASE)) == before
+    same = [
+        lambda d: d["cases"][1]["expect"]["cpu"].update(backends=["OTHER"]),  # another case
+        lambda d: d["cases"][0].update(doc="reworded", review="control"),  # prose
+        lambda d: d["platforms"]["cpu"].update(ci={"shards": 3}, parallel=2),  # scheduling
+    ]
+    for change in same:
+        assert identity(edit(change)) == before
+    moved = [
+        lambda d: d["cases"][0]["expect"]["cpu"].update(invariants={"block_size": 256}),
+        lambda d: d["cases"][0].update(knobs={"block_size": 32}),
+        lambda d: d["models"]["granite_hybrid"].update(overrides={"num_key_value_heads": 2}),
+        lambda d: d["platforms"]["cpu"]["vllm"].update(version="0.33.0"),
+    ]
+    for change in moved:
+        assert identity(edit(change)) != before
+
+
+def test_an_unknown_status_fails_the_gate_and_is_named() -> None:
+    rows = [{**row(REQUIRED, "pass"), "status": "error"}, row(OTHER, "pass")]
+    res = gate.evaluate(matrix([allowance(TODAY)]), rows, ["cpu"], TODAY)
+    assert not res.passed  # not counted as passed, and no allowance covers an unreadable row
+    assert any(
+        x.startswith(f"FAIL    {REQUIRED}: unknown status 'error' (kvrig writes pass, fail")
+        for x in res.lines
+    )
+    other = gate.evaluate(
+        matrix(),
+        [row(REQUIRED, "pass"), {**row(OTHER, "pass"), "status": "errored"}],
+        ["cpu"],
+        TODAY,
+    )
+    assert other.problems == [f"{OTHER} unknown status"]
+    assert any(x.startswith(f"FAIL    {OTHER}: unknown status 'errored'") for x in other.lines)
+
+
+def _skipping_gate_case() -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    data["cases"][0]["expect"]["cpu"] = {"outcome": "skip", "reason": "needs AMX"}
+    return data
+
+
+def test_a_skipped_gate_cell_fails_even_where_the_matrix_expects_the_skip() -> None:
+    data = _skipping_gate_case()
+    cell = next(c for c in expand(Matrix.model_validate(data)) if c.id == REQUIRED)
+    rows = [cell_row(cell, "skip", reason="needs AMX"), row(OTHER, "pass")]
+    res = gate.evaluate(Matrix.model_validate(data), rows, ["cpu"], TODAY)
+    assert not res.passed
+    assert f"FAIL    {REQUIRED}: skipped: needs AMX" in res.lines
+    data["allowances"] = [allowance(TODAY)]
+    ok = gate.evaluate(Matrix.model_validate(data), rows, ["cpu"], TODAY)
+    assert ok.passed
+    assert any(x.startswith(f"ALLOWED {REQUIRED}: skipped: needs AMX") for x in ok.lines)
+
+
+def test_a_column_that_ran_no_cell_fails_however_its_cells_are_excused() -> None:
+    data = _skipping_gate_case()
+    data["allowances"] = [allowance(TODAY)]
+    m = Matrix.model_validate(data)
+    cell = next(c for c in expand(m) if c.id == REQUIRED)
+    skips = [cell_row(cell, "skip", reason="needs AMX"), row(OTHER, "skip", reason="no AMX")]
+    res = gate.evaluate(m, skips, ["cpu"], TODAY)
+    assert not res.passed
+    assert "FAIL    column cpu ran no cell: all 2 of its row(s) are skips" in res.lines
+    empty = gate.evaluate(m, [], ["cpu"], TODAY)
+    assert "FAIL    column cpu ran no cell: the results hold no row of it" in empty.lines
+    assert "cpu ran no cell" in empty.problems
+
+
+def test_every_gate_cell_the_shipped_matrix_skips_has_an_allowance() -> None:
+    m = load(ROOT / "matrix.yaml")
+    allowed = {a.cell: a for a in m.allowances}
+    skipped = [c.id for c in expand(m) if c.case.gate and c.expect.outcome == "skip"]
+    assert "cpu-qwen35_4b-default" in skipped
+    assert [c for c in skipped if c not in allowed] == []
+    assert allowed["cpu-qwen35_4b-default"].owner == "kvrig"
+
+
+def test_an_allowance_further_ahead_than_the_cap_is_refused_by_the_gate() -> None:
+    far = matrix([allowance(dt.date(9999, 12, 31))])
+    res = gate.evaluate(far, [row(OTHER, "pass")], ["cpu"], TODAY)
+    assert not res.passed
+    assert f"FAIL    {REQUIRED}: not run" in " ".join(res.lines)  # it excuses nothing
+    cap = TODAY + dt.timedelta(days=90)
+    assert any(
+        x.startswith(f"REFUSED allowance for {REQUIRED}") and f"on or before {cap}" in x
+        for x in res.lines
+    )
+    assert f"allowance for {REQUIRED} runs past {cap}" in res.problems
+    assert gate.evaluate(matrix([allowance(cap)]), [row(OTHER, "pass")], ["cpu"], TODAY).passed
+
+
+def test_the_matrix_loader_refuses_an_allowance_further_ahead_than_the_cap(
+    write_matrix, base
+) -> None:
+    base["allowances"] = [allowance(TODAY + dt.timedelta(days=91))]
+    path = write_matrix(base)
+    with pytest.raises(MatrixError) as err:
+        load(path, today=TODAY)
+    msg = str(err.value)
+    assert "allowances.0.expires" in msg and "at most 90 days ahead" in msg
+    assert f"on or before {TODAY + dt.timedelta(days=90)}" in msg
+    assert msg.split(": the matrix")[0].rsplit(":", 1)[1].isdigit()  # names the line
+    assert load(path, today=TODAY + dt.timedelta(days=1)).allowances  # a day later it fits

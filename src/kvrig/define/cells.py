@@ -7,6 +7,8 @@ are defined here once.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -88,6 +90,32 @@ class Cell(BaseModel):
     def multiprocessing(self) -> bool:
         knob = self.case.knobs.multiprocessing
         return self.platform_spec.multiprocessing if knob is None else knob
+
+
+# What a verdict does not depend on, left out of judged_under: prose (a case's doc and
+# review, a model's source) and how a column is scheduled (its CI jobs and shards, the
+# cells run at once), so rewording a doc or resharding CI does not make rows stale.
+_PROSE = {"case": {"doc", "review"}, "model": {"source"}, "platform": {"ci", "parallel"}}
+
+
+def judged_under(cell: Cell) -> str:
+    """A sha256 of what the matrix says about this one cell: its case (every platform's
+    expectation and known defect, knobs, crafted backends), its model spec and the config
+    the engine loads, and its platform's spec (the vLLM it pins included).
+
+    A results row carries it, so the gate can tell a row judged under this matrix from one
+    judged under another expectation or vLLM pin; only this cell's own parts enter it, so
+    editing another case leaves the row standing.
+    """
+    facts = {
+        "platform": cell.platform,
+        "case": cell.case.model_dump(mode="json", exclude=_PROSE["case"]),
+        "model": cell.model.model_dump(mode="json", exclude=_PROSE["model"]),
+        "config": cell.config,
+        "platform_spec": cell.platform_spec.model_dump(mode="json", exclude=_PROSE["platform"]),
+    }
+    text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def expand(

@@ -395,11 +395,18 @@ class Case(_Strict):
     max_tokens: int = Field(default=4, ge=1)
 
 
+# The longest an allowance may run, from the day the matrix is loaded or the gate runs: an
+# expiry years ahead (9999-12-31) would make an excuse permanent, and renewing one means
+# someone looked at the cell again.
+ALLOWANCE_DAYS = 90
+
+
 class Allowance(_Strict):
     """A required cell the release gate lets fail, skip or be missing, for a while.
 
     The expiry date is mandatory so an allowance cannot outlive the reason for it: once it
-    has passed the gate fails until someone renews or removes the allowance.
+    has passed the gate fails until someone renews or removes the allowance; one that runs
+    more than ALLOWANCE_DAYS ahead is refused.
     """
 
     # A cell id: `<column>-<model>-<case>`, the column a platform or `cpu-<class>`.
@@ -422,6 +429,7 @@ class Matrix(_Strict):
     # test item and its failure can point into the file; empty for a matrix built in code.
     _path: Path | None = PrivateAttr(default=None)
     _case_lines: dict[int, int] = PrivateAttr(default_factory=dict)
+    _allowance_lines: dict[int, int] = PrivateAttr(default_factory=dict)
 
     @property
     def path(self) -> Path | None:
@@ -646,11 +654,13 @@ def _check_sibling_layers(path: Path, data: Any, matrix: Matrix) -> None:
             )
 
 
-def load(path: Path | str | None = None) -> Matrix:
+def load(path: Path | str | None = None, today: dt.date | None = None) -> Matrix:
     """Reads and validates a matrix file, raising MatrixError with one readable paragraph.
 
     Parsed once per process and file version: a column run's CLI, pytest plugin and
-    reports all ask for it, and the validated matrix is immutable."""
+    reports all ask for it, and the validated matrix is immutable. The allowances' expiry
+    dates are checked against `today` (default: the date now) apart from that parse, so
+    the cached matrix does not depend on the day it was first read."""
     path = Path(path) if path is not None else default_matrix()
     try:
         st = path.stat()
@@ -659,7 +669,31 @@ def load(path: Path | str | None = None) -> Matrix:
             f"{path}: cannot read the matrix file ({exc.strerror}). Pass an existing file"
             " with --matrix, or run from the kvrig checkout that holds matrix.yaml."
         ) from None
-    return _load(path, str(path.resolve()), st.st_mtime_ns, st.st_size)
+    matrix = _load(path, str(path.resolve()), st.st_mtime_ns, st.st_size)
+    _check_allowance_life(path, matrix, today or dt.date.today())
+    return matrix
+
+
+def allowance_too_long(allowance: Allowance, today: dt.date) -> dt.date | None:
+    """The latest expiry an allowance may have today, when its own is later; else None."""
+    latest = today + dt.timedelta(days=ALLOWANCE_DAYS)
+    return latest if allowance.expires > latest else None
+
+
+def _check_allowance_life(path: Path, matrix: Matrix, today: dt.date) -> None:
+    for i, allowance in enumerate(matrix.allowances):
+        latest = allowance_too_long(allowance, today)
+        if latest is None:
+            continue
+        line = matrix._allowance_lines.get(i)
+        where = f"{path}:{line}" if line else str(path)
+        raise MatrixError(
+            f"{where}: the matrix is invalid at allowances.{i}.expires: the allowance for"
+            f" {allowance.cell} runs until {allowance.expires}, and an allowance may run at"
+            f" most {ALLOWANCE_DAYS} days ahead (until {latest}, from today, {today}), so"
+            " that someone looks at the cell again to renew it. Nothing was run; set an"
+            f" expiry on or before {latest} and start again."
+        )
 
 
 @functools.lru_cache(maxsize=16)
@@ -697,4 +731,8 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
         lines = case.get("__lines__", {}) if isinstance(case, dict) else {}
         if lines:
             matrix._case_lines[i] = min(lines.values())
+    for i, entry in enumerate(data.get("allowances") or []):
+        lines = entry.get("__lines__", {}) if isinstance(entry, dict) else {}
+        if lines:
+            matrix._allowance_lines[i] = lines.get("expires") or min(lines.values())
     return matrix

@@ -4,7 +4,8 @@ A column is a platform, or `cpu-<class>` for a CPU class the rig emulates. Repor
 gate read these folders by default, so the names are decided here once; side runs kept
 under results/ (the mutation check's `cpu-mutation` and `cpu-mutation-container`, the
 container check's `cpu-container`, an overlay's `<column>-overlay-<digest>`) match none of
-them and never mix in.
+them and never mix in. A CI job uploads its column's folder as the artifact
+`kvrig-<column>[-shard<i>]`, which is a release folder too once downloaded.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 RESULTS_ROOT = Path("results")
+ARTIFACT_PREFIX = "kvrig-"
 MUTATION = "cpu-mutation"
 MUTATION_CONTAINER = "cpu-mutation-container"
 CONTAINER = "cpu-container"
@@ -30,10 +32,27 @@ def results_folder(column: str, shard: int | str | None = None, root: Path = RES
     return root / (column if shard is None else f"{column}-shard{shard}")
 
 
+def artifact_name(column: str, shard: int | str | None = None) -> str:
+    """The CI artifact a column's (or a shard's) results folder is uploaded as."""
+    return ARTIFACT_PREFIX + results_folder(column, shard, Path()).name
+
+
 def column_of_folder(name: str, columns: Iterable[str]) -> str | None:
-    """The column a folder name belongs to, or None for anything else under results/."""
+    """The column a release folder belongs to (`<column>`, `<column>-shard<i>`, or either
+    as a CI artifact), or None for anything else under results/, side runs included."""
+    bare = name.removeprefix(ARTIFACT_PREFIX)
     for column in sorted(columns, key=len, reverse=True):
-        if name == column or re.fullmatch(rf"{re.escape(column)}-shard\d+", name):
+        if bare == column or re.fullmatch(rf"{re.escape(column)}-shard\d+", bare):
+            return column
+    return None
+
+
+def column_of_side_folder(name: str, columns: Iterable[str]) -> str | None:
+    """The column a side run's folder is named for (`cpu-mutation`: cpu; an overlay's
+    `cpu-avx2-overlay-1a2b3c4d`: cpu-avx2), or None when its name starts with none."""
+    bare = name.removeprefix(ARTIFACT_PREFIX)
+    for column in sorted(columns, key=len, reverse=True):
+        if bare == column or bare.startswith(f"{column}-"):
             return column
     return None
 

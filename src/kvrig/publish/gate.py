@@ -1,26 +1,34 @@
 """The release gate: every required cell of the gated platforms ran and passed.
 
 Required cells are the `gate: true` cases. A required cell that is missing from the
-results, failed, or was skipped without the matrix saying so fails the gate, so a column
-that crashed halfway or skipped its hard cells cannot pass by omission. An allowance in
-matrix.yaml excuses one cell until its expiry date; an expired allowance fails the gate
-by itself, so excuses cannot quietly become permanent. Against a previous run the gate
-also names new failures, fixes and every cell whose chosen block size moved: a block
-size that changes silently is what this rig exists to catch, so that fails the gate
-unless the change is accepted explicitly.
+results, failed, or was skipped fails the gate, so a column that crashed halfway or
+skipped its hard cells cannot pass by omission; so does a row judged under another
+expectation or vLLM than the matrix now pins, a row whose status kvrig never writes, and
+a column that ran no cell at all. Only the release columns are read: side runs (overlays,
+the mutation check, the container check) use the same cell ids, and a red-by-design
+mutation row or a green overlay row must not stand for the release. An allowance in
+matrix.yaml excuses one cell until its expiry date, at most ALLOWANCE_DAYS ahead; an
+expired allowance fails the gate by itself, so excuses cannot quietly become permanent.
+Against a previous run the gate also names new failures, fixes and every cell whose
+chosen block size moved: a block size that changes silently is what this rig exists to
+catch, so that fails the gate unless the change is accepted explicitly.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from kvrig.define.cells import Cell, expand
-from kvrig.define.matrix import Allowance, Matrix
+from kvrig.define.cells import Cell, expand, judged_under
+from kvrig.define.matrix import ALLOWANCE_DAYS, Allowance, Matrix, allowance_too_long
+from kvrig.define.paths import column_of_folder, column_of_side_folder
 from kvrig.judge.verdict import Status
 from kvrig.publish.results import block_text, overlays_of
+from kvrig.rules import versions
 
 Row = dict[str, Any]
 # (cell id, column, image, overlay) -> the commands that rerun it (kvrig.publish.repro.lines)
@@ -49,15 +57,106 @@ def _block(row: Row) -> tuple[Any, Any]:
     return (row.get("worker_block_size"), row.get("engine_block_size"))
 
 
-def _problem(row: Row | None, expected: str) -> str | None:
+KNOWN = tuple(s.value for s in Status)
+RERUN = "rerun the column"
+
+
+def known(row: Row) -> bool:
+    """A status kvrig writes (kvrig.judge.verdict.Status); anything else is read as nothing
+    (an "error" would otherwise count as not failed)."""
+    return row.get("status") in KNOWN
+
+
+def stale(row: Row, cell: Cell) -> str | None:
+    """Why a row does not stand for this matrix's cell: judged under another expectation,
+    model or platform spec, or run on another vLLM than the matrix pins; None when it does."""
+    if row.get("judged_under") != judged_under(cell):
+        was = "names none" if not row.get("judged_under") else "differs"
+        return f"judged under another expectation (the row's matrix identity {was}): {RERUN}"
+    pinned = versions.source_version(cell.platform_spec.vllm.installed)
+    ran = row.get("vllm_version")
+    if pinned is None or ran is None:  # an image or a wheel pins no version; a skip ran none
+        return None
+    try:
+        same = versions.parse(str(ran)) == versions.parse(pinned)
+    except versions.VersionError:
+        same = False
+    if same:
+        return None
+    return (
+        f"judged under another expectation (it ran vLLM {ran}, the matrix pins {pinned}): {RERUN}"
+    )
+
+
+def _problem(row: Row | None, cell: Cell) -> str | None:
     """Why a required cell does not count as passed, or None when it does."""
     if row is None:
         return "not run: the results hold no row for it (the column crashed or was cut short?)"
+    if not known(row):
+        return f"unknown status {row.get('status')!r} (kvrig writes {', '.join(KNOWN)})"
+    old = stale(row, cell)
+    if old is not None:
+        return old
     if row["status"] == Status.FAIL:
         return f"failed: {row['reason']}"
-    if row["status"] == Status.SKIP and expected != "skip":
-        return f"skipped, and the matrix expects it to run: {row['reason']}"
+    if row["status"] == Status.SKIP:
+        # A skip proves nothing about the release, even the matrix's own `skip`: a gate cell
+        # that may not run is excused only by an allowance, which names an owner and
+        # expires, so marking a hard cell `skip` cannot take it out of the gate for good.
+        return f"skipped: {row['reason']}"
     return None
+
+
+def row_column(row: Row) -> str | None:
+    return row.get("column")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The results the gate reads, and what it left out, each named."""
+
+    sources: list[tuple[Path, list[Row]]]
+    columns: list[str]  # the columns of the folders read, in the order first seen
+    ignored: list[str]
+
+
+def select(
+    sources: list[tuple[Path, list[Row]]], columns: list[str], side: Collection[Path] = ()
+) -> Selection:
+    """The release columns' results files among `sources` (pure): a file in a folder named
+    as a column (or a shard of it, or either as a CI artifact), and a side run's only when
+    it was named (`side`: the files of folders given as side runs); in each, the rows of
+    that folder's column."""
+    kept: list[tuple[Path, list[Row]]] = []
+    seen: list[str] = []
+    ignored: list[str] = []
+    for path, rows in sources:
+        folder = path.parent
+        if path in side:
+            column = column_of_side_folder(folder.name, columns)
+        else:
+            column = column_of_folder(folder.name, columns)
+            if column is None:
+                ignored.append(
+                    f"{folder}: not a release column's folder (<column> or"
+                    " <column>-shard<i>) but a side run; name it with --side to gate on it"
+                )
+                continue
+        mine, others = [], Counter[str]()
+        for r in rows:
+            own = row_column(r)
+            if own is not None and column in (None, own):
+                mine.append(r)
+            else:
+                others[str(own or "none named")] += 1
+        if others:
+            shown = ", ".join(f"{c} ({n})" for c, n in sorted(others.items()))
+            ignored.append(f"{folder}: rows of another column than {column or 'its own'}: {shown}")
+        kept.append((path, mine))
+        for c in [column] if column else sorted({str(row_column(r)) for r in mine}):
+            if c not in seen:
+                seen.append(c)
+    return Selection(kept, seen, ignored)
 
 
 def changes(rows: list[Row], previous: list[Row]) -> tuple[list[str], list[str], list[str]]:
@@ -78,6 +177,49 @@ def changes(rows: list[Row], previous: list[Row]) -> tuple[list[str], list[str],
     return new_fail, fixed, moved
 
 
+def _allowance_column(allowance: Allowance) -> str:
+    # The allowance's own column (a cell id is `<column>-<model>-<case>`, and neither a
+    # model nor a case has a hyphen): a prefix would take `cpu-avx2-m-c` for `cpu`'s.
+    return allowance.cell.rsplit("-", 2)[0]
+
+
+def _allowance_problems(
+    matrix: Matrix, columns: list[str], today: dt.date
+) -> tuple[list[str], list[str]]:
+    """(problems, lines) of the allowances of the gated columns that are expired or run
+    further ahead than an allowance may."""
+    problems, lines = [], []
+    for a in matrix.allowances:
+        if _allowance_column(a) not in columns:
+            continue
+        latest = allowance_too_long(a, today)
+        if a.expires < today:
+            problems.append(f"allowance for {a.cell} expired")
+            lines.append(
+                f"EXPIRED allowance for {a.cell} (owner {a.owner}, expired {a.expires}: {a.reason})"
+                "; renew its expiry date in matrix.yaml or remove it"
+            )
+        elif latest is not None:
+            problems.append(f"allowance for {a.cell} runs past {latest}")
+            lines.append(
+                f"REFUSED allowance for {a.cell} (owner {a.owner}, expires {a.expires}:"
+                f" {a.reason}): an allowance may run at most {ALLOWANCE_DAYS} days ahead;"
+                f" set its expiry on or before {latest} in matrix.yaml"
+            )
+    return problems, lines
+
+
+def _ran_nothing(column: str, rows: list[Row]) -> str | None:
+    """Why a gated column ran no cell, or None when it ran one: a column of skips (or of
+    nothing) proves nothing about the release, however its gate cells are excused."""
+    mine = [r for r in rows if row_column(r) == column]
+    if not mine:
+        return "the results hold no row of it"
+    if all(r.get("status") == Status.SKIP for r in mine):
+        return f"all {len(mine)} of its row(s) are skips"
+    return None
+
+
 def evaluate(
     matrix: Matrix,
     rows: list[Row],
@@ -86,20 +228,36 @@ def evaluate(
     previous: list[Row] | None = None,
     accept_block_size_changes: bool = False,
     repro: Repro | None = None,
+    ignored: list[str] | None = None,
 ) -> GateResult:
+    """The gate over `rows` for `columns` (pure); `ignored` names what the caller left
+    out (side runs), and rows of other columns are left out here and named."""
+    lines: list[str] = [f"IGNORED {x}" for x in ignored or []]
+    problems: list[str] = []
+    other = Counter(
+        str(row_column(r) or "none named") for r in rows if row_column(r) not in columns
+    )
+    if other:
+        shown = ", ".join(f"{c} ({n})" for c, n in sorted(other.items()))
+        lines.append(f"IGNORED rows of columns the gate does not gate on: {shown}")
+    rows = [r for r in rows if row_column(r) in columns]
     by_id = {r["cell_id"]: r for r in rows}
     allowances: dict[str, Allowance] = {a.cell: a for a in matrix.allowances}
-    lines: list[str] = []
-    problems: list[str] = []
     counts = {"passed": 0, "allowed": 0, "failed": 0}
     if not columns:
         problems.append("no column results to gate on")
+    required: set[str] = set()
     for column in columns:
+        nothing = _ran_nothing(column, rows)
+        if nothing is not None:
+            problems.append(f"{column} ran no cell")
+            lines.append(f"FAIL    column {column} ran no cell: {nothing}")
         for cell in column_cells(matrix, column, rows):
             if not cell.case.gate:
                 continue
+            required.add(cell.id)
             row = by_id.get(cell.id)
-            why = _problem(row, cell.expect.outcome)
+            why = _problem(row, cell)
             allowance = allowances.get(cell.id)
             if why is None:
                 counts["passed"] += 1
@@ -108,31 +266,39 @@ def evaluate(
                     lines.append(
                         f"        (its allowance by {allowance.owner} is no longer needed)"
                     )
-            elif allowance is not None and allowance.expires >= today:
+                continue
+            # An unreadable row is no failure an allowance was written for.
+            excusable = row is None or known(row)
+            if (
+                excusable
+                and allowance is not None
+                and allowance.expires >= today
+                and allowance_too_long(allowance, today) is None
+            ):
                 counts["allowed"] += 1
                 lines.append(
                     f"ALLOWED {cell.id}: {why} -- allowed until {allowance.expires} by"
                     f" {allowance.owner}: {allowance.reason}"
                 )
-            else:
-                counts["failed"] += 1
-                problems.append(f"{cell.id} {why.split(':')[0]}")
-                lines.append(f"FAIL    {cell.id}: {why}")
-                if repro is not None:
-                    image = row.get("image") if row else None
-                    under = row.get("vllm_overlay") if row else None
-                    lines.extend(f"          {x}" for x in repro(cell.id, column, image, under))
-    for a in matrix.allowances:
-        # The allowance's own column (a cell id is `<column>-<model>-<case>`, and neither
-        # a model nor a case has a hyphen): a prefix would take `cpu-avx2-m-c` for `cpu`'s.
-        if a.expires < today and a.cell.rsplit("-", 2)[0] in columns:
-            problems.append(f"allowance for {a.cell} expired")
+                continue
+            counts["failed"] += 1
+            problems.append(f"{cell.id} {why.split(':')[0].split(' (')[0]}")
+            lines.append(f"FAIL    {cell.id}: {why}")
+            if repro is not None:
+                image = row.get("image") if row else None
+                under = row.get("vllm_overlay") if row else None
+                lines.extend(f"          {x}" for x in repro(cell.id, column, image, under))
+    for r in rows:
+        if r["cell_id"] not in required and not known(r):
+            problems.append(f"{r['cell_id']} unknown status")
             lines.append(
-                f"EXPIRED allowance for {a.cell} (owner {a.owner}, expired {a.expires}: {a.reason})"
-                "; renew its expiry date in matrix.yaml or remove it"
+                f"FAIL    {r['cell_id']}: unknown status {r.get('status')!r}"
+                f" (kvrig writes {', '.join(KNOWN)})"
             )
-    required = {c.id for col in columns for c in column_cells(matrix, col, rows) if c.case.gate}
-    others = [r for r in rows if r["status"] == Status.FAIL and r["cell_id"] not in required]
+    more, said = _allowance_problems(matrix, columns, today)
+    problems += more
+    lines += said
+    others = [r for r in rows if r.get("status") == Status.FAIL and r["cell_id"] not in required]
     if others:
         lines.append(f"not required, failed ({len(others)}):")
         for r in others:

@@ -120,7 +120,7 @@ def github(matrix: Matrix) -> dict[str, Any]:
                 "fail-fast": False,
                 "matrix": {"shard": list(range(1, ci.shards + 1))},
             }
-        artifact = f"kvrig-{platform}" + (f"-shard{shard}" if sharded else "")
+        artifact = paths.artifact_name(platform, shard)
         isa_steps = [_GITHUB_ISA] if platform == ISA_PLATFORM else []
         job["steps"] = [
             *_SETUP,

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kvrig.define.cells import Cell
+from kvrig.define.cells import Cell, judged_under
 from kvrig.judge.verdict import Verdict
 from kvrig.provision.overlay import Manifest
 from kvrig.run.record import Record
@@ -66,6 +66,8 @@ def row(
     ended = ended or dt.datetime.now(dt.timezone.utc)
     return {
         **cell.identity(),
+        # What the matrix said of the cell when it was judged (kvrig.define.cells).
+        "judged_under": judged_under(cell),
         "host_isa": rec.host.get("isa_class"),
         "gate": cell.case.gate,
         "expected": cell.expect.outcome,
@@ -106,6 +108,11 @@ def read(results: Path) -> list[dict[str, Any]]:
     """The latest row per cell, in the order cells first appeared."""
     path = results / RESULTS_FILE
     return _read_file(path) if path.exists() else []
+
+
+def read_file(path: Path) -> list[dict[str, Any]]:
+    """The latest row per cell of one results file (see `read`)."""
+    return _read_file(path)
 
 
 def _read_file(path: Path) -> list[dict[str, Any]]:
