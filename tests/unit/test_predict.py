@@ -59,7 +59,7 @@ def test_the_default_release_is_the_matrix_platforms(tmp_path: Path, capsys) -> 
     [
         ({"architectures": ["JambaForCausalLM"]}, [], "Unknown architecture 'JambaForCausalLM'"),
         ({k: v for k, v in QWEN3_NEXT_80B.items() if k != "linear_num_key_heads"}, [], "lacks"),
-        (QWEN3_NEXT_80B, ["--tp", "3"], "does not split across 3"),
+        (QWEN3_NEXT_80B, ["--tp", "3"], "must be divisible by tensor parallel size (3)"),
         (NEMOTRON3_NANO_4B, ["--vllm", "0.20.0"], "fallback SSM state dtype"),
         (GRANITE_4H_SMALL, ["--vllm", "0.13.0", "--prefix-caching"], "chunk size"),
     ],
@@ -121,3 +121,56 @@ def test_the_readme_example_is_what_predict_prints(tmp_path: Path, capsys) -> No
     path = _write(tmp_path, QWEN36_35B)
     assert main(["predict", str(path), *args.split()]) == 0
     assert capsys.readouterr().out.splitlines() == shown
+
+
+LLAMA = json.loads(
+    (Path(__file__).resolve().parents[2] / "src/kvrig/define/model_configs/llama.json").read_text()
+)
+TINY = {**TINY_GRANITE, "torch_dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize(
+    ("config", "argv", "said"),
+    [
+        ([LLAMA], [], "The config is a list, not a JSON object"),
+        ({**LLAMA, "num_key_value_heads": 0}, [], "'num_key_value_heads' is 0"),
+        ({**LLAMA, "num_key_value_heads": -2}, [], "'num_key_value_heads' is -2"),
+        ({**LLAMA, "num_key_value_heads": 1.5}, [], "'num_key_value_heads' is 1.5"),
+        ({**LLAMA, "num_key_value_heads": "two"}, [], "'num_key_value_heads' is 'two'"),
+        ({**TINY, "mamba_d_state": "64"}, [], "'mamba_d_state' is '64'"),
+        ({**TINY, "num_attention_heads": 0, "head_dim": None}, [], "'num_attention_heads' is 0"),
+        (LLAMA, ["--block-size", "0"], "--block-size 0 is no block size"),
+        (LLAMA, ["--block-size", "-16"], "--block-size -16 is no block size"),
+        (LLAMA, ["--tp", "3"], "total number of attention heads (2) must be divisible by"),
+        (TINY, ["--tp", "4"], "total number of attention heads (2) must be divisible by"),
+    ],
+)
+def test_malformed_input_is_one_paragraph_and_exit_2(
+    tmp_path: Path, capsys, config, argv, said
+) -> None:
+    path = _write(tmp_path, config)
+    assert main(["predict", str(path), "--platform", "cuda", "--vllm", "0.33.0", *argv]) == 2
+    captured = capsys.readouterr()
+    assert said in captured.err
+    assert captured.err.count("\n") == 1 and captured.out == ""  # no size printed
+
+
+@pytest.mark.parametrize("block_size", [None, 32])
+def test_a_hybrid_without_an_attention_layer_gets_vllms_answer_not_an_aligned_size(
+    block_size: int | None,
+) -> None:
+    only_mamba = {**TINY, "layer_types": ["mamba"] * 4}
+    settings = predict.Settings("cuda", "0.33.0", block_size=block_size)
+    with pytest.raises(predict.shapes.ConfigError) as err:
+        predict.predict(only_mamba, settings)
+    text = str(err.value)
+    assert "states no attention layer" in text and "no attention backend" in text
+    as_is = "your --block-size 32" if block_size else "the size the platform set before"
+    assert f"left as it is ({as_is})" in text
+    assert predict.predict(TINY, settings).block_size > 0  # with its attention layers back
+
+
+def test_a_gdn_model_whose_layers_are_all_linear_attention_has_no_aligned_size() -> None:
+    text = {**QWEN36_35B["text_config"], "layer_types": ["linear_attention"] * 4}
+    with pytest.raises(predict.shapes.ConfigError, match="states no attention layer"):
+        predict.predict({**QWEN36_35B, "text_config": text}, predict.Settings("cuda", "0.33.0"))

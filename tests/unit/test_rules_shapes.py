@@ -49,8 +49,12 @@ def test_a_single_mamba_group_is_replicated_for_every_rank() -> None:
 
 
 def test_a_dimension_that_does_not_split_is_refused() -> None:
-    with pytest.raises(shapes.ConfigError, match="does not split across 3"):
-        shapes.shapes(QWEN36, tp=3)
+    # 24 attention heads split across 3 ranks; the 32 GDN value heads do not.
+    text = {**QWEN36["text_config"], "num_attention_heads": 24}
+    with pytest.raises(
+        shapes.ConfigError, match=r"linear_num_value_heads .* does not split across 3"
+    ):
+        shapes.shapes({**QWEN36, "text_config": text}, tp=3)
 
 
 def test_an_unknown_architecture_or_field_is_named() -> None:

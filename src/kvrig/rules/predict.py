@@ -164,9 +164,52 @@ def cache_mode(settings: Settings, rules: versions.Rules, family: str) -> tuple[
 TRITON_GPU, FLASHINFER_GPU = "8.0", "9.0"
 
 
+_JSON_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number"}
+
+
+def check_input(config: object, settings: Settings) -> None:
+    """Refuses, in one paragraph each, what no engine starts with: a config.json that is
+    not one JSON object, and a user block size below one token."""
+    if not isinstance(config, dict):
+        kind = "null" if config is None else _JSON_KINDS.get(type(config), type(config).__name__)
+        raise shapes.ConfigError(
+            f"The config is {kind}, not a JSON object: a checkpoint's config.json is one"
+            " object of fields (architectures, num_key_value_heads, ...). Pass the"
+            " checkpoint's config.json or its folder."
+        )
+    if settings.block_size is not None and settings.block_size < 1:
+        raise shapes.ConfigError(
+            f"--block-size {settings.block_size} is no block size: a KV-cache block holds a"
+            " whole number of tokens, at least 1. Give a positive size, or leave it out for"
+            " the size vLLM chooses."
+        )
+
+
+def _no_attention(config: dict[str, Any], s: shapes.Shapes, settings: Settings) -> str | None:
+    """Why there is no aligned size to predict, for a hybrid that states no attention layer
+    (vLLM's update_block_size_for_backend returns early: no layer has an attention
+    backend, so the block size is left as it is); None when it has one."""
+    layers = shapes.attention_layers(shapes.text_config(config), s.architecture, s.family)
+    if not s.hybrid or layers is None or layers:
+        return None
+    as_is = (
+        f"your --block-size {settings.block_size}"
+        if settings.block_size is not None
+        else "the size the platform set before"
+    )
+    return (
+        f"The {s.architecture} config states no attention layer (every layer is a"
+        " state-space one), so vLLM selects no attention backend for it and returns before"
+        f" aligning anything: the block size is left as it is ({as_is}), and there is no"
+        " attention page for a block size to fit. kvrig predicts no aligned size for it;"
+        " if that is not the model, pass the checkpoint's own config.json."
+    )
+
+
 def predict(config: dict[str, Any], settings: Settings) -> Prediction:
     """The size an engine of `settings.vllm` on `settings.platform` picks for `config`;
     where the GPU decides and is not given, Triton's answer with FlashInfer's beside it."""
+    check_input(config, settings)
     try:
         return _predict(config, settings)
     except GpuDecides:
@@ -194,6 +237,9 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
     s = shapes.shapes(
         config, tp=settings.tp, num_speculative_tokens=settings.num_speculative_tokens
     )
+    early = _no_attention(config, s, settings)
+    if early is not None:
+        raise shapes.ConfigError(early)
     chosen = backend(settings)
     dtype = shapes.dtype_name(settings.dtype) if settings.dtype else shapes.model_dtype(config)
     if dtype is None:

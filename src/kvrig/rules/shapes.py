@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from kvrig.define import models
+
 DTYPE_BYTES = {
     "float32": 4,
     "bfloat16": 2,
@@ -78,7 +80,7 @@ class Shapes:
 
 def dtype_name(name: str) -> str:
     """A dtype as vLLM's STR_DTYPE_TO_TORCH_DTYPE knows it, or ConfigError."""
-    canon = DTYPE_ALIASES.get(name, name)
+    canon = DTYPE_ALIASES.get(name, name) if isinstance(name, str) else name
     if canon not in DTYPE_BYTES:
         raise ConfigError(
             f"Unknown dtype {name!r}. kvrig knows {', '.join(DTYPE_BYTES)}; pass one of"
@@ -105,6 +107,12 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def architecture(config: dict[str, Any]) -> str:
     archs = config.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ConfigError(
+            f"The config's `architectures` is {archs!r}, and a checkpoint's config.json"
+            ' lists its model classes by name (["Qwen3NextForCausalLM"]). Pass the'
+            " checkpoint's own config.json."
+        )
     if not archs:
         raise ConfigError(
             "The config names no architecture (its `architectures` list is missing or"
@@ -133,11 +141,26 @@ def config_ssm_dtype(cfg: dict[str, Any], arch: str) -> str | None:
     return None
 
 
+def _whole(cfg: dict[str, Any], arch: str, name: str) -> int:
+    """The config's `name` as a count of at least 1, or a ConfigError naming it: a head
+    count of 0, -2 or 1.5, or the string "two", is no shape an engine could be built with,
+    and a size computed from it would be a confident answer to nothing."""
+    value = cfg[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"The {arch} config's {name!r} is {value!r}, and vLLM's {arch} reads it as a"
+            " whole number of at least 1 for its KV-cache or state shapes, so no engine"
+            " would start with it and kvrig predicts no size for it. Fix the config, or pass"
+            " the checkpoint's own config.json."
+        )
+    return value
+
+
 def _field(cfg: dict[str, Any], arch: str, *names: str) -> int:
-    """The first of `names` the config has, as an int, or a ConfigError naming them."""
+    """The first of `names` the config has, as a count, or a ConfigError naming them."""
     for name in names:
         if cfg.get(name) is not None:
-            return int(cfg[name])
+            return _whole(cfg, arch, name)
     raise ConfigError(
         f"The {arch} config lacks {' or '.join(repr(n) for n in names)}, which vLLM's"
         f" {arch} reads for its KV-cache or state shapes. Pass the checkpoint's full"
@@ -164,9 +187,52 @@ def head_size(cfg: dict[str, Any], arch: str) -> int:
     """ModelConfig.get_head_size: head_dim when the config sets it, else hidden / heads."""
     for key in ("head_dim", "attention_head_dim"):
         if cfg.get(key):
-            return int(cfg[key])
+            return _whole(cfg, arch, key)
     hidden = _field(cfg, arch, "hidden_size")
     return hidden // _field(cfg, arch, "num_attention_heads")
+
+
+def check_heads_split(cfg: dict[str, Any], arch: str, tp: int) -> None:
+    """ModelConfig.verify_with_parallel_config: vLLM refuses a --tp that does not divide
+    the attention heads, before any engine starts."""
+    total = _field(cfg, arch, "num_attention_heads")
+    if total % tp:
+        raise ConfigError(
+            f"vLLM refuses --tp {tp} for this {arch}: total number of attention heads"
+            f" ({total}) must be divisible by tensor parallel size ({tp})"
+            " (ModelConfig.verify_with_parallel_config), so no engine starts. Pick a --tp"
+            f" that divides {total}."
+        )
+
+
+def attention_layers(cfg: dict[str, Any], arch: str, family: str) -> list[int] | None:
+    """The indices of the attention layers as the config states them (its layer pattern,
+    else its layer count), or None when it states neither: vLLM's config class then takes
+    its architecture's defaults, which kvrig does not restate."""
+    if "hybrid_override_pattern" in cfg:
+        pattern, ok = (
+            cfg["hybrid_override_pattern"],
+            isinstance(cfg["hybrid_override_pattern"], str),
+        )
+        key = "hybrid_override_pattern"
+    elif cfg.get("layer_types") or cfg.get("layers_block_type"):
+        key = "layer_types" if cfg.get("layer_types") else "layers_block_type"
+        pattern = cfg[key]
+        ok = isinstance(pattern, list) and all(isinstance(t, str) for t in pattern)
+    else:
+        if cfg.get("num_hidden_layers") is None:
+            return None
+        _whole(cfg, arch, "num_hidden_layers")
+        if family == "gdn" and cfg.get("full_attention_interval") is not None:
+            _whole(cfg, arch, "full_attention_interval")
+        return models.attention_layers(cfg, family)
+    if not ok:
+        raise ConfigError(
+            f"The {arch} config's {key!r} is {pattern!r}, which is no layer pattern vLLM"
+            ' reads (a list of layer kinds, or NemotronH\'s string such as "M*M-"). Fix the'
+            " config, or pass the checkpoint's own config.json."
+        )
+    return models.attention_layers(cfg, family)
 
 
 def extra_groups(n_groups: int, tp: int) -> int:
@@ -189,6 +255,7 @@ def shapes(config: dict[str, Any], *, tp: int = 1, num_speculative_tokens: int =
             " shapes to kvrig.rules.shapes (from the model's get_mamba_state_shape_from_config"
             " in vLLM), or pass the config of a supported architecture."
         )
+    check_heads_split(cfg, arch, tp)
     kv = kv_heads_per_rank(_field(cfg, arch, "num_key_value_heads"), tp)
     head = head_size(cfg, arch)
     spec = num_speculative_tokens
