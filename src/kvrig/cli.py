@@ -134,6 +134,8 @@ def use_overlay(
     os.environ.update(overlay.environment(manifest, overlay.run_file(manifest), os.environ))
     sys.path.insert(0, manifest.path)
     print(f"kvrig: vLLM {manifest.describe()}", file=sys.stderr)
+    if manifest.ignored_line():
+        print(f"kvrig: {manifest.ignored_line()}", file=sys.stderr)
     if not manifest.compiled_check.startswith("checked"):
         print(f"kvrig: compiled-code check {manifest.compiled_check}", file=sys.stderr)
     return manifest

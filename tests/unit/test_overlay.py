@@ -5,7 +5,10 @@ The real vLLM's overlays are proved by tests/faults/test_overlay.py and the muta
 
 from __future__ import annotations
 
+import argparse
+import functools
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -315,3 +318,89 @@ def test_staged_inputs_build_in_an_image_as_on_the_host_and_keep_the_hosts_names
     assert overlay_image.staged_inputs(
         wanted, relative_to=tmp_path, base_version="0.32.0"
     ).digest != (staged.digest)
+
+
+# --- links in the installed package, and the parts of a patch outside vllm/ ----------------
+
+
+def test_a_linked_folder_in_the_installed_package_is_copied_as_real_files(
+    site: Path, tmp_path: Path
+) -> None:
+    """A folder of the package that is a link: kept as a link, the patch would be written
+    through it, into the file outside the copy (uv's cache, say)."""
+    outside = tmp_path / "elsewhere" / "platforms"
+    shutil.move(site / "vllm" / "platforms", outside)
+    (site / "vllm" / "platforms").symlink_to(outside, target_is_directory=True)
+    (tmp_path / "elsewhere" / "notes.py").write_text("x = 1\n")
+    (site / "vllm" / "notes.py").symlink_to(tmp_path / "elsewhere" / "notes.py")
+    patch = _patch(tmp_path, INTERFACE, MUTATED)
+    m = overlay.prepare(
+        VllmSource(kind="overlay", base=BASE, patch=str(patch)),
+        relative_to=tmp_path,
+        cache=tmp_path / "cache",
+    )
+    assert (outside / "interface.py").read_text() == INTERFACE  # nothing written outside
+    copy = Path(m.path) / "vllm"
+    assert (copy / "platforms" / "interface.py").read_text() == MUTATED
+    assert [p for p in copy.rglob("*") if p.is_symlink()] == []
+    assert (copy / "notes.py").read_text() == "x = 1\n"
+
+
+def test_a_link_to_nothing_in_the_installed_package_is_refused_with_nothing_built(
+    site: Path, tmp_path: Path
+) -> None:
+    (site / "vllm" / "gone.py").symlink_to(tmp_path / "no-such-file.py")
+    cache = tmp_path / "cache"
+    with pytest.raises(overlay.OverlayError) as exc:
+        overlay.prepare(
+            VllmSource(kind="overlay", base=BASE, patch=str(_patch(tmp_path, INTERFACE, MUTATED))),
+            relative_to=tmp_path,
+            cache=cache,
+        )
+    assert "holds a link kvrig cannot follow" in str(exc.value) and "gone.py" in str(exc.value)
+    assert "\n" not in str(exc.value)
+    assert not [p for p in cache.glob("*") if (p / overlay.MANIFEST).is_file()]
+
+
+def _two_part_patch(tmp_path: Path) -> Path:
+    """A patch of vllm/ and of a test beside it, as `git diff` of a branch gives."""
+    inside = _patch(tmp_path, INTERFACE, MUTATED).read_text()
+    outside = _patch(tmp_path, "a\n", "b\n", path="tests/test_block_size.py").read_text()
+    patch = tmp_path / "fix.diff"
+    patch.write_text(inside + outside)
+    return patch
+
+
+def test_the_parts_of_a_patch_outside_vllm_are_named_and_a_line_says_so(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from kvrig import cli
+
+    patch = _two_part_patch(tmp_path)
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(overlay, "prepare", functools.partial(overlay.prepare, cache=cache))
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    ns = argparse.Namespace(vllm_source=None, vllm_patch=str(patch))
+    m = cli.use_overlay(ns, "cpu", BASE, tmp_path / "matrix.yaml")
+    assert m is not None and m.files == ["vllm/platforms/interface.py"]
+    assert m.ignored == ["tests/test_block_size.py"]
+    err = capsys.readouterr().err
+    assert (
+        "kvrig: the patch's changes outside vllm/ are ignored (tests/test_block_size.py): an"
+        " overlay replaces only the vllm package"
+    ) in err
+    # An image's overlay says the same where its staging is described.
+    wanted = VllmSource(kind="overlay", base=BASE, patch=str(patch))
+    staged = overlay_image.staged_inputs(wanted, relative_to=tmp_path, base_version="0.32.0")
+    assert staged.ignored == ("tests/test_block_size.py",)
+    assert "outside vllm/ are ignored (tests/test_block_size.py)" in staged.describe()
+
+
+def test_a_patch_of_vllm_only_prints_no_ignored_line(site: Path, tmp_path: Path) -> None:
+    m = overlay.prepare(
+        VllmSource(kind="overlay", base=BASE, patch=str(_patch(tmp_path, INTERFACE, MUTATED))),
+        relative_to=tmp_path,
+        cache=tmp_path / "cache",
+    )
+    assert m.ignored == [] and m.ignored_line() is None

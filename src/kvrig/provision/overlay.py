@@ -35,6 +35,8 @@ from kvrig.provision.overlay_inputs import (
     PACKAGE,
     OverlayError,
     checked_patch,
+    ignored_note,
+    outside_package,
     patched,
     read_checkout,
     resolve,
@@ -76,6 +78,10 @@ class Manifest:
             dirty = f", dirty {str(self.dirty)[:12]}" if self.dirty else ""
             what = f"source {self.source} (commit {str(self.commit or 'none')[:12]}{dirty})"
         return f"{self.base} with the Python of {what}: {len(self.files)} file(s) overlaid"
+
+    def ignored_line(self) -> str | None:
+        """What of the patch was left out, for the line a run prints (None: nothing)."""
+        return ignored_note(self.ignored)
 
     def summary(self) -> dict[str, object]:
         """What results rows carry (the manifest less its folder)."""
@@ -192,7 +198,7 @@ def prepare(
             files=sorted(inside),
             patch=str(patch),
             patch_sha256=sha,
-            ignored=sorted(set(touched) - set(inside)),
+            ignored=outside_package(diffs),
         )
         manifest = replace(manifest, **(identity or {}))
         texts = patched(patch, diffs, base_pkg.parent)  # refused here, before any copy
@@ -292,8 +298,19 @@ def _build(manifest: Manifest, base_pkg: Path, overlay: Callable[[Path], None]) 
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
     try:
         tree = work / "tree"
-        # copy2 writes new files (never links), so the base and uv's cache stay untouched.
-        shutil.copytree(base_pkg, tree / PACKAGE, copy_function=shutil.copy2, symlinks=True)
+        # copy2 writes new files (never links), so the base and uv's cache stay untouched;
+        # symlinks are followed, so the copy holds real files: a linked folder kept as a link
+        # would let the overlay write through it into files outside the copy.
+        try:
+            shutil.copytree(base_pkg, tree / PACKAGE, copy_function=shutil.copy2, symlinks=False)
+        except shutil.Error as exc:
+            src, _, why = exc.args[0][0]
+            raise OverlayError(
+                f"The installed vllm package {base_pkg} holds a link kvrig cannot follow to"
+                f" copy it ({src}: {why}), and an overlay is a copy of real files. Reinstall"
+                " the platform's vLLM (nox -s local does), then run again; nothing was built"
+                " and no engine started."
+            ) from None
         overlay(tree)
         for name in manifest.files:  # bytecode of the base's version of an overlaid file
             stale = Path(importlib.util.cache_from_source(str(tree / name)))

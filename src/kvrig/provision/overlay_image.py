@@ -25,6 +25,8 @@ from kvrig.provision.overlay import Manifest, digest_of, installed_distribution,
 from kvrig.provision.overlay_inputs import (
     OverlayError,
     checked_patch,
+    ignored_note,
+    outside_package,
     read_checkout,
     resolve,
     sha256,
@@ -42,10 +44,14 @@ class Staged:
     identity: dict[str, Any]  # what the manifest names: the host's paths, commit, dirty
     files: dict[str, Path]  # path in the build's input folder -> the host's file
     digest: str  # over every input: part of the image's tag
+    ignored: tuple[str, ...] = ()  # a patch's files outside vllm/, left out
 
     def describe(self) -> str:
         what = self.identity.get("patch") or self.identity.get("source")
-        return f"the Python of {self.kind} {what} (overlay inputs {self.digest})"
+        note = ignored_note(self.ignored)
+        return f"the Python of {self.kind} {what} (overlay inputs {self.digest})" + (
+            f"; {note}" if note else ""
+        )
 
 
 def staged_inputs(source: VllmSource, *, relative_to: Path, base_version: str) -> Staged:
@@ -54,13 +60,14 @@ def staged_inputs(source: VllmSource, *, relative_to: Path, base_version: str) -
     not apply, which only the image's vLLM can tell."""
     base = source.installed.describe()
     if source.patch is not None:
-        patch, _ = checked_patch(resolve(source.patch, relative_to), base)
+        patch, diffs = checked_patch(resolve(source.patch, relative_to), base)
         sha = sha256(patch)
         return Staged(
             "patch",
             {"patch": str(patch), "patch_sha256": sha},
             {"fix.diff": patch},
             digest_of(base, [("patch", sha)]),
+            tuple(outside_package(diffs)),
         )
     checkout = read_checkout(resolve(str(source.source), relative_to), base_version, base)
     identity = {
@@ -122,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvrig: {exc}", file=sys.stderr)
         return 2
     print(f"kvrig: vLLM {manifest.describe()}")
+    if manifest.ignored_line():
+        print(f"kvrig: {manifest.ignored_line()}")
     return 0
 
 

@@ -168,6 +168,23 @@ def patched(patch: Path, diffs: list[patches.FileDiff], base_root: Path) -> dict
         ) from None
 
 
+def outside_package(diffs: Sequence[patches.FileDiff]) -> list[str]:
+    """The files a patch changes outside vllm/, which an overlay leaves out: it replaces
+    the installed vllm package only, so a change to tests/ or docs/ never runs."""
+    return sorted({d.path for d in diffs if not d.path.startswith(f"{PACKAGE}/")})
+
+
+def ignored_note(ignored: Sequence[str]) -> str | None:
+    """The line that says which parts of a patch were left out, or None when none were."""
+    if not ignored:
+        return None
+    shown = ", ".join(ignored[:6]) + (f" and {len(ignored) - 6} more" if len(ignored) > 6 else "")
+    return (
+        f"the patch's changes outside vllm/ are ignored ({shown}): an overlay replaces only"
+        " the vllm package"
+    )
+
+
 def checked_patch(patch: Path, base: str) -> tuple[Path, list[patches.FileDiff]]:
     """A patch an overlay can take: there, readable, not of compiled code, and of vllm/."""
     if not patch.is_file():
