@@ -526,7 +526,37 @@ class _LineLoader(yaml.SafeLoader):
     """Keeps each mapping key's line so a validation error can point into the file."""
 
 
+class _RepeatedKey(yaml.YAMLError):
+    """A key written twice in one mapping: YAML keeps the last value without a word, so a
+    second `llama:` silently swaps a model and a second `expect:` drops the first."""
+
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(f"key {key!r} repeats")
+        self.key, self.first, self.second = key, first, second
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _refuse_repeated_keys(loader: _LineLoader, node: yaml.MappingNode) -> None:
+    """Only the keys written in the mapping count: one that overrides a key merged in with
+    `<<:` is how YAML merges are meant to be used."""
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:
+            continue
+        key = loader.construct_object(key_node)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in seen:
+                raise _RepeatedKey(key, seen[key], line)
+            seen[key] = line
+        except TypeError:  # an unhashable key: construct_mapping refuses it at its line
+            continue
+
+
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    _refuse_repeated_keys(loader, node)
     mapping = loader.construct_mapping(node, deep=True)
     lines = {}
     for key_node, _ in node.value:
@@ -673,6 +703,13 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
         ) from None
     try:
         data = yaml.load(text, Loader=_LineLoader)
+    except _RepeatedKey as exc:
+        raise MatrixError(
+            f"{path}:{exc.second}: the matrix repeats the key {exc.key!r} in one mapping (first"
+            f" at line {exc.first}, again at line {exc.second}); YAML would keep only the"
+            " second and drop the first without a word. Nothing was run; remove or rename"
+            " one of them and start again."
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
