@@ -115,3 +115,97 @@ def test_a_key_that_overrides_a_merged_one_is_not_a_repeat(tmp_path) -> None:
     text = text.replace("    knobs: {block_size: 32}\n", merged, 1)
     assert "<<: *k32" in text
     assert load(write_text(tmp_path, text)).cases
+
+
+# --- variants of the repo's matrix, refused at the line of the key they break --------------
+
+Loc = tuple[Any, ...]
+
+
+def line_at(path: Path, loc: Loc) -> int:
+    """The line of the key at `loc` in the file, read with the YAML composer (not with
+    the loader under test)."""
+    node = yaml.compose(path.read_text())
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            key, node = next((k, v) for k, v in node.value if k.value == str(part))
+            line = key.start_mark.line + 1
+        else:
+            node = node.value[part]
+    assert line is not None
+    return line
+
+
+def dumped(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def refused_at(tmp_path: Path, data: dict[str, Any], loc: Loc) -> str:
+    """Loading the mutated matrix is refused with a paragraph that starts at `loc`'s line
+    and names its field."""
+    path = dumped(tmp_path, data)
+    msg = refusal(path)
+    field = ".".join(str(p) for p in loc)
+    assert msg.startswith(f"{path}:{line_at(path, loc)}: the matrix is invalid at {field}"), msg
+    assert "Nothing was run" in msg
+    return msg
+
+
+def _case(data: dict[str, Any], model: str, case_id: str) -> tuple[dict[str, Any], Loc]:
+    i = case_index(data, model, case_id)
+    return data["cases"][i], ("cases", i)
+
+
+def empty_expect(data: dict[str, Any]) -> Loc:
+    case, at = _case(data, "granite_hybrid", "default")
+    case["expect"] = {}
+    return (*at, "expect")
+
+
+def empty_shows(data: dict[str, Any]) -> Loc:
+    case, at = _case(data, "granite_hybrid", "lcm_bump_rejects_exact")
+    case["known_defect"]["shows"] = {}
+    return (*at, "known_defect", "shows")
+
+
+def _late_match(pattern: str):
+    def mutate(data: dict[str, Any]) -> Loc:
+        case, at = _case(data, "llama", "sibling_no_common_size")
+        case["expect"]["cpu"]["match"] = pattern
+        return (*at, "expect", "cpu", "match")
+
+    return mutate
+
+
+def empty_block_size_in(data: dict[str, Any]) -> Loc:
+    case, at = _case(data, "granite_hybrid", "default")
+    case["expect"]["cuda"]["invariants"]["block_size_in"] = []
+    return (*at, "expect", "cuda", "invariants", "block_size_in")
+
+
+def empty_backends_include(data: dict[str, Any]) -> Loc:
+    case, at = _case(data, "granite_hybrid", "sibling_accepts")
+    case["expect"]["cpu"]["invariants"]["backends_include"] = []
+    return (*at, "expect", "cpu", "invariants", "backends_include")
+
+
+NOTHING_DECLARED = {
+    "expect: {}": empty_expect,
+    "known_defect.shows: {}": empty_shows,
+    "match: ''": _late_match(""),
+    "match: '.*'": _late_match(".*"),
+    "match: 'x*'": _late_match("x*"),
+    r"match: '\d+'": _late_match(r"\d+"),
+    "block_size_in: []": empty_block_size_in,
+    "backends_include: []": empty_backends_include,
+}
+
+
+@pytest.mark.parametrize("mutate", NOTHING_DECLARED.values(), ids=list(NOTHING_DECLARED))
+def test_a_declaration_that_declares_nothing_is_refused_at_its_line(tmp_path, mutate) -> None:
+    data = repo_data()
+    loc = mutate(data)
+    refused_at(tmp_path, data, loc)

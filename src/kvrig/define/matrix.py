@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from kvrig.define import patterns
 from kvrig.host import isa
 
 PLATFORMS = ("cpu", "cuda", "xpu")
@@ -313,6 +314,17 @@ class Invariants(_Strict):
     # controls where no alignment happened, so the early check has nothing to check.
     rejected_by: list[str] | None = None
 
+    @field_validator("*")
+    @classmethod
+    def _lists_list_something(cls, value: Any) -> Any:
+        """An empty list reads as a check and checks nothing: `block_size_in: []` would
+        refuse every size, `backends_include: []` would pass any engine."""
+        if isinstance(value, list) and not value:
+            raise ValueError(
+                "an empty list declares nothing; list what is expected or leave it out"
+            )
+        return value
+
 
 class _Matching(_Strict):
     """An error expectation with a message pattern, checked to compile at load time."""
@@ -326,6 +338,18 @@ class _Matching(_Strict):
             re.compile(pattern)
         except re.error as exc:
             raise ValueError(f"not a valid regular expression ({exc})") from None
+        if not patterns.names_something(pattern) or re.search(pattern, "") is not None:
+            raise ValueError(
+                "the pattern matches any message (it asks for no letter or digit, or can"
+                " match nothing at all); write the words the error must contain"
+            )
+        try:
+            re.compile(patterns.whole_numbers(pattern))
+        except re.error as exc:
+            raise ValueError(
+                f"kvrig cannot match the numbers of this pattern as whole numbers ({exc});"
+                " write it more plainly"
+            ) from None
         return pattern
 
 
@@ -376,6 +400,15 @@ class KnownDefect(_Strict):
     reason: str = Field(min_length=1)
     shows: dict[Platform, Expectation]
 
+    @field_validator("shows")
+    @classmethod
+    def _shows_something(cls, shows: dict[str, Any]) -> dict[str, Any]:
+        """A defect that shows nowhere would make no cell an expected failure, and hide
+        that the marker no longer stands for anything."""
+        if not shows:
+            raise ValueError("a known defect must say what it shows on at least one platform")
+        return shows
+
 
 class Case(_Strict):
     id: str = Field(pattern=_NAME)
@@ -393,6 +426,15 @@ class Case(_Strict):
     gate: bool = False
     prompt_tokens: int = Field(default=8, ge=5)
     max_tokens: int = Field(default=4, ge=1)
+
+    @field_validator("expect")
+    @classmethod
+    def _expects_something(cls, expect: dict[str, Any]) -> dict[str, Any]:
+        """A case with no expectation makes no cell: it would sit in the matrix, reviewed
+        and never run."""
+        if not expect:
+            raise ValueError("a case needs an expectation on at least one platform")
+        return expect
 
 
 class Allowance(_Strict):
