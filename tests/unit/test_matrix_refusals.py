@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -603,3 +604,104 @@ def test_the_switches_that_are_unknown_between_the_releases_they_were_seen_in() 
     assert "xpu_gdn_round_64" in names("xpu", "0.31.0")
     assert "xpu_gdn_round_64" not in names("cuda", "0.31.0")
     assert releases.known_releases("cpu") == ([(0, 32, 0)], (0, 33, 0))
+
+
+# --- no malformed matrix ends in a traceback -----------------------------------------------
+
+
+def _set(*path: Any, value: Any):
+    """Sets (or with value=KeyError, deletes) the node at `path`; `path` may start with
+    ("case", model, id) to reach into a case."""
+
+    def mutate(data: dict[str, Any]) -> None:
+        node: Any = data
+        parts = list(path)
+        if parts[0] == "case":
+            node, parts = _case(data, parts[1], parts[2])[0], parts[3:]
+        for part in parts[:-1]:
+            node = node[part]
+        if value is KeyError:
+            del node[parts[-1]]
+        else:
+            node[parts[-1]] = value
+
+    return mutate
+
+
+SIB = ("case", "granite_hybrid", "sibling_rejects", "crafted", "siblings")
+STRUCTURE = {
+    "cases is a mapping": _set("cases", value={"default": 1}),
+    "a case is a string": _set("cases", 0, value="default"),
+    "models is a list": _set("models", value=["llama"]),
+    "a model is null": _set("models", "llama", value=None),
+    "no models at all": _set("models", value=KeyError),
+    "a platform is null": _set("platforms", "cpu", value=None),
+    "version 2": _set("version", value=2),
+    "overrides is a list": _set("models", "granite_hybrid_2kv", "overrides", value=[1]),
+    "config is a number": _set("models", "llama", "config", value=3),
+    "config is a folder": _set("models", "llama", "config", value="."),
+    "architectures overridden by a string": _set(
+        "models", "llama", "overrides", value={"architectures": "LlamaForCausalLM"}
+    ),
+    "layer_types overridden by a string": _set(
+        "models", "llama", "overrides", value={"layer_types": "full_attention"}
+    ),
+    "layer_types overridden by numbers": _set(
+        "models", "granite_hybrid", "overrides", value={"layer_types": [0, 1, 0, 1]}
+    ),
+    "hybrid_override_pattern overridden by a number": _set(
+        "models", "nemotron_h", "overrides", value={"hybrid_override_pattern": 3}
+    ),
+    "siblings is a mapping": _set(*SIB, value={"name": "KVRIG_SIBLING"}),
+    "a sibling's layers is a number": _set(*SIB, 0, "layers", value=3),
+    "a sibling's sizes are only aligned": _set(*SIB, 0, "sizes", value=["aligned"]),
+    "a sibling's size is 0": _set(*SIB, 0, "sizes", value=[0]),
+    "knobs is a string": _set("case", "granite_hybrid", "default", "knobs", value="fast"),
+    "an expectation is a list": _set(
+        "case", "granite_hybrid", "default", "expect", "cpu", value=["runs"]
+    ),
+    "an expectation without outcome": _set(
+        "case", "granite_hybrid", "exact_rejects", "expect", "cpu", value={"backends": ["X"]}
+    ),
+    "tensor_parallel_size 0": _set(
+        "case", "granite_hybrid", "tp2", "knobs", "tensor_parallel_size", value=0
+    ),
+}
+MALFORMED = {
+    **STRUCTURE,
+    **NOTHING_DECLARED,
+    **NOT_VLLMS,
+    **UNKNOWN_RELEASES,
+    **OFF_ATTENTION,
+}
+
+
+@pytest.mark.parametrize("mutate", MALFORMED.values(), ids=list(MALFORMED))
+def test_a_malformed_matrix_is_refused_at_a_line_never_with_a_traceback(tmp_path, mutate) -> None:
+    data = repo_data()
+    mutate(data)
+    path = dumped(tmp_path, data)
+    msg = refusal(path)  # any other exception fails the test with its traceback
+    assert msg.startswith(f"{path}:"), msg
+    line = int(msg[len(str(path)) + 1 :].split(":", 1)[0])
+    assert 1 <= line <= len(path.read_text().splitlines())
+
+
+TEXTS = {
+    "an empty file": lambda text: "",
+    "a list": lambda text: "- 1\n- 2\n",
+    "not UTF-8": lambda text: text.replace("cases:", "cases\xff:", 1),
+    "a control character": lambda text: text.replace("models:", "models:\x01", 1),
+    "a tab for indentation": lambda text: text.replace("\n  cpu:", "\n\tcpu:", 1),
+    "two documents": lambda text: text + "---\nversion: 1\n",
+    "cut in the middle of a mapping": lambda text: text[: text.index("cases:") + 40] + "{",
+}
+
+
+@pytest.mark.parametrize("edit", TEXTS.values(), ids=list(TEXTS))
+def test_a_broken_file_is_refused_at_a_line(tmp_path, edit) -> None:
+    path = tmp_path / "matrix.yaml"
+    text = edit(REPO_MATRIX.read_text())
+    path.write_bytes(text.encode("utf-8").replace("\xff".encode(), b"\xff"))
+    msg = refusal(path)
+    assert re.match(rf"{re.escape(str(path))}:\d+: ", msg), msg

@@ -805,9 +805,10 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
         # A cross-reference check names the field it is about at the start of its message.
         parts = [int(p) if p.isdigit() else p for p in named.group(1).split(".")]
         line = _line_of(data, parts)
-        where = f"{path}:{line}" if line else where
         if not loc:
             field, msg = named.group(1), msg[named.end() :]
+    # A top-level field has no line of its own when it is missing: the file's first line.
+    where = f"{path}:{line or 1}"
     more = err.error_count() - 1
     extra = f" ({more} more problem{'s' if more > 1 else ''} after this one.)" if more else ""
     got = first.get("input")
@@ -985,11 +986,19 @@ def load(path: Path | str | None = None) -> Matrix:
 @functools.lru_cache(maxsize=16)
 def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise MatrixError(
             f"{path}: cannot read the matrix file ({exc.strerror}). Pass an existing file"
             " with --matrix, or run from the kvrig checkout that holds matrix.yaml."
+        ) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise MatrixError(
+            f"{path}:{line}: the matrix is not UTF-8 text (byte {raw[exc.start]:#x}). Nothing"
+            " was run; save the file as UTF-8 and start again."
         ) from None
     try:
         data = yaml.load(text, Loader=_LineLoader)
@@ -1001,17 +1010,19 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
             " one of them and start again."
         ) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        position = getattr(exc, "position", None)  # a character the reader refuses
+        line = mark.line + 1 if mark is not None else text[: position or 0].count("\n") + 1
+        where = f"{path}:{line}"
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc)
         raise MatrixError(
             f"{where}: the matrix is not valid YAML ({problem}). Nothing was run; fix the"
             " syntax and start again."
         ) from None
     if not isinstance(data, dict):
         raise MatrixError(
-            f"{path}: the matrix must be a mapping with version, platforms, models and cases."
-            " Nothing was run."
+            f"{path}:1: the matrix must be a mapping with version, platforms, models and"
+            " cases. Nothing was run."
         )
     try:
         matrix = Matrix.model_validate(_strip_lines(data))
