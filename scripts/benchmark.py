@@ -18,6 +18,8 @@ could not be made.
     nox -s bench -- --skip-setup --python .nox/cpu_column/bin/python
     nox -s bench -- --skip-setup --isa native     # one class only
     nox -s bench -- --naive      # also the naive column (slow: about 25 minutes)
+    nox -s bench -- --skip-setup --isa native --emulated .nox/emulated/bin/python
+                                 # also every emulated GPU column, in nox -s emulated's env
 """
 
 from __future__ import annotations
@@ -38,7 +40,14 @@ from kvrig.run.procs import pss_mb, tree_pids
 DEFAULT_MATRIX = Path(__file__).resolve().parents[1] / "matrix.yaml"
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = {"setup_s": 180.0, "column_s": 300.0, "peak_gb": 4.0, "ratio": 1.2, "speedup": 5.0}
+TARGETS = {
+    "setup_s": 180.0,
+    "column_s": 300.0,
+    "peak_gb": 4.0,
+    "ratio": 1.2,
+    "speedup": 5.0,
+    "emulated_s": 600.0,  # every emulated GPU column (five CUDA architectures and XPU)
+}
 
 
 class Sampler:
@@ -238,6 +247,24 @@ def column_figures(py: str, cls: str, tmp: Path, select: list[str], workers: int
     return out
 
 
+def emulated_figures(py: str) -> list[str]:
+    """Every emulated column, as nox -s emulated runs them (a warm parent per device, two
+    cells side by side): the whole wall time, the cells and the peak memory."""
+    code, secs, peak = run_sampled([py, "-m", "kvrig", "emulated", "--rerun", "--", "-q"])
+    cells = sum(
+        1
+        for folder in Path("results").glob("*-emulated")
+        for _ in (folder / "records").glob("*.json")
+    )
+    head = "emulated GPU columns" + (f" (exited {code})" if code else "")
+    return [
+        head,
+        line("  all devices", secs, TARGETS["emulated_s"], "s"),
+        f"{'  cells':<28} {cells:8d}     (five CUDA architectures and XPU)",
+        line("  peak memory", peak / 1024, TARGETS["peak_gb"], "GB"),
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-cache", action="store_true", help="cold set-up without uv's cache")
@@ -248,6 +275,9 @@ def main() -> int:
     ap.add_argument("--naive", action="store_true", help="also run the naive column")
     ap.add_argument("--workers", type=int, default=2, help="cells side by side, naive run")
     ap.add_argument("--naive-run", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--emulated", metavar="PYTHON", help="also every emulated GPU column, with this Python"
+    )
     ap.add_argument("select", nargs="*", help="only cells whose id contains one of these")
     ns = ap.parse_args()
     if ns.naive_run:
@@ -267,6 +297,8 @@ def main() -> int:
         if ns.setup_only:
             print("\n".join(figures))
             return 0
+        if ns.emulated:
+            figures += emulated_figures(ns.emulated)
         workers = workers_of(py)
         rig_native = None
         for cls in ns.isa or classes(py):

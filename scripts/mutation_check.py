@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kvrig.define import gpus
 from kvrig.define.cells import expand
 from kvrig.define.matrix import load
 from kvrig.define.paths import MUTATION, MUTATION_CONTAINER, results_folder
@@ -29,16 +30,21 @@ from kvrig.publish import results as results_mod
 PATCH = Path(__file__).resolve().parent.parent / "patches" / "no_early_check.diff"
 
 
-def expected_cells(matrix: Path | None) -> set[str]:
-    """The early_error cells of the host's CPU column (their ids as a native run has them)."""
-    cls, _ = isa.resolve(isa.NATIVE, hardware.cpu_flags(), hardware.cpu_info()["arch"])
-    return {c.id for c in expand(load(matrix), "cpu", isa=cls) if c.expect.outcome == "early_error"}
+def expected_cells(matrix: Path | None, emulate: str | None = None) -> set[str]:
+    """The early_error cells of the host's CPU column (their ids as a native run has them),
+    or of the emulated CUDA device's column."""
+    if emulate:
+        cells = expand(load(matrix), "cuda", gpu_arch=emulate, device_emulated=True)
+    else:
+        cls, _ = isa.resolve(isa.NATIVE, hardware.cpu_flags(), hardware.cpu_info()["arch"])
+        cells = expand(load(matrix), "cpu", isa=cls)
+    return {c.id for c in cells if c.expect.outcome == "early_error"}
 
 
 def came_late_or_not_at_all(record: dict) -> bool:
-    """The record, not the reason's wording: the engine ran, or its error came after the
-    KV cache was sized."""
-    if record.get("outcome") == "ran":
+    """The record, not the reason's wording: the engine ran (or, emulated, completed its
+    configuration), or its error came after the KV cache was sized."""
+    if record.get("outcome") in ("ran", "configured"):
         return True
     return record.get("outcome") == "error" and record.get("kv_cache_sized_before_error") is True
 
@@ -89,7 +95,10 @@ def column_command(ns: argparse.Namespace, results: Path) -> list[str]:
     if ns.container:
         return [sys.executable, "-m", "kvrig.containers", "cpu", *matrix,
                 "--vllm-patch", ns.patch, "--results", str(results), "--", *select]  # fmt: skip
-    return [sys.executable, "-m", "kvrig", *matrix, "column", "--platform", "cpu",
+    device = (
+        ["--platform", "cuda", "--emulate", ns.emulate] if ns.emulate else ["--platform", "cpu"]
+    )
+    return [sys.executable, "-m", "kvrig", *matrix, "column", *device,
             "--results", str(results), "--rerun", "--vllm-patch", ns.patch, *select]  # fmt: skip
 
 
@@ -99,11 +108,16 @@ def main() -> int:
     ap.add_argument("--matrix", default=None)
     ap.add_argument("--patch", default=str(PATCH), help="the mutation, as a diff of vllm/")
     ap.add_argument("--container", action="store_true", help="in the CPU image, built with it")
+    ap.add_argument(
+        "--emulate", metavar="ARCH", help="on the emulated CUDA column of this architecture"
+    )
     ap.add_argument("pytest_args", nargs="*")
     ns = ap.parse_args()
     folder = MUTATION_CONTAINER if ns.container else MUTATION
+    if ns.emulate:
+        folder = f"{gpus.emulated_column('cuda', ns.emulate)}-mutation"
     results = Path(ns.results or results_folder(folder)).resolve()
-    expected = expected_cells(Path(ns.matrix) if ns.matrix else None)
+    expected = expected_cells(Path(ns.matrix) if ns.matrix else None, ns.emulate)
     cache, before = None, {}
     if not ns.container:  # an image build uses the image's own installer cache
         try:
@@ -128,6 +142,8 @@ def main() -> int:
         return 1
     rows = results_mod.read(results)
     where = "in the CPU image" if ns.container else "on this host"
+    if ns.emulate:
+        where = f"on the emulated CUDA {ns.emulate} column"
     print(f"\nWith _check_aligned_block_size disabled by {ns.patch}, {where}:")
     for r in rows:
         print(f"  {r['status'].upper():<4} {r['cell_id']}: {r['reason']}")

@@ -15,7 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from kvrig.define.cells import columns, expand
+from kvrig.define import gpus
+from kvrig.define.cells import columns, expand, hardware_columns
 from kvrig.define.matrix import PLATFORMS, MatrixError, VllmSource, default_matrix, load
 from kvrig.define.paths import RESULTS_ROOT, column_folders, column_name, results_folder
 from kvrig.host import hardware, isa
@@ -78,6 +79,25 @@ def resolve_column(platform: str, requested: str) -> tuple[str, str]:
     return column_name("cpu", cls if emulated else None), requested
 
 
+EMULATED_PARALLEL = 2
+
+
+def emulated_column(platform: str, arch: str, requested_isa: str) -> str:
+    """The column of an emulated device, refusing what cannot be emulated before anything
+    runs: a CPU platform, an unknown architecture, a CPU class beside it."""
+    if platform == "cpu":
+        raise UsageError(
+            "--emulate fakes a GPU, and the cpu column runs on this host's own CPU (--isa"
+            " emulates a lesser CPU class). Give --platform cuda or --platform xpu."
+        )
+    if requested_isa != isa.NATIVE:
+        raise UsageError(f"--isa names a CPU class, and an emulated {platform} device has none.")
+    try:
+        return gpus.emulated_column(platform, arch)
+    except gpus.GpuError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
@@ -87,7 +107,11 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
     matrix_path = Path(ns.matrix) if ns.matrix else default_matrix()
     matrix = load(matrix_path)  # refuse a bad matrix before pytest starts
     requested, extra = isa.take_arg(ns.isa, extra)
-    column, cls = resolve_column(platform, requested)
+    if ns.emulate:
+        column, cls = emulated_column(platform, ns.emulate, requested), isa.NATIVE
+        extra = [f"--kvrig-emulate={ns.emulate}", *extra]
+    else:
+        column, cls = resolve_column(platform, requested)
     spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
     manifest = use_overlay(ns, platform, spec.vllm, matrix_path) if spec else None
     asked = manifest is not None and bool(ns.vllm_source or ns.vllm_patch)
@@ -104,7 +128,9 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
         extra = ["--kvrig-cold", *extra]
     if ns.rerun:
         extra = ["--kvrig-rerun", *extra]
-    workers = spec.parallel if spec and importlib.util.find_spec("xdist") else 1
+    # An emulated device runs no engine on a device: two cells side by side, one per core.
+    parallel = EMULATED_PARALLEL if ns.emulate else (spec.parallel if spec else 1)
+    workers = parallel if importlib.util.find_spec("xdist") else 1
     if ns.shard:
         extra = [*extra, f"--kvrig-shard={pipeline.parse_shard(ns.shard)}"]
     args = column_args(
@@ -115,6 +141,37 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
         release = results_folder(column).resolve()
         print(f"kvrig: compare with the release: kvrig compare {release} {results}")
     return code
+
+
+def cmd_emulated(ns: argparse.Namespace, extra: list[str]) -> int:
+    """Every emulated device's column in turn (each its own `kvrig column` process, so one
+    that breaks costs only itself), then one line per column; red if any column is."""
+    import subprocess
+
+    wanted = [
+        (p, a) for p, a in gpus.EMULATED if not ns.only or f"{p}:{a}" in ns.only or p in ns.only
+    ]
+    known = [f"{p}:{a}" for p, a in gpus.EMULATED]
+    unknown = [o for o in ns.only or [] if o not in known and o not in gpus.GPUS]
+    if unknown:
+        raise UsageError(
+            f"--only {', '.join(unknown)}: not an emulated device; give one of"
+            f" {', '.join(known)} (or a platform: cuda, xpu)."
+        )
+    matrix = ["--matrix", ns.matrix] if ns.matrix else []
+    outcome = []
+    for platform, arch in wanted:
+        column = gpus.emulated_column(platform, arch)
+        print(f"kvrig: the {column} column", file=sys.stderr, flush=True)
+        command = [sys.executable, "-m", "kvrig", *matrix, "column", "--platform", platform]
+        command += ["--emulate", arch, *(["--rerun"] if ns.rerun else []), *extra]
+        code = subprocess.run(command, check=False).returncode
+        outcome.append((column, code))
+    print("\nkvrig: emulated GPU columns (vLLM's own platform code on this host; not hardware)")
+    for column, code in outcome:
+        word = {0: "passed", 2: "refused"}.get(code, "FAILED")
+        print(f"  {word:<7} {column}  (results/{column})")
+    return 1 if any(code for _, code in outcome) else 0
 
 
 def use_overlay(
@@ -171,7 +228,13 @@ def cmd_cells(ns: argparse.Namespace) -> int:
         except isa.IsaError as exc:
             raise UsageError(str(exc)) from None
         cls, emulated = ns.isa, True
-    for cell in expand(m, ns.platform, isa=cls, emulated=emulated):
+    arch = None
+    if ns.emulate:
+        emulated_column(ns.platform or "cpu", ns.emulate, ns.isa)
+        arch = ns.emulate
+    for cell in expand(
+        m, ns.platform, isa=cls, emulated=emulated, gpu_arch=arch, device_emulated=bool(arch)
+    ):
         gate = " [gate]" if cell.case.gate else ""
         print(f"{cell.id:<45} {cell.expect.outcome:<12}{gate}")
     return 0
@@ -282,7 +345,7 @@ def _gate_results(ns: argparse.Namespace) -> tuple[results_mod.Merged, gate_mod.
             )
     found = [*results_mod.files(folders), *side_files]
     sources = [(f, results_mod.read_file(f)) for f in dict.fromkeys(found)]
-    chosen = gate_mod.select(sources, columns(), side=set(side_files))
+    chosen = gate_mod.select(sources, hardware_columns(), side=set(side_files))
     merged = results_mod.merge(chosen.sources)
     if not merged.rows and not ns.platform:
         shown = ", ".join(str(f) for f in [*folders, *side]) or "results/<platform>"
@@ -414,6 +477,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--isa", default=isa.NATIVE, help=isa.ARG_HELP)
     c.add_argument("--results", help="default: results/<column>")
     c.add_argument(
+        "--emulate",
+        metavar="ARCH",
+        help="decide the cuda or xpu cells with vLLM's own platform code for this GPU"
+        " architecture, on this host (cuda: 8.0, 8.9, 9.0, 10.0, 12.0; xpu: bmg):"
+        " configuration only, into results/<platform>-<arch>-emulated",
+    )
+    c.add_argument(
         "--cold",
         action="store_true",
         help="a fresh interpreter per cell instead of forking a warm vLLM parent (slower)",
@@ -434,9 +504,22 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="run the platform's vLLM with this diff applied to a copy of its Python",
     )
+    em = sub.add_parser(
+        "emulated",
+        help="every emulated GPU column in turn: each CUDA architecture, and XPU (extra"
+        " args go to each column's pytest)",
+    )
+    em.add_argument(
+        "--only",
+        action="append",
+        metavar="DEVICE",
+        help="only this device (cuda:9.0, xpu:bmg) or platform (cuda); repeatable",
+    )
+    em.add_argument("--rerun", action="store_true", help="run every cell again (default: resume)")
     cl = sub.add_parser("cells", help="list the cells of the matrix")
     cl.add_argument("--platform", choices=PLATFORMS)
     cl.add_argument("--isa", default=isa.NATIVE, help="list the cells of this emulated class")
+    cl.add_argument("--emulate", metavar="ARCH", help="list the cells of this emulated GPU")
     i = sub.add_parser("isa", help="print this host's CPU class and what it can emulate")
     i.add_argument("--markdown", action="store_true", help="for a CI job summary")
     i.add_argument("--lesser", action="store_true", help="only the classes below the host's")
@@ -467,7 +550,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--platform",
         action="append",
-        choices=columns(),
+        choices=hardware_columns(),
         help="a column whose required cells must pass, repeatable (default: all found)",
     )
     g.add_argument(
@@ -509,7 +592,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     ns, extra = parser().parse_known_args(args)
-    if extra and ns.command != "column":
+    if extra and ns.command not in ("column", "emulated"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
     if extra[:1] == ["--"]:
         extra = extra[1:]
@@ -524,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
             "isa": cmd_isa,
             "predict": cmd_predict,
         }.get(ns.command)
+        if ns.command == "emulated":
+            return cmd_emulated(ns, extra)
         return handler(ns) if handler else cmd_column(ns, extra)
     except (MatrixError, UsageError, pipeline.ShardError) as exc:
         print(f"kvrig: {exc}", file=sys.stderr)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvrig.define import models
+from kvrig.define import gpus, models
 from kvrig.define.cells import expand
 from kvrig.define.matrix import EarlyError, LateError, Runs, Unsupported, load
 from kvrig.host import isa
@@ -154,17 +154,20 @@ def _cells():
     out = []
     for platform in matrix.platforms:
         classes = isa.CLASSES if platform == "cpu" else (None,)
+        # CUDA: every architecture, each with its own expectations (expect_by_arch).
+        archs = tuple(gpus.CUDA_GPUS) if platform == "cuda" else (None,)
         for cls in classes:
-            out += [
-                c
-                for c in expand(matrix, platform, isa=cls)
-                if c.expect.outcome != "skip" and (c.platform, c.model.family) not in refused
-            ]
+            for arch in archs:
+                out += [
+                    c
+                    for c in expand(matrix, platform, isa=cls, gpu_arch=arch)
+                    if c.expect.outcome != "skip" and (c.platform, c.model.family) not in refused
+                ]
     return out
 
 
 def _id(cell) -> str:
-    return f"{cell.id}@{cell.isa}" if cell.isa else cell.id
+    return f"{cell.id}@{cell.isa or cell.gpu_arch}" if cell.isa or cell.gpu_arch else cell.id
 
 
 def test_every_running_or_rejecting_cpu_cell_has_measured_sizes() -> None:
@@ -172,19 +175,13 @@ def test_every_running_or_rejecting_cpu_cell_has_measured_sizes() -> None:
     assert cpu == set(MEASURED), "add the new CPU cell's sizes per class to MEASURED"
 
 
-# CUDA compute capabilities that pick each GDN prefill kernel: Ampere (Triton), Hopper
-# (FlashInfer), Blackwell (FlashInfer only for head_k_dim 128; the miniatures have 64).
-GPU_ARCHS = ("8.0", "9.0", "10.0")
-
-
 @pytest.mark.parametrize("cell", _cells(), ids=_id)
 def test_matrix_expectations_agree_with_the_computation(cell) -> None:
     """Each hand-written expectation is derived a second time; on CPU, for every class,
     and the size equals the one vLLM was measured to choose on that class; on CUDA, for
-    every GPU architecture that picks another GDN prefill kernel."""
-    for arch in GPU_ARCHS if cell.platform == "cuda" else (None,):
-        calc = ex.expected(cell, models.render(cell.model), cpu=ex.cpu_of(cell), gpu_arch=arch)
-        _agrees(cell, calc)
+    GPU architecture (its cell follows that architecture's expectation)."""
+    calc = ex.expected(cell, models.render(cell.model), cpu=ex.cpu_of(cell), gpu_arch=cell.gpu_arch)
+    _agrees(cell, calc)
 
 
 def _agrees(cell, calc: ex.Expected) -> None:

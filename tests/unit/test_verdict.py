@@ -1,17 +1,38 @@
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+import pytest
 
 from kvrig.judge.verdict import early_error_backends, judge
 from kvrig.run.record import ErrorInfo, KVGroup, Record
 
-from .conftest import cell_with
+from .conftest import BASE, cell_with
 
 HOOKS = [
     "CpuPlatform.update_block_size_for_backend",
     "vllm.v1.worker.utils.prepare_kernel_block_sizes",
 ]
 EARLY = "Aligned KV cache block size 384 is not supported by attention backend(s): {}."
+
+
+def alignment(size: int, mamba: int, start: int = 128, per_token: int = 256) -> dict[str, Any]:
+    """What vLLM's hybrid alignment sets and logs when it takes `start` to `size` against
+    a mamba page of `mamba` bytes (interface.py, _align_hybrid_block_size)."""
+    page = size * per_token
+    log = []
+    if size > start:
+        log.append(
+            f"Setting attention block size to {size} tokens to ensure that attention page"
+            " size is >= mamba page size."
+        )
+    if page != mamba:
+        log.append(
+            f"Padding mamba page size by {100 * (page - mamba) / mamba:.2f}% to ensure that"
+            " mamba page size and attention page size are exactly equal."
+        )
+    return {"mamba_page_size_padded": page if page != mamba else None, "alignment_log": log}
 
 
 def ran(**kw: Any) -> Record:
@@ -41,6 +62,7 @@ def ran(**kw: Any) -> Record:
         layer_backends={"model.layers.1.self_attn.attn": "CPU_ATTN"},
         probe_hooks=HOOKS,
         kv_cache_sized_seen=True,
+        **alignment(384, 67840),
     )
     base.update(kw)
     return Record(**base)
@@ -199,7 +221,7 @@ def test_a_late_error_must_be_the_workers_check_at_exactly_that_size() -> None:
     )
 
 
-def test_unsupported_may_pin_the_raising_function() -> None:
+def test_unsupported_pins_the_raising_function() -> None:
     exp = {
         "outcome": "unsupported",
         "error": "NotImplementedError",
@@ -212,11 +234,18 @@ def test_unsupported_may_pin_the_raising_function() -> None:
     assert "raised by load_model, not get_attn_backend_cls" in v.reason
 
 
+def test_an_unsupported_expectation_without_its_raising_function_is_refused() -> None:
+    # Otherwise an error from any function, even one after KV-cache sizing, would pass.
+    with pytest.raises(ValueError, match="function"):
+        cell_with({"outcome": "unsupported", "error": "ValueError", "match": "share no"})
+
+
 def test_unsupported() -> None:
     exp = {
         "outcome": "unsupported",
         "error": "NotImplementedError",
         "match": "Sparse Attention is not supported on CPU",
+        "function": "get_attn_backend_cls",
     }
     rec = failed(
         "Sparse Attention is not supported on CPU.",
@@ -225,10 +254,18 @@ def test_unsupported() -> None:
         type_="NotImplementedError",
     )
     assert judge(cell_with(exp), rec).passed
-    other = failed("Sparse Attention is not supported on CPU.", "f", False, type_="ValueError")
+    other = failed(
+        "Sparse Attention is not supported on CPU.",
+        "get_attn_backend_cls",
+        False,
+        type_="ValueError",
+    )
     assert "error type ValueError" in judge(cell_with(exp), other).reason
     changed = failed(
-        "Sparse Attention now works differently", "f", False, type_="NotImplementedError"
+        "Sparse Attention now works differently",
+        "get_attn_backend_cls",
+        False,
+        type_="NotImplementedError",
     )
     assert "does not match" in judge(cell_with(exp), changed).reason
 
@@ -270,7 +307,11 @@ def hybrid_groups(size: int, mamba: int, per_token: int = 256) -> list[KVGroup]:
 
 
 # The tiny granite below AVX512-BF16: a bf16 state of 35072 B, aligned to 256.
-BF16_STATE_AT_256 = {"worker_block_size": 256, "kv_cache_groups": hybrid_groups(256, 35072)}
+BF16_STATE_AT_256 = {
+    "worker_block_size": 256,
+    "kv_cache_groups": hybrid_groups(256, 35072),
+    **alignment(256, 35072),
+}
 
 
 def test_a_size_other_than_the_computed_one_fails_with_both_sizes() -> None:
@@ -425,9 +466,11 @@ def _matrix_cell(cell_id: str):
     return next(c for c in expand(matrix, cell_id.split("-")[0]) if c.id == cell_id)
 
 
-def _gpu_ran(cell, size: int, **host: Any) -> Record:
+def _gpu_ran(cell, size: int, mamba: int = 35072, start: int = 16, **host: Any) -> Record:
+    """A GPU engine at `size`, its pages and alignment as vLLM lays them out for the state."""
     groups = [g.model_copy(update={"real_page_size_bytes": None}) for g in hybrid_groups(size, 0)]
     return ran(
+        **alignment(size, mamba, start=start),
         cell_id=cell.id,
         platform=cell.platform,
         worker_block_size=size,
@@ -440,20 +483,34 @@ def _gpu_ran(cell, size: int, **host: Any) -> Record:
     )
 
 
+def _gpu_cell(platform: str, **case: Any):
+    """A granite cell on a GPU platform with the matrix's own platform spec."""
+    from pathlib import Path
+
+    from kvrig.define.cells import expand
+    from kvrig.define.matrix import Matrix, load
+
+    shipped = load(Path(__file__).resolve().parents[2] / "matrix.yaml")
+    data = copy.deepcopy(BASE)
+    data["platforms"][platform] = shipped.platforms[platform].model_dump(exclude_none=True)
+    data["cases"] = [{"id": "c", "model": "granite_hybrid", "expect": {platform: RUNS}, **case}]
+    return expand(Matrix.model_validate(data), platform)[0]
+
+
 def test_a_cuda_cell_at_another_size_fails_as_on_cpu() -> None:
     # The CUDA rules reproduce published CUDA engine logs (tests/unit/test_published_logs.py),
     # so a CUDA engine choosing another size than 16 x cdiv(35072, 16 x 256) = 144 (the bf16
-    # state "auto" gives) fails, even one the case's invariants allow (272, an fp32 state).
-    cell = _matrix_cell("cuda-granite_hybrid-default")
+    # state "auto" gives) fails, even where the case's invariants name no size.
+    cell = _gpu_cell("cuda")
     assert judge(cell, _gpu_ran(cell, 144)).status == "pass"
-    wrong = judge(cell, _gpu_ran(cell, 272))
+    wrong = judge(cell, _gpu_ran(cell, 272, mamba=67840))
     assert wrong.status == "fail"
     assert "vLLM chose 272, expected 144" in wrong.reason
 
 
 def test_an_xpu_size_mismatch_stays_a_note_saying_why() -> None:
-    cell = _matrix_cell("xpu-granite_hybrid-default")
-    v = judge(cell, _gpu_ran(cell, 320))
+    cell = _gpu_cell("xpu")
+    v = judge(cell, _gpu_ran(cell, 320, mamba=67840, start=64))
     assert v.status == "pass"
     assert "expected 192" in v.reason
     assert "no published log or run confirms the xpu rules" in v.reason

@@ -13,6 +13,7 @@ process, shows progress, and prints the column's summary and report at the end.
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,17 @@ import pytest
 
 from kvrig.column import progress, resume
 from kvrig.column.items import COLUMN_KEY, CellItem, MatrixFile
+from kvrig.define import gpus
 from kvrig.define.cells import Cell, expand
 from kvrig.define.matrix import PLATFORMS, Matrix, MatrixError, load
 from kvrig.define.paths import column_name, results_folder
 from kvrig.host import hardware, isa
+from kvrig.provision import libcuda_stub
 from kvrig.publish import pipeline, report
 from kvrig.publish import results as results_mod
-from kvrig.run.cell import cell_env
+from kvrig.run.cell import STUB_ENV, STUB_SYMBOLS_ENV, cell_env
+from kvrig.run.emulation import wheel
+from kvrig.run.emulation.wheel import EmulationError
 from kvrig.run.forkserver import Pool, die_with_parent, preload_for
 from kvrig.run.runner import ResultsFolderError, check_results_folder
 
@@ -57,12 +62,16 @@ class ColumnRun:
     cells: list[Cell]
     results: Path
     cold: bool
+    # The GPU architecture an emulated device's column fakes (None: real hardware).
+    device: str | None = None
     resumed: bool = False
     state: dict[str, Any] = field(default_factory=dict)
     _pool: Pool | None = None
 
     @property
     def column(self) -> str:
+        if self.device:
+            return gpus.emulated_column(self.platform, self.device)
         return column_name(self.platform, self.isa if self.emulated else None)
 
     def pool(self) -> Pool:
@@ -70,7 +79,7 @@ class ColumnRun:
             self._pool = Pool(
                 warm=not self.cold,
                 log_dir=self.results / "logs",
-                preload=preload_for(self.platform),
+                preload=preload_for(self.platform, emulated=self.device is not None),
             )
         return self._pool
 
@@ -84,6 +93,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvrig", "kvrig: a column of matrix.yaml on real vLLM engines")
     group.addoption("--kvrig-platform", choices=PLATFORMS, help="default: this host's platform")
     group.addoption("--kvrig-isa", default=isa.NATIVE, help=isa.ARG_HELP)
+    group.addoption(
+        "--kvrig-emulate",
+        default=None,
+        metavar="ARCH",
+        help="emulate this GPU architecture (cuda: 8.0, 8.9, 9.0, 10.0, 12.0; xpu: bmg) with"
+        " vLLM's own platform code on this host: configuration only, results go to"
+        " results/<platform>-<arch>-emulated",
+    )
     group.addoption("--kvrig-results", default=None, help="default: results/<column>")
     group.addoption(
         "--kvrig-cold",
@@ -127,7 +144,13 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     try:
         run = _column_run(config, matrices[0])
-    except (MatrixError, isa.IsaError) as exc:
+    except (
+        MatrixError,
+        isa.IsaError,
+        gpus.GpuError,
+        EmulationError,
+        libcuda_stub.StubError,
+    ) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[COLUMN_KEY] = run
     if config.option.collectonly:
@@ -158,7 +181,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "cells": sorted(config.getoption("--kvrig-cell")),
             "cold": run.cold,
         },
-        {"column": run.column, "isa": run.isa},
+        {"column": run.column, "isa": run.isa, "device": run.device},
         resume.environment_parts(),
     )
     began = resume.start(run.results, parts, config.getoption("--kvrig-rerun"))
@@ -182,6 +205,9 @@ def _prestart(run: ColumnRun) -> None:
 
 def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
     matrix = load(matrix_path)
+    emulate = config.getoption("--kvrig-emulate")
+    if emulate:
+        return _emulated_run(config, matrix, matrix_path, emulate)
     host = hardware.detect_platform()
     platform = config.getoption("--kvrig-platform") or host
     if platform != "cpu" and platform != host:
@@ -204,7 +230,9 @@ def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
         raise isa.IsaError(
             f"--kvrig-isa {requested} names a CPU class, and the {platform} column has none."
         )
-    cells = expand(matrix, platform, isa=cls, emulated=emulated)
+    # A real GPU's own architecture picks its per-architecture expectations.
+    arch = hardware.gpu_info().get("gpu_compute_capability") if platform == "cuda" else None
+    cells = expand(matrix, platform, isa=cls, emulated=emulated, gpu_arch=arch)
     if not cells:
         raise MatrixError(
             f"{matrix_path} has no cell for the {platform} platform: no case has an"
@@ -225,6 +253,44 @@ def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
     )
 
 
+def _emulated_run(
+    config: pytest.Config, matrix: Matrix, matrix_path: Path, emulate: str
+) -> ColumnRun:
+    """An emulated device's column: its architecture known, the installed vLLM the
+    matrix's CUDA wheel, the stand-in driver built, before any cell starts."""
+    platform = config.getoption("--kvrig-platform")
+    if platform not in gpus.GPUS:
+        raise EmulationError(
+            f"--kvrig-emulate {emulate} emulates a GPU; name its platform too"
+            " (--kvrig-platform cuda or xpu; kvrig column --platform cuda --emulate 9.0)."
+        )
+    device = gpus.gpu(platform, emulate)
+    if not config.option.collectonly:
+        wheel.check_installed(matrix, platform)
+        folder, symbols = libcuda_stub.ensure()
+        # Inherited by xdist workers and every cell's environment (kvrig.run.cell).
+        os.environ[STUB_ENV] = str(folder)
+        os.environ[STUB_SYMBOLS_ENV] = str(symbols)
+    cells = expand(matrix, platform, gpu_arch=device.arch, device_emulated=True)
+    if not cells:
+        raise MatrixError(
+            f"{matrix_path} has no cell for the {platform} platform to emulate: no case has"
+            f" an expectation under `expect: {platform}:`."
+        )
+    given = config.getoption("--kvrig-results")
+    results = given or config.invocation_params.dir / results_folder(cells[0].column)
+    return ColumnRun(
+        matrix=matrix,
+        platform=platform,
+        isa=None,
+        emulated=False,
+        cells=cells,
+        results=Path(results).resolve(),
+        cold=bool(config.getoption("--kvrig-cold")),
+        device=device.arch,
+    )
+
+
 _MESSAGE_KEY = pytest.StashKey[str]()
 
 
@@ -242,6 +308,12 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     where = "emulated" if run.emulated else "this host's own"
     lines = [f"kvrig: the {run.column} column, {len(run.cells)} cells, into {run.results}"]
+    if run.device:
+        lines.append(
+            f"kvrig: an EMULATED {run.platform} device ({run.device}): vLLM's own platform"
+            " code decides each cell's configuration on this host; no kernel runs, nothing"
+            " generates, and no result here counts as hardware"
+        )
     if run.isa:
         lines.append(f"kvrig: CPU class {run.isa} ({where})")
     message = config.stash.get(_MESSAGE_KEY, "")

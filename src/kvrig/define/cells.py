@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvrig.define import models
+from kvrig.define import gpus, models
 from kvrig.define.matrix import (
     PLATFORMS,
     Case,
@@ -23,6 +23,7 @@ from kvrig.define.matrix import (
     ModelSpec,
     Platform,
     PlatformSpec,
+    arch_keys,
 )
 from kvrig.define.paths import column_name
 from kvrig.host import isa
@@ -52,6 +53,11 @@ class Cell(BaseModel):
     # whether the rig set it (kvrig column --isa) rather than read it off the host.
     isa: str | None = None
     emulated: bool = False
+    # The GPU architecture whose expectation the cell follows (kvrig.define.gpus: a CUDA
+    # compute capability, or an XPU family), and whether the device is emulated: vLLM's
+    # own platform code on a CPU host, configuration only (kvrig.run.emulation).
+    gpu_arch: str | None = None
+    device_emulated: bool = False
     # Where the case is written ("matrix.yaml:123"), for test reports and failures.
     source: str | None = None
     # The model's config.json as the engine loads it (its file plus the overrides),
@@ -60,7 +66,10 @@ class Cell(BaseModel):
 
     @property
     def column(self) -> str:
-        """The results column: the platform, or `cpu-<class>` for a class the rig set."""
+        """The results column: the platform, `cpu-<class>` for a class the rig set, or
+        `<platform>-<arch>-emulated` for an emulated device."""
+        if self.device_emulated and self.gpu_arch:
+            return gpus.emulated_column(self.platform, self.gpu_arch)
         return column_name(self.platform, self.isa if self.emulated else None)
 
     @property
@@ -75,6 +84,8 @@ class Cell(BaseModel):
             "column": self.column,
             "isa": self.isa,
             "emulated": self.emulated,
+            "gpu_arch": self.gpu_arch,
+            "device_emulated": self.device_emulated,
             "model": self.model_name,
             "case": self.case.id,
             "family": self.model.family,
@@ -124,11 +135,16 @@ def expand(
     *,
     isa: str | None = None,
     emulated: bool = False,
+    gpu_arch: str | None = None,
+    device_emulated: bool = False,
 ) -> list[Cell]:
     """Every (case, platform) pair with an expectation, in file order.
 
     On CPU `isa` names the class the cells follow (the host's, or the one the rig
     emulates); a case's `expect_by_isa` entry for that class replaces its CPU expectation.
+    On a GPU platform `gpu_arch` names the architecture (the runner's own, or the one an
+    emulated column fakes); on CUDA a case's `expect_by_arch` entry for it replaces its
+    CUDA expectation. `device_emulated` marks the cells of an emulated device's column.
     """
     if platform is not None and platform not in PLATFORMS:
         raise MatrixError(
@@ -149,6 +165,9 @@ def expand(
                 configs[case.model] = models.render(matrix.models[case.model], base)
             if on_cpu and isa is not None:
                 expect = case.expect_by_isa.get(isa, expect)  # type: ignore[call-overload]
+            arch = gpus.normalize(plat, gpu_arch) if gpu_arch and not on_cpu else None
+            if plat == "cuda" and arch is not None:
+                expect = by_arch(case, arch) or expect
             cells.append(
                 Cell(
                     platform=plat,
@@ -159,6 +178,8 @@ def expand(
                     expect=expect,
                     isa=isa if on_cpu else None,
                     emulated=emulated and on_cpu,
+                    gpu_arch=arch,
+                    device_emulated=device_emulated and not on_cpu,
                     source=source,
                     config=configs[case.model],
                 )
@@ -166,6 +187,20 @@ def expand(
     return cells
 
 
-def columns() -> list[str]:
-    """Every column a results folder can hold: the platforms, and `cpu-<class>`."""
+def by_arch(case: Case, arch: str) -> Expectation | None:
+    """The case's expectation on one CUDA architecture, when it names one."""
+    for key, entry in case.expect_by_arch.items():
+        if arch in arch_keys(key):
+            return entry.expect
+    return None
+
+
+def hardware_columns() -> list[str]:
+    """The columns whose results are hardware's: what the release gate reads."""
     return [*PLATFORMS, *(f"cpu-{cls}" for cls in isa.CLASSES)]
+
+
+def columns() -> list[str]:
+    """Every column a results folder can hold: the platforms, `cpu-<class>`, and the
+    emulated devices' columns."""
+    return [*hardware_columns(), *gpus.emulated_columns()]

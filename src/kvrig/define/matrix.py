@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from kvrig.define import patterns, releases
+from kvrig.define import gpus, patterns, releases
 from kvrig.host import isa
 
 PLATFORMS = ("cpu", "cuda", "xpu")
@@ -479,10 +479,14 @@ class LateError(_Matching):
 
 
 class Unsupported(_Matching):
+    """A refusal vLLM gives for a configuration or platform it cannot run. The raising
+    function is required: without it an error from anywhere, even one after KV-cache
+    sizing, would pass as the refusal the case is about."""
+
     outcome: Literal["unsupported"]
     error: str
-    # The function that raises it, when the case pins it (e.g. get_attn_backend_cls).
-    function: str | None = None
+    # The function that raises it (e.g. get_attn_backend_cls, _preferred_block_size_for_backends).
+    function: str = Field(min_length=1)
 
 
 class Skip(_Strict):
@@ -516,6 +520,19 @@ class KnownDefect(_Strict):
         return shows
 
 
+class ArchExpectation(_Strict):
+    """What a CUDA cell does on some GPU architectures instead of its `expect.cuda`, and
+    why vLLM's code decides so there (a backend's declared capabilities, a kernel's)."""
+
+    why: str = Field(min_length=1)
+    expect: Expectation
+
+
+def arch_keys(key: str) -> list[str]:
+    """The architectures an `expect_by_arch` key names: "9.0", or several as "8.0, 8.9"."""
+    return [gpus.normalize("cuda", part) for part in key.split(",") if part.strip()]
+
+
 class Case(_Strict):
     id: str = Field(pattern=_NAME)
     model: str
@@ -529,6 +546,9 @@ class Case(_Strict):
     # CPU only: where the host's (or the emulated) class changes the outcome, the
     # expectation on that class (kvrig.host.isa); other classes keep `expect.cpu`.
     expect_by_isa: dict[str, Expectation] = Field(default_factory=dict)
+    # CUDA only: where the GPU architecture changes the outcome, the expectation on those
+    # architectures (kvrig.define.gpus), each with its reason; others keep `expect.cuda`.
+    expect_by_arch: dict[str, ArchExpectation] = Field(default_factory=dict)
     gate: bool = False
     prompt_tokens: int = Field(default=8, ge=5)
     max_tokens: int = Field(default=4, ge=1)
@@ -626,6 +646,26 @@ class Matrix(_Strict):
                         f"cases.{i}.expect_by_isa: case {case.id!r} has no cpu expectation"
                         " for its CPU classes to refine"
                     )
+            seen_arch: dict[str, str] = {}
+            for key in case.expect_by_arch:
+                for arch in arch_keys(key):
+                    if arch not in gpus.CUDA_GPUS:
+                        raise ValueError(
+                            f"cases.{i}.expect_by_arch.{key}: {arch!r} is not a CUDA"
+                            " architecture kvrig knows"
+                            f" ({', '.join(gpus.CUDA_GPUS)})"
+                        )
+                    if arch in seen_arch:
+                        raise ValueError(
+                            f"cases.{i}.expect_by_arch.{key}: architecture {arch} is"
+                            f" already given under {seen_arch[arch]!r}"
+                        )
+                    seen_arch[arch] = key
+                if "cuda" not in case.expect:
+                    raise ValueError(
+                        f"cases.{i}.expect_by_arch: case {case.id!r} has no cuda"
+                        " expectation for its architectures to refine"
+                    )
             for platform in case.expect:
                 if platform not in self.platforms:
                     raise ValueError(
@@ -704,6 +744,10 @@ def _expectations(i: int, case: Case) -> list[tuple[str, str, Expectation]]:
         (f"cases.{i}.expect.{p}", p, e) for p, e in case.expect.items()
     ]
     out += [(f"cases.{i}.expect_by_isa.{c}", "cpu", e) for c, e in case.expect_by_isa.items()]
+    out += [
+        (f"cases.{i}.expect_by_arch.{k}.expect", "cuda", a.expect)
+        for k, a in case.expect_by_arch.items()
+    ]
     if case.known_defect is not None:
         shows = case.known_defect.shows.items()
         out += [(f"cases.{i}.known_defect.shows.{p}", p, e) for p, e in shows]

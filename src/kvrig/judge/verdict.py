@@ -14,6 +14,7 @@ from kvrig.define import patterns
 from kvrig.define.cells import Cell
 from kvrig.define.matrix import EarlyError, Expectation, LateError, Runs, Skip, Unsupported
 from kvrig.host import isa
+from kvrig.rules import backend_facts
 from kvrig.rules import blocksize as expected_mod
 from kvrig.run.record import Record
 
@@ -68,6 +69,11 @@ def happened(rec: Record) -> str:
             "after KV-cache sizing" if rec.kv_cache_sized_before_error else "before KV-cache sizing"
         )
         return f"{rec.error.one_line()} ({when}, in the {rec.error.process})"
+    if rec.outcome == "configured":
+        return (
+            f"configuration completed at block size {rec.worker_block_size} (engine core"
+            f" {rec.engine_block_size}; emulated device, nothing generated)"
+        )
     return (
         f"engine ran, generated {rec.tokens_generated} token(s) at block size "
         f"{rec.worker_block_size} (engine core {rec.engine_block_size})"
@@ -112,8 +118,11 @@ def computed(cell: Cell, rec: Record) -> Computed:
         cpu = isa.facts(cls)
     if not cell.config:
         return Computed(None, "the cell carries no model config")
-    # The GPU decides CUDA's GDN prefill kernel, and with it a checkpoint term.
-    gpu_arch = (rec.host or {}).get("gpu_compute_capability") if cell.platform == "cuda" else None
+    # The GPU decides CUDA's backends and GDN prefill kernel: the cell's architecture (an
+    # emulated one, or the runner's read at the column's start), else the record's host.
+    gpu_arch = cell.gpu_arch
+    if gpu_arch is None and cell.platform == "cuda":
+        gpu_arch = (rec.host or {}).get("gpu_compute_capability")
     try:
         return Computed(expected_mod.expected(cell, cell.config, cpu=cpu, gpu_arch=gpu_arch))
     except KeyError as exc:
@@ -123,36 +132,37 @@ def computed(cell: Cell, rec: Record) -> Computed:
 
 
 def judge(cell: Cell, rec: Record) -> Verdict:
+    """Whether the record meets the cell's expectation. Every cell, a known-defect one too,
+    first gets the checks that make its record trustworthy (the probe in the process that
+    decided, the CPU class or emulated device vLLM saw); then the expectation's own checks
+    and kvrig.rules' computed outcome; a defect cell that misses its expectation is held
+    to the defect by the same checks."""
     expect = cell.expect
     if isinstance(expect, Skip):
         return Verdict(cell.id, Status.SKIP, expect.reason)
     calc = computed(cell, rec)
     size = calc.expected.block_size if calc.expected else None
-    problem = _probe_problem(expect, rec)
+    untrusted = _trust_problem(cell, expect, rec)
+    if untrusted is not None:
+        return Verdict(
+            cell.id, Status.FAIL, f"expected {_describe(expect)}; got {happened(rec)} [{untrusted}]"
+        )
+    problem, note = _against(cell, expect, rec, calc)
     if problem is None:
-        problem = _problem(expect, rec, cell.model.family)
-    if problem is None:
-        problem = _emulation_problem(cell, rec)
-    if problem is None:
-        problem, note = _size_problem(cell, expect, rec, calc)
-        if problem is None:
-            if cell.defect is not None:
-                return Verdict(
-                    cell.id,
-                    Status.FAIL,
-                    f"known vLLM defect no longer shows ({cell.case.known_defect.reason});"  # type: ignore[union-attr]
-                    f" the cell now does what it should: {happened(rec)}. Remove known_defect.",
-                    size,
-                )
-            return Verdict(cell.id, Status.PASS, f"as expected: {happened(rec)}{note}", size)
+        if cell.defect is not None:
+            return Verdict(
+                cell.id,
+                Status.FAIL,
+                f"known vLLM defect no longer shows ({cell.case.known_defect.reason});"  # type: ignore[union-attr]
+                f" the cell now does what it should: {happened(rec)}. Remove known_defect.",
+                size,
+            )
+        return Verdict(cell.id, Status.PASS, f"as expected: {happened(rec)}{note}", size)
     failure = f"expected {_describe(expect)}; got {happened(rec)}" + (
         f" [{problem}]" if problem else ""
     )
     if cell.defect is not None:
-        shown = _problem(cell.defect, rec, cell.model.family)
-        if shown is None:
-            # The defect's size is part of what must show: vLLM's arithmetic for it.
-            shown = _size_problem(cell, cell.defect, rec, calc)[0]
+        shown, _ = _against(cell, cell.defect, rec, calc)
         if shown is None:
             reason = cell.case.known_defect.reason  # type: ignore[union-attr]
             return Verdict(cell.id, Status.XFAIL, f"known vLLM defect: {reason}; {failure}", size)
@@ -161,19 +171,79 @@ def judge(cell: Cell, rec: Record) -> Verdict:
     return Verdict(cell.id, Status.FAIL, failure, size)
 
 
+def _trust_problem(cell: Cell, expect: Expectation, rec: Record) -> str | None:
+    """What makes the record's facts not the ones the cell is about, whatever it expects."""
+    return (
+        _probe_problem(expect, rec) or _emulation_problem(cell, rec) or _device_problem(cell, rec)
+    )
+
+
+def _against(
+    cell: Cell, expect: Expectation, rec: Record, calc: Computed
+) -> tuple[str | None, str]:
+    """(problem or None, note) of the record against one expectation: what it asks, the
+    size and pages vLLM chose against the computed ones, the computed outcome against
+    what it asks, and what the alignment set."""
+    problem = _problem(expect, rec, cell.model.family, cell.device_emulated)
+    if problem is not None:
+        return problem, ""
+    problem, note = _size_problem(cell, expect, rec, calc)
+    if problem is not None:
+        return problem, note
+    disagree = _rules_problem(expect, calc.expected)
+    if disagree is not None:
+        if _strict(cell):
+            return disagree, note
+        note += f" (note: {disagree})"
+    differ = backend_facts.disagreements(cell.platform, rec.backend_kernel_sizes)
+    if differ:
+        problem = f"kvrig's backend table disagrees with vLLM here: {'; '.join(differ)}"
+        if _strict(cell):
+            return problem, note
+        note += f" (note: {problem})"
+    exp = calc.expected
+    if isinstance(expect, Runs) and exp is not None and cell.model.family in HYBRID_FAMILIES:
+        problem = _alignment_problem(exp, rec)
+        if problem is not None:
+            if _strict(cell):
+                return problem, note
+            note += f" (note: {problem})"
+    return None, note
+
+
+def _strict(cell: Cell) -> bool:
+    """Whether kvrig.rules must agree with vLLM here: on a platform whose rules real
+    engines confirmed, and on every emulated device (vLLM's own code decided)."""
+    return expected_mod.RULES[cell.platform].measured or cell.device_emulated
+
+
 PROBE_HOOKS = (".update_block_size_for_backend", ".prepare_kernel_block_sizes")
 
 
 def _probe_problem(expect: Expectation, rec: Record) -> str | None:
     """Where the record's facts come from must be known: each hook of the probe reported
-    installed (else an error that came late looks early), and a running engine's KV cache
-    seen sized (else vLLM sizes it somewhere the probe no longer wraps)."""
-    if not isinstance(expect, Runs | EarlyError | LateError) or rec.outcome not in ("ran", "error"):
+    installed in the process whose event it wraps (else an error that came late looks
+    early, or another process's hook vouches for a worker that had none), and a running
+    engine's KV cache seen sized (else vLLM sizes it somewhere the probe no longer wraps)."""
+    outcomes = ("ran", "configured", "error")
+    if not isinstance(expect, Runs | EarlyError | LateError) or rec.outcome not in outcomes:
         return None
     for hook in PROBE_HOOKS:
         if not any(h.endswith(hook) for h in rec.probe_hooks):
             return f"probe not installed: {hook.lstrip('.')}"
-    if rec.outcome == "ran" and not rec.kv_cache_sized_seen:
+    for pid, hook, what in (
+        (rec.sizing_pid, PROBE_HOOKS[0], "chose the block size"),
+        (rec.kv_sized_pid, PROBE_HOOKS[1], "sized the KV cache"),
+    ):
+        if pid is None or not rec.probe_hooks_by_pid:
+            continue
+        own = rec.probe_hooks_by_pid.get(str(pid), [])
+        if not any(h.endswith(hook) for h in own):
+            return (
+                f"probe not installed in the process that {what} (pid {pid}):"
+                f" {hook.lstrip('.')} was reported only by other processes"
+            )
+    if rec.outcome in ("ran", "configured") and not rec.kv_cache_sized_seen:
         return "the probe never saw the KV cache sized (prepare_kernel_block_sizes not called)"
     return None
 
@@ -201,6 +271,42 @@ def _emulation_problem(cell: Cell, rec: Record) -> str | None:
         )
     if cell.emulated and view.get("emulated_class") != cls:
         return f"the worker ran unemulated (it saw class {view.get('emulated_class')!r})"
+    return None
+
+
+EMULATED_PLATFORMS = {"cuda": "EmulatedCudaPlatform", "xpu": "EmulatedXpuPlatform"}
+
+
+def _device_problem(cell: Cell, rec: Record) -> str | None:
+    """An emulated device's record must show vLLM ran on the faked device the cell names
+    (the plugin's platform class, the architecture), every tensor-parallel rank at one
+    size; a real cell's record must not be an emulated one."""
+    emulation = rec.emulation
+    if not cell.device_emulated:
+        if emulation or rec.device_emulated:
+            return "the record comes from an emulated device, and the cell is real hardware's"
+        return None
+    if rec.outcome == "skipped":
+        return None
+    if not emulation:
+        return "the record says nothing of the emulated device (no emulation facts)"
+    if emulation.get("arch") != cell.gpu_arch or emulation.get("platform") != cell.platform:
+        return (
+            f"vLLM emulated {emulation.get('platform')} {emulation.get('arch')}, the cell"
+            f" is {cell.platform} {cell.gpu_arch}"
+        )
+    wanted = EMULATED_PLATFORMS[cell.platform]
+    seen = emulation.get("platform_class")
+    if seen is not None and seen != wanted:
+        return f"vLLM's platform was {seen}, not kvrig's {wanted} (the platform plugin did not win)"
+    if rec.outcome == "configured" and seen is None:
+        return "vLLM's platform class was not recorded"
+    ranks = emulation.get("ranks") or []
+    sizes = {r.get("block_size") for r in ranks}
+    errors = [f"rank {r['rank']}: {r['error']}" for r in ranks if r.get("error")]
+    if rec.outcome == "configured" and (errors or len(sizes) > 1):
+        shown = errors or [f"rank {r['rank']} at {r.get('block_size')}" for r in ranks]
+        return f"the tensor-parallel ranks disagree ({'; '.join(shown)})"
     return None
 
 
@@ -237,12 +343,77 @@ def _size_problem(
     else:
         verb = "chose" if isinstance(expect, Runs) else "raised at"
         problem = f"vLLM {verb} {chose}, expected {exp.block_size} ({exp.explain()})"
-    if expected_mod.RULES[cell.platform].measured:
+    if _strict(cell):
         return problem, ""
     return None, (
         f" (note: {problem}; no published log or run confirms the {cell.platform} rules yet,"
         " so a mismatch is noted, not failed)"
     )
+
+
+def computed_kind(exp: expected_mod.Expected) -> str:
+    """What kvrig.rules says vLLM does: runs, early_error, phase1_error or unsupported."""
+    if exp.unsupported:
+        return "unsupported"
+    if exp.phase1_error:
+        return "phase1_error"
+    return "early_error" if exp.rejecting else "runs"
+
+
+def _computed_text(exp: expected_mod.Expected) -> str:
+    kind = computed_kind(exp)
+    if kind == "early_error":
+        return f"an early error at {exp.block_size} naming {', '.join(exp.rejecting)}"
+    if kind == "phase1_error":
+        return "phase 1 finding no size every backend accepts"
+    if kind == "unsupported":
+        return f"a refusal ({exp.unsupported})"
+    return f"a run at {exp.block_size}"
+
+
+def _rules_problem(expect: Expectation, exp: expected_mod.Expected | None) -> str | None:
+    """The outcome kvrig.rules computes must be the one the expectation states: a `runs`
+    (or `late_error`, whose size passes the early check) cell must compute no rejection,
+    an `early_error` cell a rejection by exactly the backends it names. An `unsupported`
+    refusal comes before any size, so the rules have no say there."""
+    if exp is None:
+        return None
+    kind = computed_kind(exp)
+    where = f"kvrig.rules computes {_computed_text(exp)} ({exp.explain()})"
+    if isinstance(expect, Runs | LateError) and kind != "runs":
+        return f"{where}, and the cell expects {expect.outcome}"
+    if isinstance(expect, EarlyError):
+        if kind != "early_error":
+            return f"{where}, and the cell expects an early error"
+        if sorted(exp.rejecting) != sorted(expect.backends):
+            return f"{where}, and the cell expects it to name {', '.join(expect.backends)}"
+    return None
+
+
+def _alignment_problem(exp: expected_mod.Expected, rec: Record) -> str | None:
+    """What the hybrid alignment sets besides the size must be what it computes: the
+    padded mamba page (None when the pages already match), the mamba block in align mode,
+    and the lines vLLM logs about both; a later step can mask one that went missing."""
+    if rec.outcome not in ("ran", "configured") or exp.page is None or not exp.page.mamba:
+        return None
+    padded = exp.padded if exp.padded != exp.page.mamba else None
+    if rec.mamba_page_size_padded != padded:
+        return (
+            f"mamba_page_size_padded {rec.mamba_page_size_padded}, computed {padded}"
+            f" ({exp.explain()})"
+        )
+    if rec.mamba_cache_mode == "align" and rec.mamba_block_size != rec.worker_block_size:
+        return (
+            f"mamba_block_size {rec.mamba_block_size} in align mode, not the block size"
+            f" {rec.worker_block_size}"
+        )
+    logged, wanted = set(rec.alignment_log), set(exp.log)
+    if logged != wanted:
+        missing = sorted(wanted - logged)
+        extra = sorted(logged - wanted)
+        parts = [f"missing {m!r}" for m in missing] + [f"unexpected {e!r}" for e in extra]
+        return f"vLLM's alignment log differs from the computed one: {'; '.join(parts)}"
+    return None
 
 
 def _pages_problem(exp: expected_mod.Expected, rec: Record) -> str | None:
@@ -286,11 +457,11 @@ def _describe(expect: Expectation) -> str:
     return expect.outcome
 
 
-def _problem(expect: Expectation, rec: Record, family: str) -> str | None:
+def _problem(expect: Expectation, rec: Record, family: str, emulated: bool = False) -> str | None:
     """None when the record meets the expectation, else the specific shortfall ("" if the
     headline already says it all)."""
     if isinstance(expect, Runs):
-        return _runs_problem(expect, rec, family)
+        return _runs_problem(expect, rec, family, emulated)
     if rec.outcome != "error" or rec.error is None:
         return ""
     err = rec.error
@@ -321,7 +492,7 @@ def _problem(expect: Expectation, rec: Record, family: str) -> str | None:
     if isinstance(expect, Unsupported):
         if err.type != expect.error:
             return f"error type {err.type}, not {expect.error}"
-        if expect.function is not None and err.function != expect.function:
+        if err.function != expect.function:
             return f"raised by {err.function}, not {expect.function}"
         if not matches(expect.match, err.message):
             return "message does not match"
@@ -329,10 +500,12 @@ def _problem(expect: Expectation, rec: Record, family: str) -> str | None:
     return "unknown expectation"
 
 
-def _runs_problem(expect: Runs, rec: Record, family: str) -> str | None:
-    if rec.outcome != "ran":
+def _runs_problem(expect: Runs, rec: Record, family: str, emulated: bool = False) -> str | None:
+    """A real engine must have generated; an emulated device's must have come through the
+    whole configuration phase (nothing generates there)."""
+    if rec.outcome != ("configured" if emulated else "ran"):
         return ""
-    if rec.tokens_generated < 1:
+    if not emulated and rec.tokens_generated < 1:
         return "no token generated"
     if rec.worker_block_size is None:
         return "the probe saw no block-size decision (is the kvrig plugin loaded?)"

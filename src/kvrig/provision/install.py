@@ -22,6 +22,14 @@ from kvrig.define.matrix import MatrixError, PlatformSpec, load
 CPU_EXCLUDED = ("torchvision", "torchaudio", "torchcodec", "triton")
 
 
+# PyPI's resolution of vllm 0.33.0 takes cuda-python 12.6.2.post1 (the last release that
+# ships the `cuda.bindings` modules itself) beside cuda-bindings 13.5.0, which torch and
+# the CUTLASS DSL want; both write `cuda/bindings/`, and FlashInfer's CuTe-DSL import then
+# fails on the older files (`cuda.bindings.runtime` has no `cudaLibrary_t`). A cuda-python
+# of the bindings' own major (a meta-package over cuda-bindings) keeps one set of files.
+CUDA_PINS = ("cuda-python>=13",)
+
+
 class InstallError(Exception):
     """One paragraph for the user; the nox session stops with it."""
 
@@ -75,7 +83,22 @@ def plan(
             "--index-strategy",
             "unsafe-best-match",
         ]
-    return [*args, target, *spec.extra_packages]
+    pins = CUDA_PINS if platform == "cuda" else ()
+    return [*args, target, *pins, *spec.extra_packages]
+
+
+def emulated_plan(cuda: PlatformSpec) -> list[str]:
+    """The emulated GPU columns' environment: the CUDA platform's PyPI wheel with PyPI's
+    torch (which imports on a CPU host; the matrix's CUDA index would cost the same and
+    add nothing a configuration reads), with the pins that keep it importable."""
+    src = cuda.vllm.installed
+    if src.kind != "pypi" or not src.version:
+        raise InstallError(
+            "The emulated GPU columns install the CUDA platform's PyPI wheel, and"
+            f" matrix.yaml's cuda platform takes vLLM from {src.describe()}. Pin a PyPI"
+            " release there (platforms.cuda.vllm: {kind: pypi, package: vllm, version: ...})."
+        )
+    return [f"{src.package}=={src.version}", *CUDA_PINS]
 
 
 def build_env(spec: PlatformSpec, platform: str) -> dict[str, str]:
@@ -93,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kvrig.provision.install")
     p.add_argument("platform")
     p.add_argument("--matrix", default=None)
+    p.add_argument(
+        "--emulated",
+        action="store_true",
+        help="the emulated GPU columns' environment (the cuda platform's PyPI wheel)",
+    )
     ns = p.parse_args(argv)
     try:
         m = load(ns.matrix)
@@ -105,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         overrides = Path(tempfile.gettempdir()) / "kvrig-overrides.txt"
         overrides.write_text(cpu_overrides())
         spec = m.platforms[ns.platform]
+        if ns.emulated:
+            print(json.dumps({"args": emulated_plan(m.platforms["cuda"]), "env": {}}))
+            return 0
         args = plan(
             spec,
             ns.platform,

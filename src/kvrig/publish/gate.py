@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvrig.define import gpus
 from kvrig.define.cells import Cell, expand, judged_under
 from kvrig.define.matrix import ALLOWANCE_DAYS, Allowance, Matrix, allowance_too_long
 from kvrig.define.paths import column_of_folder, column_of_side_folder
@@ -130,8 +131,15 @@ def select(
     kept: list[tuple[Path, list[Row]]] = []
     seen: list[str] = []
     ignored: list[str] = []
+    emulated = gpus.emulated_columns()
     for path, rows in sources:
         folder = path.parent
+        if column_of_folder(folder.name, emulated) or any(r.get("device_emulated") for r in rows):
+            ignored.append(
+                f"{folder}: an emulated device's results (vLLM's own code on a CPU host,"
+                " configuration only), which the release gate never counts as hardware"
+            )
+            continue
         if path in side:
             column = column_of_side_folder(folder.name, columns)
         else:

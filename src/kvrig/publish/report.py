@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvrig.define import gpus
 from kvrig.define.matrix import PLATFORMS
 from kvrig.host import isa
 from kvrig.judge.verdict import Status
@@ -77,7 +78,14 @@ def column_of(row: Row) -> str:
     return row.get("column") or row.get("platform") or row["cell_id"].split("-", 1)[0]
 
 
+def is_emulated(column: str) -> bool:
+    """An emulated device's column (kvrig.define.gpus): never a hardware result."""
+    return column in gpus.emulated_columns()
+
+
 def _column_order(column: str) -> tuple[int, int]:
+    if is_emulated(column):  # after every hardware column, in the devices' own order
+        return len(PLATFORMS) + 1, gpus.emulated_columns().index(column)
     platform, _, cls = column.partition("-")
     rank = PLATFORMS.index(platform) if platform in PLATFORMS else len(PLATFORMS)
     # The host's own column first, then the classes from the highest down.
@@ -91,6 +99,8 @@ def columns_of(rows: list[Row]) -> list[str]:
 
 def column_label(column: str, rows: list[Row]) -> str:
     """A column's heading: `cpu (avx2)` for a host's own class, `cpu-avx2 (emulated)`."""
+    if is_emulated(column):
+        return f"{column} (vLLM's code, no device)"
     classes = sorted({r["isa"] for r in rows if column_of(r) == column and r.get("isa")})
     if not classes:
         return column
@@ -141,16 +151,31 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(rows: list[Row], title: str, repro: Callable[[Row], list[str]] | None = None) -> str:
-    platforms = columns_of(rows)
-    out = [f"# {title}", "", _tally(rows), ""]
-    out += [f"- {line}" for line in run_facts(rows)]
-    out += [
-        "",
+EMULATED_HEADING = "Emulated GPU columns"
+EMULATED_NOTE = (
+    "vLLM's own CUDA and XPU platform code, per GPU architecture, run on a CPU host: the"
+    " backends it selects and validates, the block size, the early check and the KV-cache"
+    " config, as far as configuration goes. No kernel runs and nothing generates; these are"
+    " not hardware results and the release gate never counts them."
+)
+
+
+def groups(rows: list[Row]) -> list[tuple[str | None, list[str]]]:
+    """The report's tables: the hardware columns, then the emulated devices' apart."""
+    columns = columns_of(rows)
+    hardware = [c for c in columns if not is_emulated(c)]
+    emulated = [c for c in columns if is_emulated(c)]
+    return [(None, hardware)] * bool(hardware) + [(EMULATED_HEADING, emulated)] * bool(emulated)
+
+
+def _md_table(rows: list[Row], platforms: list[str]) -> list[str]:
+    out = [
         "| family | model | case | " + " | ".join(column_label(p, rows) for p in platforms) + " |",
         "|---|---|---|" + "---|" * len(platforms),
     ]
     for (family, model, case), by_platform in grid(rows):
+        if not any(p in by_platform for p in platforms):
+            continue
         gate = " (gate)" if any(r.get("gate") for r in by_platform.values()) else ""
         cells = []
         for p in platforms:
@@ -162,6 +187,17 @@ def markdown(rows: list[Row], title: str, repro: Callable[[Row], list[str]] | No
                 f" {results_mod.block_text(r)}"
             )
         out.append(f"| {family} | {model} | {case}{gate} | " + " | ".join(cells) + " |")
+    return out
+
+
+def markdown(rows: list[Row], title: str, repro: Callable[[Row], list[str]] | None = None) -> str:
+    out = [f"# {title}", "", _tally(rows), ""]
+    out += [f"- {line}" for line in run_facts(rows)]
+    for heading, platforms in groups(rows):
+        out.append("")
+        if heading:
+            out += [f"## {heading}", "", EMULATED_NOTE, ""]
+        out += _md_table(rows, platforms)
     failed = [r for r in rows if r["status"] == Status.FAIL]
     if failed:
         out += ["", f"## Failures ({len(failed)})", ""]
@@ -237,14 +273,20 @@ def _template(r: Row, d: Detail) -> str:
     return f"<template id='t-{_esc(r['cell_id'])}'>{''.join(parts)}</template>"
 
 
-def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = None) -> str:
-    details = details or {}
-    platforms = columns_of(rows)
+def _html_table(
+    rows: list[Row],
+    platforms: list[str],
+    details: dict[str, Detail],
+    templates: list[str],
+    tid: str,
+) -> str:
     head = "".join(f"<th>{_esc(column_label(p, rows))}</th>" for p in platforms)
-    trs, templates = [], []
+    trs = []
     for (family, model, case), by_platform in grid(rows):
+        if not any(p in by_platform for p in platforms):
+            continue
         gate = " <small>gate</small>" if any(r.get("gate") for r in by_platform.values()) else ""
-        clean = all(r["status"] != Status.FAIL for r in by_platform.values())
+        clean = all(by_platform[p]["status"] != Status.FAIL for p in platforms if p in by_platform)
         tds = []
         for p in platforms:
             r = by_platform.get(p)
@@ -261,6 +303,24 @@ def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = Non
             f"<tr class={'clean' if clean else 'dirty'}><td>{_esc(family)}</td>"
             f"<td>{_esc(model)}</td><td>{_esc(case)}{gate}</td>{''.join(tds)}</tr>"
         )
+    return (
+        f"<table id={tid}><thead><tr><th>family</th><th>model</th><th>case</th>{head}</tr>"
+        f"</thead><tbody>{''.join(trs)}</tbody></table>"
+    )
+
+
+def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = None) -> str:
+    details = details or {}
+    templates: list[str] = []
+    tables = []
+    for heading, platforms in groups(rows):
+        if heading is None:
+            tables.append(_html_table(rows, platforms, details, templates, "grid"))
+        else:
+            tables.append(
+                f"<h2 id=emulated>{_esc(heading)}</h2><p>{_esc(EMULATED_NOTE)}</p>"
+                + _html_table(rows, platforms, details, templates, "emulated-grid")
+            )
     facts = "".join(f"<li>{_esc(x)}</li>" for x in run_facts(rows))
     failed = [r for r in rows if r["status"] == Status.FAIL]
     failures = (
@@ -277,8 +337,7 @@ def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = Non
         f"<title>{_esc(title)}</title><style>{_STYLE}</style><body>"
         f"<h1>{_esc(title)}</h1><p id=tally>{_esc(_tally(rows))}</p><ul>{facts}</ul>"
         "<label><input type=checkbox id=only-fail> only rows with a failure</label>"
-        f"<table id=grid><thead><tr><th>family</th><th>model</th><th>case</th>{head}</tr></thead>"
-        f"<tbody>{''.join(trs)}</tbody></table>"
+        f"{''.join(tables)}"
         "<p><small>Click a cell for its record, log and the commands that rerun it.</small></p>"
         f"{failures}"
         "<dialog id=detail><button id=close>close</button><div id=detail-body></div></dialog>"

@@ -12,6 +12,7 @@ Pure: vLLM's answers (as JSON-able values) in, a list of findings out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,39 @@ def compare(platform: str, answers: Mapping[str, Any]) -> list[Finding]:
         # e.g. DEEPSEEK_V32_INDEXER: a layer's own cache backend, not selectable by name.
         found.append(Finding(name, "not asked", "not an AttentionBackendEnum member"))
     return found
+
+
+_MULTIPLE = re.compile(r"^MultipleOf\((\d+)\)$")
+
+
+def parse_declared(sizes: list[str]) -> tuple[Kernel, ...] | None:
+    """Sizes as a record keeps them (str() of vLLM's answer: "64", "MultipleOf(16)"), or
+    None when one reads as neither."""
+    kernels = []
+    for text in sizes:
+        m = _MULTIPLE.match(text.strip())
+        if m:
+            kernels.append(Kernel(int(m.group(1)), True))
+        elif text.strip().isdigit():
+            kernels.append(Kernel(int(text)))
+        else:
+            return None
+    return tuple(kernels)
+
+
+def disagreements(platform: str, declared: Mapping[str, list[str]]) -> list[str]:
+    """The backends an engine declared other kernel sizes for than kvrig's table holds,
+    each naming both (pure): what a cell's record shows of vLLM's answers, on the GPU
+    architecture the cell ran on, checked against the table every prediction uses."""
+    mine = table(platform)
+    out = []
+    for name, sizes in sorted(declared.items()):
+        if name not in mine:
+            continue  # a crafted backend, or one kvrig does not restate
+        theirs = parse_declared(list(sizes))
+        if theirs is None or set(theirs) != set(mine[name]):
+            out.append(f"{name}: vLLM declares {sizes}, kvrig's table {shown(mine[name])}")
+    return out
 
 
 def failed(findings: list[Finding]) -> list[Finding]:

@@ -235,11 +235,14 @@ def layer_backends(cell: Cell, config: dict[str, Any], aligned: int | None = Non
     asked = cell.case.knobs.attention_backend
     if asked is not None:
         default = SELECTABLE.get(cell.platform, {}).get(asked, default)
-    if cell.model.family == "dsa" and rules.mla is not None:
+    dsa = cell.model.family == "dsa" and rules.mla is not None
+    if dsa:
         default = rules.mla
     if crafted.replace is not None:
         default = crafted_backend(crafted.replace, default, aligned)
-    out: list[Backend] = []
+    # A DSA layer registers its indexer's cache before its attention, so the indexer is
+    # the first backend _find_non_ssm_backends lists (the one phases 2 and 3 size from).
+    out: list[Backend] = [rules.indexer] if dsa and rules.indexer is not None else []
     for i in attention_layers(config, cell.model.family):
         chosen = default
         for sib in crafted.siblings:
@@ -247,8 +250,6 @@ def layer_backends(cell: Cell, config: dict[str, Any], aligned: int | None = Non
                 chosen = crafted_backend(sib, default, aligned)
         if chosen not in out:
             out.append(chosen)
-    if cell.model.family == "dsa" and rules.indexer is not None:
-        out.append(rules.indexer)
     return out
 
 
@@ -323,6 +324,9 @@ def expected(
             steps=["an fp8 KV cache needs AVX-512 or AMX"],
             unsupported="FP8 KV cache on CPU requires x86 with AVX-512 or AMX",
         )
+    refusal = choices.sparse_mla_refusal(cell.platform, cell.model.family, gpu_arch)
+    if refusal is not None:
+        return Expected(None, steps=[refusal], unsupported=refusal)
     aligned = aligned_size(cell, config, cpu, gpu_arch) if uses_aligned(cell) else None
     return _expected(cell, config, bool(cpu and cpu.resets_ssm_to_float32), aligned, gpu_arch)
 
@@ -405,6 +409,27 @@ def _expected(
         page=page,
         checkpoint=checkpoint,
         gdn=family == "gdn",
+        skip=skip_pages(cell, config, rules),
+    )
+
+
+def skip_pages(cell: Cell, config: dict[str, Any], rules: versions.Rules) -> tuple[int, int] | None:
+    """(primary, padded) bytes per token of phase 3, when the case keeps some layers at the
+    model dtype beside a quantized KV cache: Platform._align_heterogeneous_kv_block_size
+    builds a FullAttentionSpec (K and V, one rank's KV heads; one "head" of the latent
+    width for MLA) at each dtype. CpuPlatform runs no phase 3."""
+    knobs = cell.case.knobs
+    if not knobs.kv_cache_dtype_skip_layers or rules.platform == "cpu":
+        return None
+    model = cell.model.dtype
+    quantized = kv_dtype(model, knobs.kv_cache_dtype)
+    if cell.model.family == "dsa":
+        width = config["kv_lora_rank"] + config["qk_rope_head_dim"]
+        return 2 * width * shapes.dtype_bytes(quantized), 2 * width * shapes.dtype_bytes(model)
+    s = shapes.shapes(config, tp=knobs.tensor_parallel_size or 1)
+    return (
+        shapes.attention_page_per_token(s, quantized),
+        shapes.attention_page_per_token(s, model),
     )
 
 
@@ -416,10 +441,12 @@ def decide(
     page: Pages | None,
     checkpoint: int | None = None,
     gdn: bool = False,
+    skip: tuple[int, int] | None = None,
 ) -> Expected:
     """update_block_size_for_backend's steps, for the cells and for `kvrig predict`:
-    phase 1 (or the start size, or the user's), phase 2 for a hybrid (`page` given), the
-    early check, XPU's GDN rounding and its check."""
+    phase 1 (or the start size, or the user's), phase 2 for a hybrid (`page` given),
+    phase 3 for a quantized KV cache beside skip layers (`skip`: the primary and padded
+    bytes per token), the early check, XPU's GDN rounding and its check."""
     steps: list[str] = [f"rules {rules.label}; backends {', '.join(b.name for b in backends)}"]
     log: list[str] = []
     if user_block_size is not None:
@@ -458,6 +485,8 @@ def decide(
                 f"Padding mamba page size by {pct:.2f}% to ensure that mamba page size and"
                 " attention page size are exactly equal."
             )
+    if skip is not None:
+        size, padded = _phase3(size, backends, skip, padded, steps, log)
     rejecting = _check(size, pre, backends)
     if rejecting:
         steps.append(f"{size} rejected by {', '.join(rejecting)}")
@@ -480,6 +509,39 @@ def decide(
                 padded = rounded * page.attention_per_token
             size = rounded
     return Expected(size, rejecting, steps=steps, page=page, padded=padded, log=log)
+
+
+def _phase3(
+    size: int,
+    backends: Sequence[Backend],
+    skip: tuple[int, int],
+    padded: int | None,
+    steps: list[str],
+    log: list[str],
+) -> tuple[int, int | None]:
+    """Platform._align_heterogeneous_kv_block_size: the primary block grows (in steps of
+    the first backend's smallest kernel block, never below the size so far) until its
+    page covers the padded spec's page at that smallest block, or a mamba page already
+    padded; the mamba page then pads to the shared page. (size, padded mamba page)."""
+    primary, wider = skip
+    if wider <= primary:
+        steps.append(f"phase 3: the skip layers' page ({wider} B/token) needs no padding")
+        return size, padded
+    smallest = backends[0].smallest
+    step = max(smallest, size)
+    required = max(wider * smallest, padded or 0)
+    grown = step * math.ceil(required / (step * primary))
+    steps.append(
+        f"phase 3: {wider} B/token skip pages at {smallest} tokens need {step} x"
+        f" cdiv({required}, {step} x {primary}) = {grown}"
+    )
+    if size < grown:
+        size = grown
+        log.append(
+            f"Setting attention block size to {size} tokens so the quantized primary KV page"
+            " covers the higher-precision padded-spec page."
+        )
+    return size, (size * primary if padded is not None else None)
 
 
 def _check(size: int, pre: int, backends: Sequence[Backend]) -> tuple[str, ...]:

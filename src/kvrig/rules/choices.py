@@ -93,3 +93,23 @@ def flashinfer_gdn_prefill(s: Shapes, platform: str, gpu_arch: str | None) -> bo
     if (major, minor) == (9, 0):
         return True
     return major in (10, 12) and s.head_k_dim == 128
+
+
+# The architectures where one of vLLM 0.33.0's sparse-MLA backends declares itself valid
+# (platforms/cuda.py _get_backend_priorities; each backend's validate_configuration):
+# FLASH_ATTN_MLA_SPARSE/FLASHMLA_SPARSE on SM90, FLASHINFER_MLA_SPARSE/FLASHMLA_SPARSE on
+# SM10.x, FLASHINFER_MLA_SPARSE_SM120 on SM12.x. Seen by the emulated columns.
+SPARSE_MLA_MAJORS = (9, 10, 12)
+
+
+def sparse_mla_refusal(platform: str, family: str, gpu_arch: str | None) -> str | None:
+    """Why vLLM finds no attention backend for a DSA model on this GPU, or None."""
+    if platform != "cuda" or family != "dsa" or gpu_arch is None:
+        return None
+    major, minor = compute_capability(gpu_arch)
+    if major in SPARSE_MLA_MAJORS:
+        return None
+    return (
+        "No valid attention backend found for cuda: the sparse-MLA backends declare compute"
+        f" capability 9.x, 10.x and 12.x only, and this GPU is {major}.{minor}"
+    )

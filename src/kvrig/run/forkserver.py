@@ -59,6 +59,7 @@ LAZY_ENV = frozenset(
         "PYTEST_CURRENT_TEST",  # pytest changes it for every test; nothing in vLLM reads it
     }
 )
+OPTIONAL = "?"  # a preload that may fail: the cell then meets the same failure itself
 MAX_SERVERS = 2  # per owner: each holds a vLLM import (about 0.5 GB)
 # What a cell's process needs from vLLM; importing them starts no Python thread and no
 # engine (BLAS libraries start their native pools at import; fork is made for those).
@@ -92,9 +93,46 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def preload_for(platform: str) -> tuple[str, ...]:
-    """The preload of a platform's column: the CPU worker's modules only on CPU."""
-    return PRELOAD if platform == "cpu" else tuple(m for m in PRELOAD if m not in CPU_PRELOAD)
+# An emulated device's cells build their model on the meta device and plan the KV cache
+# themselves (kvrig.run.emulation.configure). Importing these resolves vLLM's platform in
+# the server: the emulated one, fixed by KVRIG_EMULATE, which is part of the server's key,
+# so every cell forked from it emulates the same device.
+EMULATED_PRELOAD = (
+    "vllm.engine.arg_utils",
+    "vllm.model_executor.model_loader",
+    "vllm.v1.worker.gpu.attn_utils",
+    "vllm.v1.core.kv_cache_planning",
+    "vllm.model_executor.models.qwen3_5",
+    "vllm.model_executor.models.falcon_h1",
+    "kvrig.run.emulation.configure",
+    # The backends the selectors try (importing FlashInfer alone takes seconds): optional,
+    # as a backend whose module fails to import on a platform is one vLLM skips there.
+    *(
+        f"{OPTIONAL}vllm.v1.attention.backends.{m}"
+        for m in (
+            "flash_attn",
+            "flashinfer",
+            "triton_attn",
+            "flex_attention",
+            "turboquant_attn",
+            "mla.flashmla_sparse",
+            "mla.flashattn_mla_sparse",
+            "mla.flashinfer_mla_sparse",
+            "mla.flashinfer_mla_sparse_sm90",
+            "mla.xpu_mla_sparse",
+            "mla.indexer",
+        )
+    ),
+)
+
+
+def preload_for(platform: str, *, emulated: bool = False) -> tuple[str, ...]:
+    """The preload of a platform's column: the CPU worker's modules only on CPU, the
+    configuration steps' modules for an emulated device."""
+    if platform == "cpu":
+        return PRELOAD
+    base = tuple(m for m in PRELOAD if m not in CPU_PRELOAD)
+    return (*base, *EMULATED_PRELOAD) if emulated else base
 
 
 def env_key(env: Mapping[str, str]) -> frozenset[tuple[str, str]]:
@@ -127,13 +165,15 @@ def _thread_count() -> int:
 
 
 def _preload(modules: tuple[str, ...]) -> list[str]:
-    """The modules that failed to import, each with its error."""
+    """The required modules that failed to import, each with its error."""
     missing = []
     for name in modules:
+        optional = name.startswith(OPTIONAL)
         try:
-            importlib.import_module(name)
+            importlib.import_module(name.lstrip(OPTIONAL))
         except Exception as exc:
-            missing.append(f"{name} ({type(exc).__name__}: {exc})")
+            if not optional:
+                missing.append(f"{name} ({type(exc).__name__}: {exc})")
     return missing
 
 

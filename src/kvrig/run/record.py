@@ -13,10 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# ran: the engine started and generate() returned; error: an exception ended the cell;
-# crashed: the process died on a signal or without a record; timeout/memory: the runner
-# ended it; skipped: the matrix said not to run it.
-Outcome = Literal["ran", "error", "crashed", "timeout", "memory", "skipped"]
+# ran: the engine started and generate() returned; configured: an emulated device's cell
+# went through vLLM's whole configuration phase (kvrig.run.emulation), nothing generated;
+# error: an exception ended the cell; crashed: the process died on a signal or without a
+# record; timeout/memory: the runner ended it; skipped: the matrix said not to run it.
+Outcome = Literal["ran", "configured", "error", "crashed", "timeout", "memory", "skipped"]
 
 
 class ErrorInfo(BaseModel):
@@ -58,6 +59,11 @@ class Record(BaseModel):
     column: str | None = None
     isa: str | None = None
     emulated: bool = False
+    # The GPU architecture the cell followed, and whether the device was emulated; then
+    # `emulation` says what vLLM was given instead of a device (kvrig.run.emulation).
+    gpu_arch: str | None = None
+    device_emulated: bool = False
+    emulation: dict[str, Any] | None = None
     model: str
     case: str
     family: str
@@ -69,6 +75,12 @@ class Record(BaseModel):
     worker_block_size: int | None = None
     engine_block_size: int | None = None
     mamba_page_size_padded: int | None = None
+    # In mamba_cache_mode "align" the mamba block follows the attention block.
+    mamba_block_size: int | None = None
+    mamba_cache_mode: str | None = None
+    # The lines vLLM logged while it aligned the size ("Setting attention block size ...",
+    # "Padding mamba page size ...", XPU's "[XPU]Setting ..."), as they read in the log.
+    alignment_log: list[str] = Field(default_factory=list)
     backends: list[str] = Field(default_factory=list)
     backends_accept: dict[str, bool] = Field(default_factory=dict)
     backend_kernel_sizes: dict[str, list[str]] = Field(default_factory=dict)
@@ -82,6 +94,11 @@ class Record(BaseModel):
     # KV cache sized: without both, "before KV-cache sizing" would be a guess.
     probe_hooks: list[str] = Field(default_factory=list)
     kv_cache_sized_seen: bool = False
+    # The hooks each process reported (by pid), and the processes that chose the block
+    # size and sized the KV cache: a hook counts only in the process whose event it wraps.
+    probe_hooks_by_pid: dict[str, list[str]] = Field(default_factory=dict)
+    sizing_pid: int | None = None
+    kv_sized_pid: int | None = None
     # Errors: the root cause (from the process that raised it) and what the caller saw.
     error: ErrorInfo | None = None
     frontend_error: ErrorInfo | None = None

@@ -130,6 +130,7 @@ def _wrap_update_block_size() -> str:
             block_size=cache.block_size,
             mamba_block_size=getattr(cache, "mamba_block_size", None),
             mamba_page_size_padded=getattr(cache, "mamba_page_size_padded", None),
+            mamba_cache_mode=getattr(cache, "mamba_cache_mode", None),
             backends=[b.get_name() for b in backends],
             backend_kernel_sizes={
                 b.get_name(): [str(s) for s in b.get_supported_kernel_block_sizes()]

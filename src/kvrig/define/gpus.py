@@ -1,0 +1,111 @@
+"""The GPU architectures a CUDA or XPU cell's outcome can depend on, and how each is named.
+
+vLLM's CUDA code picks attention backends, validates them and chooses prefill kernels by
+compute capability, so one CUDA expectation can be right on an H100 and wrong on an A100.
+The matrix therefore keys per-architecture expectations by these names, the emulated
+columns fake exactly these devices, and a real CUDA runner reads its own capability into
+the same key. XPU code reads no architecture for these choices (only the device name,
+for an A770's bfloat16 refusal), so it has one emulated device.
+
+Pure: names in, facts out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One architecture as vLLM sees it: what `get_device_capability()` (or, on XPU, the
+    device name) answers, and what the emulated device reports beside it."""
+
+    platform: str
+    arch: str  # "9.0" (a CUDA compute capability) or "bmg" (an Intel GPU family)
+    label: str  # the column's part: sm90, bmg
+    name: str  # what get_device_name() answers on the emulated device
+    memory_gib: int
+    examples: str  # the boards users run it as
+    sm_count: int = 0  # streaming multiprocessors (CUDA), which some kernels size by
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        if self.platform != "cuda":
+            return None
+        major, minor = self.arch.split(".")
+        return int(major), int(minor)
+
+
+CUDA_GPUS: dict[str, Gpu] = {
+    g.arch: g
+    for g in (
+        Gpu("cuda", "8.0", "sm80", "NVIDIA A100-SXM4-80GB", 80, "A100", 108),
+        Gpu("cuda", "8.9", "sm89", "NVIDIA L40S", 48, "L40S, L4", 142),
+        Gpu("cuda", "9.0", "sm90", "NVIDIA H100 80GB HBM3", 80, "H100, H200", 132),
+        Gpu("cuda", "10.0", "sm100", "NVIDIA B200", 180, "B200", 148),
+        Gpu(
+            "cuda",
+            "12.0",
+            "sm120",
+            "NVIDIA RTX PRO 6000 Blackwell",
+            96,
+            "RTX PRO 6000, RTX 5090",
+            188,
+        ),
+    )
+}
+XPU_GPUS: dict[str, Gpu] = {
+    "bmg": Gpu(
+        "xpu", "bmg", "bmg", "Intel(R) Arc(TM) Pro B60 Graphics", 24, "Arc Pro B60, Arc B580"
+    ),
+}
+GPUS: dict[str, dict[str, Gpu]] = {"cuda": CUDA_GPUS, "xpu": XPU_GPUS}
+# The architectures `nox -s emulated` runs, in order.
+EMULATED = (*((p, a) for p, gpus in GPUS.items() for a in gpus),)
+
+
+class GpuError(ValueError):
+    """A GPU architecture kvrig does not know; one paragraph for the user."""
+
+
+_SM = re.compile(r"^sm_?(\d+?)(\d)$")
+
+
+def normalize(platform: str, arch: str) -> str:
+    """An architecture as the matrix keys it: "9.0" for "sm90", "sm_90" or "9.0"."""
+    text = arch.strip().lower()
+    if platform == "cuda":
+        m = _SM.match(text)
+        if m:
+            text = f"{int(m.group(1))}.{m.group(2)}"
+        elif re.fullmatch(r"\d+", text):
+            text = f"{text}.0"
+    return text
+
+
+def gpu(platform: str, arch: str) -> Gpu:
+    """The known architecture `arch` names on `platform`, or GpuError saying which exist."""
+    known = GPUS.get(platform)
+    if not known:
+        raise GpuError(
+            f"The {platform} platform has no GPU architecture to emulate; emulated columns"
+            " exist for cuda and xpu."
+        )
+    key = normalize(platform, arch)
+    if key not in known:
+        listed = ", ".join(f"{g.arch} ({g.label}: {g.examples})" for g in known.values())
+        raise GpuError(
+            f"{arch!r} is not a {platform} architecture kvrig knows; give one of {listed}."
+        )
+    return known[key]
+
+
+def emulated_column(platform: str, arch: str) -> str:
+    """The results column of an emulated device: `cuda-sm90-emulated`, `xpu-bmg-emulated`,
+    named so that nobody takes its results for a real GPU's."""
+    return f"{platform}-{gpu(platform, arch).label}-emulated"
+
+
+def emulated_columns() -> list[str]:
+    return [emulated_column(p, a) for p, a in EMULATED]

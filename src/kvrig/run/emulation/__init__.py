@@ -1,0 +1,81 @@
+"""Emulated GPU columns: vLLM's own CUDA or XPU platform code, run on a CPU host.
+
+A cell of an emulated column runs vLLM's configuration phase for one GPU architecture:
+the engine config, the attention selector with its validation, the block-size steps with
+the early check, and the KV-cache config with the worker's kernel block sizes. The
+device is faked only through hooks vLLM offers (a platform plugin, an empty device list
+for Triton, a stub driver library, stub XPU kernel modules); nothing of vLLM is edited.
+Every record names what was faked (`fakes()`), and no emulated result counts as hardware.
+
+This module is what vLLM loads as kvrig's platform plugin (entry point group
+`vllm.platform_plugins`), in every process: it answers only when a cell sets
+KVRIG_EMULATE, so installing kvrig beside vLLM changes no real engine's platform.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kvrig.define.gpus import Gpu, gpu
+
+EMULATE_ENV = "KVRIG_EMULATE"
+PLATFORM_CLASSES = {
+    "cuda": "kvrig.run.emulation.cuda_platform.EmulatedCudaPlatform",
+    "xpu": "kvrig.run.emulation.xpu_platform.EmulatedXpuPlatform",
+}
+# What vLLM is given instead of a device when a cell is emulated, in the words records use.
+KV_CACHE_BYTES = 1 << 30
+
+
+def spec(platform: str, arch: str) -> str:
+    """The KVRIG_EMULATE value for a device: `cuda:9.0`, `xpu:bmg`."""
+    return f"{platform}:{gpu(platform, arch).arch}"
+
+
+def target(env: dict[str, str] | None = None) -> Gpu | None:
+    """The device this process emulates, or None (a real engine's process)."""
+    value = (os.environ if env is None else env).get(EMULATE_ENV)
+    if not value:
+        return None
+    platform, _, arch = value.partition(":")
+    return gpu(platform, arch)
+
+
+def platform_plugin() -> str | None:
+    """vLLM's platform plugin hook: the emulated platform's class path, or None."""
+    device = target()
+    return PLATFORM_CLASSES[device.platform] if device else None
+
+
+def fakes(device: Gpu, stub_symbols: int | None = None) -> list[str]:
+    """What an emulated cell's vLLM was given instead of a device, for its record."""
+    common = [
+        f"vLLM's platform: {PLATFORM_CLASSES[device.platform].rsplit('.', 1)[-1]} through"
+        f" kvrig's platform plugin, answering {device.name!r} with {device.memory_gib} GiB"
+        + (f", compute capability {device.arch}" if device.platform == "cuda" else ""),
+        (
+            "torch.cuda.get_device_properties, get_device_capability and get_device_name:"
+            f" answered for the emulated device ({device.sm_count} multiprocessors);"
+            " torch.cuda.is_available() stays False"
+            if device.platform == "cuda"
+            else "torch.xpu's device queries: answered by the platform for the emulated device"
+        ),
+        "libcuda.so.1: kvrig's stub"
+        + (f" ({stub_symbols} driver symbols" if stub_symbols else " (driver symbols")
+        + ", each answering CUDA_ERROR_NO_DEVICE), so the CUDA wheel's extensions load",
+        "CUDA_VISIBLE_DEVICES empty: Triton keeps its backend without an active driver",
+        "HUMMING_DISABLE_PARALLEL_BUILD=1: no background build of humming's CUDA launcher",
+        "VLLM_DISABLE_SHARED_EXPERTS_STREAM=1: MoE layers open no CUDA stream",
+        "the model built on the meta device: real layers, no weights, no kernels run;"
+        " tensors a layer asks for on the GPU by name are made on the meta device too",
+        "torch.distributed on gloo (a forked process per tensor-parallel rank), with vLLM's"
+        " base device communicator instead of NCCL or oneCCL",
+        f"KV-cache memory fixed at {KV_CACHE_BYTES >> 20} MiB, not profiled",
+    ]
+    if device.platform == "xpu":
+        common.append(
+            "vllm_xpu_kernels and every submodule: empty stubs, as vLLM's own XPU selection"
+            " tests use (a kernel called through them raises); the custom ops the layers"
+            " look up in torch.ops._C come from the CUDA wheel's library"
+        )
+    return common

