@@ -231,6 +231,8 @@ def cpu(session: nox.Session) -> None:
 def cuda(session: nox.Session) -> None:
     """The CUDA column in its container (needs an NVIDIA GPU and Docker or Podman)."""
     _install_rig(session)
+    # The GPU, its driver and the container toolkit, before any engine is installed.
+    session.run("python", "-m", "kvrig.containers.host_check", "cuda")
     _container_engine(session)
     session.run("python", "-m", "kvrig.containers", "cuda", *session.posargs)
 
@@ -239,6 +241,8 @@ def cuda(session: nox.Session) -> None:
 def xpu(session: nox.Session) -> None:
     """The XPU column in its container (needs an Intel GPU and Docker or Podman)."""
     _install_rig(session)
+    # The GPU's render nodes and the user's access to them, before any engine is installed.
+    session.run("python", "-m", "kvrig.containers.host_check", "xpu")
     _container_engine(session)
     session.run("python", "-m", "kvrig.containers", "xpu", *session.posargs)
 

@@ -365,7 +365,15 @@ def cmd_gate(ns: argparse.Namespace) -> int:
     m = load(ns.matrix, today=today)
     # With --platform the gate knows what to require, so no results at all is a failure.
     merged, chosen = _gate_results(ns)
-    platforms = ns.platform or chosen.columns
+    # The columns matrix.yaml's release requires, unless named here; the others found are
+    # said, not gated.
+    platforms = ns.platform or gate_mod.required_columns(m, chosen.columns)
+    for column in chosen.columns:
+        if column not in platforms:
+            print(
+                f"not required: the {column} column (required: matrix.yaml's release.columns,"
+                " or --platform)"
+            )
     previous = None if ns.no_previous else _previous(ns, merged)
     if previous:
         print(f"comparing with {previous[1]}")

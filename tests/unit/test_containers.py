@@ -110,7 +110,11 @@ def test_run_is_removed_named_unprivileged_and_without_network(
 def test_results_are_bind_mounted_from_results_platform(checkout: Path) -> None:
     plan = plan_for(checkout, ["cpu"])
     assert plan.results == (checkout / "results" / "cpu").resolve()
-    assert flag_values(plan.run, "--volume") == [f"{plan.results}:/results"]
+    matrix = (checkout / "matrix.yaml").resolve()
+    assert flag_values(plan.run, "--volume") == [
+        f"{plan.results}:/results",
+        f"{matrix}:/opt/kvrig/matrix.yaml:ro",  # the images hold no matrix of their own
+    ]
     assert plan.run[-6:] == ["kvrig", "column", "--platform", "cpu", "--results", "/results"]
 
 
@@ -649,3 +653,42 @@ def test_a_plan_made_again_takes_the_overlay_inputs_already_read(
     )  # fmt: skip
     assert again.overlay == first.overlay
     assert "BASE_IMAGE=localhost/kvrig-base:bookworm" in flag_values(again.build, "--build-arg")
+
+
+def test_the_image_tag_keys_what_the_image_installs_not_its_prose(checkout: Path) -> None:
+    """A typo fixed in the README or a doc changed in matrix.yaml rebuilds no image; a
+    change to the rig's code or dependencies does."""
+    tag = plan_for(checkout, ["cpu"]).image
+    (checkout / "README.md").write_text("kvrig, with a typo fixed\n")
+    matrix = checkout / "matrix.yaml"
+    matrix.write_text(matrix.read_text() + "\n# a comment\n")
+    assert plan_for(checkout, ["cpu"]).image == tag
+    module = next((checkout / "src").rglob("*.py"))
+    module.write_text(module.read_text() + "\n# changed\n")
+    assert plan_for(checkout, ["cpu"]).image != tag
+
+
+def test_no_image_keeps_its_base_images_entrypoint() -> None:
+    """vllm/vllm-openai's entrypoint is `vllm serve`: kept, it would prefix the column."""
+    docker = Path(__file__).resolve().parents[2] / "docker"
+    for name in ("Dockerfile.cpu", "Dockerfile.cuda"):
+        lines = (docker / name).read_text().splitlines()
+        assert "ENTRYPOINT []" in lines, name
+    assert 'ENTRYPOINT ["/usr/local/bin/kvrig-oneapi"]' in (docker / "Dockerfile.xpu").read_text()
+
+
+def test_the_xpu_image_installs_intels_user_mode_gpu_driver() -> None:
+    """Without the compute runtime and the Level Zero loader, torch sees no XPU in the
+    container however the host's kernel driver is set up."""
+    text = (Path(__file__).resolve().parents[2] / "docker" / "Dockerfile.xpu").read_text()
+    for package in ("libze-intel-gpu1_", "level-zero_", "intel-opencl-icd_", "intel-igc-core-2_"):
+        assert package in text, package
+    assert text.index("libze-intel-gpu1_") < text.index("import vllm_xpu_kernels")
+
+
+def test_rootless_podman_keeps_the_users_render_group_for_xpu(checkout: Path) -> None:
+    from dataclasses import replace
+
+    rootless = replace(ROOT_HOST, rootless_podman=True)
+    run = plan_for(checkout, ["xpu"], engine="podman", host=rootless).run
+    assert flag_values(run, "--group-add") == ["keep-groups"]

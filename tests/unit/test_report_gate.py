@@ -350,7 +350,8 @@ def test_gate_release_scenario_on_the_shipped_matrix(tmp_path: Path, capsys) -> 
     m.write_text(text)
 
     def gate_exit() -> int:
-        return cli.main(["--matrix", str(m), "gate", "--results", str(folder), "--no-previous"])
+        args = ["gate", "--results", str(folder), "--no-previous", "--platform", "cpu"]
+        return cli.main(["--matrix", str(m), *args])
 
     assert gate_exit() == 0
     lines = (folder / results.RESULTS_FILE).read_text().splitlines()
@@ -831,3 +832,38 @@ def test_the_matrix_loader_refuses_an_allowance_further_ahead_than_the_cap(
     assert f"on or before {TODAY + dt.timedelta(days=90)}" in msg
     assert msg.split(": the matrix")[0].rsplit(":", 1)[1].isdigit()  # names the line
     assert load(path, today=TODAY + dt.timedelta(days=1)).allowances  # a day later it fits
+
+
+def test_the_gate_requires_the_columns_the_matrix_release_names(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "results" / "cpu"
+    _, text = _real_column(folder)
+    m = tmp_path / "matrix.yaml"
+    base = ["--matrix", str(m), "gate", "--results", str(folder), "--no-previous"]
+    m.write_text(text)
+    assert cli.main(base) == 1  # the shipped release needs cuda and xpu results too
+    assert "FAIL    column cuda ran no cell" in capsys.readouterr().out
+    m.write_text(text.replace("release:\n  columns: [cpu, cuda, xpu]", "release: {columns: [cpu]}"))
+    assert cli.main(base) == 0
+
+
+def test_a_found_column_the_release_does_not_require_is_said(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "results" / "cpu"
+    _, text = _real_column(folder)
+    m = tmp_path / "matrix.yaml"
+    m.write_text(text)
+    assert (
+        cli.main(
+            [
+                "--matrix",
+                str(m),
+                "gate",
+                "--results",
+                str(folder),
+                "--no-previous",
+                "--platform",
+                "cuda",
+            ]
+        )
+        == 1
+    )
+    assert "not required: the cpu column" in capsys.readouterr().out

@@ -57,8 +57,10 @@ SHM_SIZE = "8g"
 OVERLAY_STAGE = Path("docker") / "overlay"
 # Where a host's wheel folder is mounted during the build.
 BUILD_WHEELS = "/opt/kvrig-wheels"
-# What the images are built from besides the Dockerfile (docker/Dockerfile.*: COPY).
-RIG_INPUTS = ("pyproject.toml", "README.md", "matrix.yaml", "src")
+# What the images install besides vLLM (docker/Dockerfile.*: COPY): kvrig's dependencies
+# and code. Not its README or matrix.yaml: the matrix is mounted when the column runs, so
+# a typo fixed there rebuilds no image.
+RIG_INPUTS = ("pyproject.toml", "src")
 
 
 class UsageError(Exception):
@@ -268,6 +270,10 @@ def device_args(platform: str, engine: str, host: Host) -> list[str]:
         return ["--gpus", "all"] if engine == "docker" else ["--device", "nvidia.com/gpu=all"]
     if platform == "xpu":
         args = ["--device", "/dev/dri"]
+        if engine == "podman" and host.rootless_podman:
+            # A rootless container's user namespace maps no host group by number: keep
+            # the user's own (render among them), as crun and runc allow with keep-groups.
+            return [*args, "--group-add", "keep-groups"]
         for gid in host.render_gids:
             args += ["--group-add", str(gid)]
         return args
@@ -514,7 +520,8 @@ def make_plan(
         # Beside the release's results, not over them: `kvrig compare` reads both.
         column = f"{column}-overlay-{staged.digest[:8]}"
     results = (args.results or root / results_folder(column)).resolve()
-    custom_matrix = args.matrix.resolve() if args.matrix is not None else None
+    # Always mounted: the images hold no matrix of their own.
+    custom_matrix = (args.matrix or root / "matrix.yaml").resolve()
     flags = es.global_flags(settings)
     return Plan(
         platform=args.platform,

@@ -587,12 +587,29 @@ class Allowance(_Strict):
     expires: dt.date
 
 
+class Release(_Strict):
+    """What the release gate requires: the hardware columns whose `gate: true` cells must
+    pass. A team without XPU runners gates on cpu and cuda and says so here, instead of
+    living with a gate that is red until runners it does not have exist."""
+
+    # None: every platform the matrix defines.
+    columns: Annotated[list[Platform], Field(min_length=1)] | None = None
+
+    @field_validator("columns")
+    @classmethod
+    def _once_each(cls, columns: list[str] | None) -> list[str] | None:
+        if columns is not None and len(set(columns)) != len(columns):
+            raise ValueError(f"a column is named twice: {columns}")
+        return columns
+
+
 class Matrix(_Strict):
     version: Literal[1]
     platforms: dict[Platform, PlatformSpec]
     models: dict[str, ModelSpec]
     cases: list[Case]
     allowances: list[Allowance] = Field(default_factory=list)
+    release: Release = Field(default_factory=Release)
     # Where the file was read from and the line of each case (by index), so that a cell's
     # test item and its failure can point into the file; empty for a matrix built in code.
     _path: Path | None = PrivateAttr(default=None)
@@ -602,6 +619,11 @@ class Matrix(_Strict):
     @property
     def path(self) -> Path | None:
         return self._path
+
+    @property
+    def required_columns(self) -> list[str]:
+        """The platforms the release gate requires (release.columns, else every one)."""
+        return list(self.release.columns or self.platforms)
 
     def case_line(self, index: int) -> int | None:
         return self._case_lines.get(index)
@@ -672,6 +694,16 @@ class Matrix(_Strict):
                         f"cases.{i}.expect.{platform}: platform {platform!r} is not defined"
                         " under platforms"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _release_columns_are_platforms(self) -> Matrix:
+        for column in self.release.columns or []:
+            if column not in self.platforms:
+                raise ValueError(
+                    f"release.columns: {column!r} is not a platform of this matrix"
+                    f" ({', '.join(self.platforms)})"
+                )
         return self
 
     @model_validator(mode="after")

@@ -228,6 +228,14 @@ def _ran_nothing(column: str, rows: list[Row]) -> str | None:
     return None
 
 
+def required_columns(matrix: Matrix, found: list[str]) -> list[str]:
+    """The columns the gate requires: the platforms matrix.yaml's release names, and the
+    CPU classes run of a required platform (`cpu-avx2` when cpu is required)."""
+    required = matrix.required_columns
+    required += [c for c in found if c not in required and c.split("-")[0] in required]
+    return required
+
+
 def evaluate(
     matrix: Matrix,
     rows: list[Row],

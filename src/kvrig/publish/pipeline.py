@@ -76,7 +76,8 @@ def _column_command(platform: str, shard: str | None, shards: int) -> str:
 
 
 def _gate_args(matrix: Matrix) -> str:
-    return " ".join(f"--platform {p}" for p in matrix.platforms)
+    """The columns matrix.yaml's release requires (release.columns)."""
+    return " ".join(f"--platform {p}" for p in matrix.required_columns)
 
 
 # The CPU column's expected outcomes depend on the host's ISA class (AVX2 ... AMX), and a
@@ -87,9 +88,43 @@ ISA_MARKDOWN = "kvrig isa --markdown"
 
 # --- GitHub Actions ------------------------------------------------------------------------
 
+# Third-party actions by commit, never by a tag that can be moved (the version each commit
+# was released as is in the workflow's header).
+ACTIONS = {
+    "checkout": ("actions/checkout", "11bd71901bbe5b1630ceea73d27597364c9af683", "v4.2.2"),
+    "setup-python": ("actions/setup-python", "a26af69be951a213d495a4c3e4e4022e16d87065", "v5.6.0"),
+    "upload-artifact": (
+        "actions/upload-artifact",
+        "ea165f8d65b6e75b540449e92b4886f43607fa02",
+        "v4.6.2",
+    ),
+    "download-artifact": (
+        "actions/download-artifact",
+        "d3f86a106a0bac45b974a628896c90dbdf5c8093",
+        "v4.3.0",
+    ),
+}
+# A label that lets a pull request from a branch of this repository run the device jobs;
+# a fork's pull request never runs them, whatever its labels (its code would run on the
+# self-hosted GPU runners, with their access).
+DEVICE_LABEL = "kvrig-gpu"
+DEVICE_JOBS_IF = (
+    "github.event_name != 'pull_request' || ("
+    "github.event.pull_request.head.repo.full_name == github.repository"
+    f" && contains(github.event.pull_request.labels.*.name, '{DEVICE_LABEL}'))"
+)
+EMULATED_JOB = "emulated"
+PREVIOUS = "previous"
+
+
+def uses(action: str) -> str:
+    repo, commit, _ = ACTIONS[action]
+    return f"{repo}@{commit}"
+
+
 _SETUP = [
-    {"uses": "actions/checkout@v4"},
-    {"uses": "actions/setup-python@v5", "with": {"python-version": PYTHON}},
+    {"uses": uses("checkout")},
+    {"uses": uses("setup-python"), "with": {"python-version": PYTHON}},
     {"run": "python -m pip install nox"},
 ]
 
@@ -99,6 +134,45 @@ _GITHUB_ISA = {
     "name": "Record the CPU class (job summary)",
     "run": f'python -m pip install . && {ISA_MARKDOWN} >> "$GITHUB_STEP_SUMMARY"',
 }
+
+# The gate's drift check compares with the last nightly that finished: its artifacts.
+_PREVIOUS_NIGHTLY = {
+    "name": "The previous nightly's results (for the drift check)",
+    "env": {"GH_TOKEN": "${{ github.token }}"},
+    "run": "\n".join(
+        [
+            'id=$(gh run list --repo "$GITHUB_REPOSITORY" --workflow kvrig.yml --event'
+            " schedule --status completed --limit 1 --json databaseId --jq '.[0].databaseId')",
+            'if [ -n "$id" ]; then gh run download "$id" --repo "$GITHUB_REPOSITORY" --pattern'
+            f" 'kvrig-*' --dir {PREVIOUS} || echo \"no artifacts in nightly run $id\"; fi",
+        ]
+    ),
+}
+
+
+def _gate_command(matrix: Matrix) -> str:
+    previous = f"$([ -d {PREVIOUS} ] && echo --previous {PREVIOUS})"
+    return f"nox -s gate -- --results {ARTIFACTS} {previous} {_gate_args(matrix)}"
+
+
+def _emulated_job() -> dict[str, Any]:
+    """vLLM's own CUDA and XPU code on every GPU architecture, on a CPU runner: on every
+    pull request, fork or not, since it runs no device and needs no self-hosted runner."""
+    return {
+        "name": "emulated GPU columns (vLLM's code, no device)",
+        "runs-on": GATE_RUNNER,
+        "timeout-minutes": 60,
+        "steps": [
+            *_SETUP,
+            {"name": "Run the emulated columns", "run": "nox -s emulated"},
+            {
+                "name": "Upload the results",
+                "if": "always()",
+                "uses": uses("upload-artifact"),
+                "with": {"name": "kvrig-emulated", "path": "results/*-emulated*"},
+            },
+        ],
+    }
 
 
 def github(matrix: Matrix) -> dict[str, Any]:
@@ -110,11 +184,11 @@ def github(matrix: Matrix) -> dict[str, Any]:
         name = f"{platform} column" + (
             f" (shard ${{{{ matrix.shard }}}}/{ci.shards})" if sharded else ""
         )
-        job: dict[str, Any] = {
-            "name": name,
-            "runs-on": ci.runs_on[0] if len(ci.runs_on) == 1 else list(ci.runs_on),
-            "timeout-minutes": ci.timeout_minutes,
-        }
+        job: dict[str, Any] = {"name": name}
+        if platform != ISA_PLATFORM:
+            job["if"] = DEVICE_JOBS_IF
+        job["runs-on"] = ci.runs_on[0] if len(ci.runs_on) == 1 else list(ci.runs_on)
+        job["timeout-minutes"] = ci.timeout_minutes
         if sharded:
             job["strategy"] = {
                 "fail-fast": False,
@@ -134,22 +208,27 @@ def github(matrix: Matrix) -> dict[str, Any]:
             {
                 "name": "Upload the results",
                 "if": "always()",
-                "uses": "actions/upload-artifact@v4",
+                "uses": uses("upload-artifact"),
                 "with": {"name": artifact, "path": results_folder(platform, shard)},
             },
         ]
         jobs[platform] = job
+    jobs[EMULATED_JOB] = _emulated_job()
     jobs["gate"] = {
         "name": "release gate",
         "needs": list(matrix.platforms),
-        "if": "always()",
+        # A release decision over the device columns, which a pull request does not run.
+        "if": "always() && github.event_name != 'pull_request'",
         "runs-on": GATE_RUNNER,
+        # The previous nightly's artifacts are read through the Actions API.
+        "permissions": {"contents": "read", "actions": "read"},
         "steps": [
             *_SETUP,
             {
-                "uses": "actions/download-artifact@v4",
+                "uses": uses("download-artifact"),
                 "with": {"pattern": "kvrig-*", "path": ARTIFACTS},
             },
+            _PREVIOUS_NIGHTLY,
             {
                 "name": "Report (also into the job summary)",
                 "run": f"nox -s report -- {ARTIFACTS} --out report",
@@ -157,14 +236,10 @@ def github(matrix: Matrix) -> dict[str, Any]:
             {
                 "name": "Upload the report",
                 "if": "always()",
-                "uses": "actions/upload-artifact@v4",
+                "uses": uses("upload-artifact"),
                 "with": {"name": "kvrig-report", "path": "report"},
             },
-            {
-                "name": "Release gate",
-                "if": "always()",
-                "run": f"nox -s gate -- --results {ARTIFACTS} {_gate_args(matrix)}",
-            },
+            {"name": "Release gate", "if": "always()", "run": _gate_command(matrix)},
         ],
     }
     return {
@@ -175,11 +250,21 @@ def github(matrix: Matrix) -> dict[str, Any]:
             "schedule": [{"cron": NIGHTLY_CRON}],
             "workflow_dispatch": {},
         },
+        # Every job reads the repository and nothing else unless it says so.
+        "permissions": {"contents": "read"},
         "jobs": jobs,
     }
 
 
 # --- Buildkite -----------------------------------------------------------------------------
+
+
+# Device steps run only on builds of trusted code: the schedule, main, or a build started
+# by hand; never a pull request's (Buildkite builds forks' pull requests when asked to).
+BUILDKITE_DEVICE_IF = (
+    "build.pull_request.id == null && (build.source == 'schedule' || build.branch =="
+    " pipeline.default_branch || build.source == 'ui' || build.source == 'api')"
+)
 
 
 def _buildkite_isa(key: str) -> list[str]:
@@ -205,16 +290,31 @@ def buildkite(matrix: Matrix) -> dict[str, Any]:
             isa_lines = _buildkite_isa(key) if platform == ISA_PLATFORM else []
             # No soft_fail: the step is the column's health, red on any failed cell;
             # artifact_paths upload on failure too and the wait below lets the gate run.
-            steps.append(
+            step: dict[str, Any] = {
+                "label": f"{platform} column{suffix}",
+                "key": key,
+            }
+            if platform != ISA_PLATFORM:
+                step["if"] = BUILDKITE_DEVICE_IF
+            step.update(
                 {
-                    "label": f"{platform} column{suffix}",
-                    "key": key,
                     "command": "\n".join([*isa_lines, column]),
                     "agents": dict(ci.agents),
                     "timeout_in_minutes": ci.timeout_minutes,
                     "artifact_paths": [f"{results_folder(platform, shard)}/**/*"],
                 }
             )
+            steps.append(step)
+    steps.append(
+        {
+            "label": "emulated GPU columns (vLLM's code, no device)",
+            "key": EMULATED_JOB,
+            "command": "nox -s emulated",
+            "agents": dict(GATE_AGENTS),
+            "timeout_in_minutes": 60,
+            "artifact_paths": ["results/*-emulated*/**/*"],
+        }
+    )
     steps.append({"wait": None, "continue_on_failure": True})
     steps.append(
         {
@@ -257,12 +357,19 @@ _HEADER = {
     "github": [
         "# Generated from matrix.yaml by `kvrig pipeline --format github --output",
         "# .github/workflows/kvrig.yml`; do not edit by hand.",
-        "# One job per platform column (runners: the platform's ci.runs_on), then the release",
-        "# gate over every column's results; nightly at " + NIGHTLY_CRON + " (UTC).",
+        "# One job per platform column (runners: the platform's ci.runs_on), the emulated GPU",
+        "# columns on a CPU runner, then the release gate over the columns matrix.yaml's",
+        "# release requires; nightly at " + NIGHTLY_CRON + " (UTC).",
         "# The column jobs are the nightly health signal: red on any failed cell (cpu jobs",
         "# also record the runner's CPU class in the job summary). The gate job is the",
         "# release decision: only `gate: true` cells, with their allowances; it runs",
-        "# after the column jobs whatever their status.",
+        "# after the column jobs whatever their status, against the previous nightly.",
+        "# Device jobs never run a fork's pull request: only the schedule, main, a manual",
+        f"# dispatch, or a pull request from this repository labelled {DEVICE_LABEL!r}.",
+        "# The emulated GPU columns need no device and run on every pull request.",
+        "# Actions are pinned by commit: "
+        + "; ".join(f"{repo} {tag}" for repo, _, tag in ACTIONS.values())
+        + ".",
     ],
     "buildkite": [
         "# Generated from matrix.yaml by `kvrig pipeline --format buildkite --output",
@@ -273,6 +380,8 @@ _HEADER = {
         "# also annotate the build with the agent's CPU class). The gate step is the release",
         "# decision: only `gate: true` cells, with their allowances; the wait lets it run",
         "# after failed column steps.",
+        "# Device steps run only on trusted builds (schedule, the default branch, by hand or",
+        "# API), never a pull request's; the emulated GPU columns run on every build.",
         f"# Nightly: add a schedule with cron {NIGHTLY_CRON!r} in the pipeline's settings.",
     ],
 }

@@ -1,0 +1,130 @@
+"""What a GPU host must have before a containerised GPU column installs or builds anything.
+
+In the order a runner fails: the device (an NVIDIA GPU `nvidia-smi` lists; an Intel render
+node the user may open), the driver new enough for the image's CUDA, and the NVIDIA
+Container Toolkit or a CDI spec that passes the GPU into a container. Each missing piece is
+one paragraph naming what to install, exit 2, before a container engine is installed or an
+image is built (`nox -s cuda` and `nox -s xpu` run this first). The pass-through smoke test
+in a small container and the device check inside the column's own container come after,
+once an engine answers (kvrig.containers.launch).
+
+    python -m kvrig.containers.host_check cuda|xpu
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from kvrig.containers.preflight import PreflightError, Probe, check_device
+from kvrig.define.matrix import MatrixError, load
+
+# The oldest Linux driver each CUDA major runs on (CUDA's minor-version compatibility:
+# any driver of at least this release runs every minor of the major).
+MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+CDI_SPECS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+_CUDA_TAG = re.compile(r"nvidia/cuda:(\d+)\.(\d+)")
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def image_cuda(base_image: str) -> tuple[int, int] | None:
+    """The CUDA release an image is built on, from its nvidia/cuda tag (None: unknown)."""
+    m = _CUDA_TAG.search(base_image)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    m = _VERSION.search(text)
+    return tuple(int(p or 0) for p in m.groups()) if m else None
+
+
+def check_driver(base_image: str, probe: Probe) -> None:
+    """The host's driver runs the image's CUDA (its major's minimum)."""
+    cuda = image_cuda(base_image)
+    if cuda is None or cuda[0] not in MIN_DRIVER:
+        return
+    code, out = probe.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    have = _version(out) if code == 0 else None
+    shown = MIN_DRIVER[cuda[0]]
+    need = _version(shown) or ()
+    if have is None:
+        raise PreflightError(
+            "The CUDA column cannot read the NVIDIA driver's version (`nvidia-smi"
+            f" --query-gpu=driver_version` said {out or f'exit {code}'!r}). Check the driver"
+            " with `nvidia-smi`; the image needs CUDA"
+            f" {cuda[0]}.{cuda[1]}, which runs on driver {shown} or newer."
+        )
+    if have < need:
+        raise PreflightError(
+            f"The image is built on CUDA {cuda[0]}.{cuda[1]} ({base_image}), which needs an"
+            f" NVIDIA driver of at least {shown}, and this host has {out.strip()}. Install a"
+            f" newer driver (the R{need[0]} branch or"
+            " later), or point platforms.cuda.base_image at a CUDA release your driver runs."
+        )
+
+
+def check_toolkit(probe: Probe) -> None:
+    """Something passes the GPU into a container: the NVIDIA Container Toolkit (its
+    `nvidia-ctk` or Docker's nvidia runtime) or a CDI spec for Podman."""
+    if probe.which("nvidia-ctk") or probe.which("nvidia-container-runtime"):
+        return
+    for folder in CDI_SPECS:
+        if probe.glob(folder, "nvidia*.yaml") or probe.glob(folder, "nvidia*.json"):
+            return
+    raise PreflightError(
+        "The CUDA column passes the GPU into its container, and this host has neither the"
+        " NVIDIA Container Toolkit (no `nvidia-ctk` or `nvidia-container-runtime`) nor a CDI"
+        f" spec for the GPU ({' or '.join(str(f) for f in CDI_SPECS)}). Install the toolkit"
+        " (nvidia-container-toolkit from NVIDIA's repository), then for Podman generate the"
+        " spec: `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`; for Docker"
+        " configure the runtime: `sudo nvidia-ctk runtime configure --runtime=docker`."
+    )
+
+
+def check_render_access(probe: Probe, dri: Path = Path("/dev/dri")) -> None:
+    """The user may open the Intel render nodes (root, or a member of their group)."""
+    if os.geteuid() == 0:
+        return
+    groups = set(os.getgroups())
+    for node in probe.glob(dri, "renderD*"):
+        try:
+            gid = node.stat().st_gid
+        except OSError:
+            continue
+        if gid not in groups and not os.access(node, os.R_OK | os.W_OK):
+            raise PreflightError(
+                f"The XPU column opens {node}, and this user is not in its group (gid {gid},"
+                " usually `render`). Add the user to it (`sudo usermod -aG render $USER`, then"
+                " log in again); rootless Podman keeps it with `--group-add keep-groups`."
+            )
+
+
+def check(platform: str, base_image: str, probe: Probe) -> None:
+    check_device(platform, probe)
+    if platform == "cuda":
+        check_driver(base_image, probe)
+        check_toolkit(probe)
+    elif platform == "xpu":
+        check_render_access(probe)
+
+
+def main(argv: Sequence[str] | None = None, probe: Probe | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0] not in ("cuda", "xpu"):
+        print("usage: python -m kvrig.containers.host_check cuda|xpu", file=sys.stderr)
+        return 2
+    try:
+        spec = load().platforms.get(args[0])  # type: ignore[call-overload]
+        check(args[0], spec.base_image if spec else "", probe or Probe())
+    except (PreflightError, MatrixError) as exc:
+        print(f"kvrig: {exc}", file=sys.stderr)
+        return 2
+    print(f"kvrig: this host has what the {args[0]} column needs before its container")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The GPU host checks that run before anything is installed: each missing piece is one
+paragraph naming what to install (fake hosts: no GPU is needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from kvrig.containers import host_check as hc
+from kvrig.containers import preflight as pf
+
+IMAGE = "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
+
+
+def host(
+    driver: str = "580.95.05",
+    tools: Sequence[str] = ("nvidia-smi", "nvidia-ctk"),
+    cdi: Sequence[str] = (),
+) -> pf.Probe:
+    def run(cmd: Sequence[str]) -> tuple[int, str]:
+        if cmd[:2] == ["nvidia-smi", "-L"]:
+            return 0, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"
+        if cmd[0] == "nvidia-smi":
+            return 0, driver
+        return 127, "not found"
+
+    def glob(folder: Path, pattern: str) -> list[Path]:
+        return [folder / n for n in cdi if Path(n).match(pattern) and folder == Path("/etc/cdi")]
+
+    return pf.Probe(
+        which=lambda name: f"/usr/bin/{name}" if name in tools else None, run=run, glob=glob
+    )
+
+
+def test_a_host_with_gpu_driver_and_toolkit_passes() -> None:
+    hc.check("cuda", IMAGE, host())
+    hc.check("cuda", IMAGE, host(tools=("nvidia-smi",), cdi=("nvidia.yaml",)))
+
+
+def test_no_gpu_stops_before_anything_else() -> None:
+    with pytest.raises(pf.PreflightError, match="`nvidia-smi` is not installed"):
+        hc.check("cuda", IMAGE, host(tools=()))
+
+
+def test_a_driver_too_old_for_the_images_cuda_is_named_with_the_one_needed() -> None:
+    with pytest.raises(
+        pf.PreflightError, match=r"at least 580\.65\.06, and this host has 550\.54\.15"
+    ):
+        hc.check("cuda", IMAGE, host(driver="550.54.15"))
+    hc.check("cuda", "nvidia/cuda:12.8.1-runtime", host(driver="550.54.15"))
+
+
+def test_a_host_without_the_toolkit_or_a_cdi_spec_is_told_how_to_get_one() -> None:
+    with pytest.raises(pf.PreflightError, match="nvidia-ctk cdi generate"):
+        hc.check("cuda", IMAGE, host(tools=("nvidia-smi",)))
+
+
+def test_the_images_cuda_is_read_off_its_tag() -> None:
+    assert hc.image_cuda(IMAGE) == (13, 0)
+    assert hc.image_cuda("vllm/vllm-openai:v0.33.0") is None
+
+
+def test_the_command_exits_2_naming_the_missing_device(capsys: pytest.CaptureFixture) -> None:
+    assert hc.main(["cuda"], host(tools=())) == 2
+    assert "The CUDA column needs an NVIDIA GPU" in capsys.readouterr().err
+    assert hc.main(["xpu"], pf.Probe(exists=lambda p: False, glob=lambda p, pat: [])) == 2
+    assert "has no render node" in capsys.readouterr().err
+    assert hc.main(["tpu"]) == 2
+
+
+def test_the_gpu_sessions_check_the_host_before_installing_an_engine() -> None:
+    text = (Path(__file__).resolve().parents[2] / "noxfile.py").read_text()
+    for platform in ("cuda", "xpu"):
+        body = text.split(f"def {platform}(session: nox.Session)")[1].split("\n@nox")[0]
+        check = body.index(f'"kvrig.containers.host_check", "{platform}"')
+        assert check < body.index("_container_engine(session)"), platform
