@@ -257,7 +257,8 @@ def base_image(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff, the layers contract (imports run one way) and hadolint on the Dockerfiles."""
+    """ruff, the layers contract (imports run one way), hadolint on the Dockerfiles and the
+    docs site built strictly."""
     session.install("--no-deps", "-e", str(ROOT))
     session.install(*LINT)
     session.run("ruff", "check", "src", "tests", "noxfile.py", "scripts")
@@ -266,6 +267,10 @@ def lint(session: nox.Session) -> None:
     dockerfiles = sorted(str(p) for p in (ROOT / "docker").glob("Dockerfile.*"))
     if dockerfiles:
         session.run("hadolint", *dockerfiles)
+    # The docs pages as a site, strictly: a broken link or a page left out is red.
+    session.run(
+        "mkdocs", "build", "--strict", "--site-dir", str(Path(session.create_tmp()) / "site")
+    )
 
 
 @nox.session(python=PYTHON, default=False)

@@ -114,8 +114,8 @@ def test_a_cpu_class_off_cpu_is_refused(tmp_path: Path, capsys) -> None:
     assert "names a CPU class" in capsys.readouterr().err
 
 
-def test_the_readme_example_is_what_predict_prints(tmp_path: Path, capsys) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_documented_example_is_what_predict_prints(tmp_path: Path, capsys) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "matrix.md").read_text()
     block = readme.split("$ kvrig predict Qwen3.6-35B-A3B/config.json", 1)[1].split("```")[0]
     args, *shown = block.strip("\n").splitlines()
     path = _write(tmp_path, QWEN36_35B)

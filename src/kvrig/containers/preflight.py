@@ -250,7 +250,7 @@ def build_failure(image: str, code: int, output: str) -> str:
     )
     return (
         f"Building {image} failed (exit {code}) and no cell was run.{cause} Fix it and run"
-        " again (README.md, Hosts that need special engine settings), or run the column on"
+        " again (docs/containers.md, Hosts that need special engine settings), or run the column on"
         " this host without a container with `nox -s local`."
     )
 
@@ -288,6 +288,6 @@ def check_engine_runs(
     raise PreflightError(
         f"Podman cannot start a trivial container here (`{' '.join(cmd)}` failed): {cause}."
         " Leave KVRIG_HOST_SETTINGS at auto so kvrig applies the settings this host needs,"
-        " or set the one named (README.md, Hosts that need special engine settings)."
+        " or set the one named (docs/containers.md, Hosts that need special engine settings)."
         f" {ALTERNATIVES}"
     )

@@ -878,7 +878,7 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
     where = f"{path}:{line}" if line else str(path)
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
-        msg = f"unknown key {loc[-1]!r}; check its spelling against the format in README.md"
+        msg = f"unknown key {loc[-1]!r}; check its spelling against the format in docs/matrix.md"
     elif first["type"] == "missing":
         msg = f"required field {loc[-1]!r} is missing"
     elif first["type"] == "union_tag_invalid":

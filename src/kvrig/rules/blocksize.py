@@ -81,7 +81,7 @@ class PlatformRules:
 
     default: Backend  # the attention backend the platform picks for these models
     # Whether these rules were confirmed by real engines (on CPU by the column itself, on
-    # CUDA by published engine logs, README "Where the rules come from"): on an
+    # CUDA by published engine logs, docs/matrix.md "Where the rules come from"): on an
     # unconfirmed platform a mismatch is reported beside the verdict instead of failing.
     measured: bool = False
     mla: Backend | None = None
