@@ -24,6 +24,7 @@ from kvrig.provision import overlay
 from kvrig.publish import compare, pipeline, report, repro
 from kvrig.publish import gate as gate_mod
 from kvrig.publish import results as results_mod
+from kvrig.rules import explain as explain_mod
 from kvrig.rules import predict as predict_mod
 from kvrig.rules import shapes, versions
 from kvrig.run.runner import ResultsFolderError, check_results_folder
@@ -232,9 +233,22 @@ def cmd_cells(ns: argparse.Namespace) -> int:
     if ns.emulate:
         emulated_column(ns.platform or "cpu", ns.emulate, ns.isa)
         arch = ns.emulate
-    for cell in expand(
+    cells = expand(
         m, ns.platform, isa=cls, emulated=emulated, gpu_arch=arch, device_emulated=bool(arch)
-    ):
+    )
+    if ns.explain:
+        cell = next((c for c in cells if c.id == ns.explain), None)
+        if cell is None:
+            raise UsageError(
+                f"--explain {ns.explain}: not a cell here; `kvrig cells` lists them (with"
+                " --platform, --isa or --emulate for another column)."
+            )
+        if cell.platform == "cpu" and cell.isa is None:
+            host = hardware.cpu_info().get("isa_class")
+            cell = cell.model_copy(update={"isa": host})
+        print("\n".join(explain_mod.explain(cell)))
+        return 0
+    for cell in cells:
         gate = " [gate]" if cell.case.gate else ""
         print(f"{cell.id:<45} {cell.expect.outcome:<12}{gate}")
     return 0
@@ -528,6 +542,11 @@ def parser() -> argparse.ArgumentParser:
     cl.add_argument("--platform", choices=PLATFORMS)
     cl.add_argument("--isa", default=isa.NATIVE, help="list the cells of this emulated class")
     cl.add_argument("--emulate", metavar="ARCH", help="list the cells of this emulated GPU")
+    cl.add_argument(
+        "--explain",
+        metavar="CELL",
+        help="print how kvrig.rules computes this cell's outcome (the verdict's steps)",
+    )
     i = sub.add_parser("isa", help="print this host's CPU class and what it can emulate")
     i.add_argument("--markdown", action="store_true", help="for a CI job summary")
     i.add_argument("--lesser", action="store_true", help="only the classes below the host's")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kvrig.define import models
+from kvrig.define import models, shorthands
 from kvrig.define.cells import expand
 from kvrig.define.matrix import MatrixError, load
 
@@ -25,11 +25,12 @@ REPO_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
 
 @functools.cache
 def _repo_data() -> dict[str, Any]:
-    return yaml.safe_load(REPO_MATRIX.read_text())
+    return shorthands.expand(yaml.safe_load(REPO_MATRIX.read_text()))
 
 
 def repo_data() -> dict[str, Any]:
-    """The project's matrix as plain data, a fresh copy to mutate."""
+    """The project's matrix as plain data in its long form (a case per model, an
+    expectation per platform: kvrig.define.shorthands), a fresh copy to mutate."""
     return copy.deepcopy(_repo_data())
 
 

@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from kvrig.define import gpus, patterns, releases
+from kvrig.define import gpus, patterns, releases, shorthands
 from kvrig.host import isa
 
 PLATFORMS = ("cpu", "cuda", "xpu")
@@ -1134,6 +1134,17 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
             f"{path}:1: the matrix must be a mapping with version, platforms, models and"
             " cases. Nothing was run."
         )
+    try:
+        data = shorthands.expand(data)
+    except shorthands.ShorthandError as exc:
+        field = str(exc).split(":", 1)[0]
+        parts = [int(p) if p.isdigit() else p for p in field.split(".")]
+        line = _line_of(data, parts)
+        where = f"{path}:{line}" if line else str(path)
+        raise MatrixError(
+            f"{where}: the matrix is invalid at {exc}. Nothing was run; fix the file and"
+            " start again."
+        ) from None
     try:
         matrix = Matrix.model_validate(_strip_lines(data))
     except ValidationError as exc:
