@@ -589,3 +589,36 @@ def test_the_column_command_refuses_emulating_a_cpu(capsys: pytest.CaptureFixtur
     assert "--emulate fakes a GPU" in capsys.readouterr().err
     assert cli.main(["column", "--platform", "cuda", "--emulate", "7.0"]) == 2
     assert "'7.0' is not a cuda architecture" in capsys.readouterr().err
+
+
+def test_a_cell_that_reached_for_the_device_is_undecided_never_a_pass() -> None:
+    from kvrig.publish import gate
+
+    cell = emulated_cell()
+    rec = configured(
+        cell,
+        outcome="error",
+        worker_block_size=None,
+        error=ErrorInfo(
+            type="RuntimeError", message="Found no NVIDIA driver on your system.", function="f"
+        ),
+    )
+    v = judge(cell, rec)
+    assert v.status is Status.UNDECIDED and not v.passed
+    assert "cannot be decided without a device" in v.reason
+    from kvrig.define.cells import judged_under
+
+    row = {
+        "status": "undecided",
+        "reason": v.reason,
+        "cell_id": cell.id,
+        "judged_under": judged_under(cell),
+        "vllm_version": "0.33.0",
+    }
+    assert gate._problem(row, cell).startswith("undecided")  # no gate reads it as a pass
+    # The same error in a real engine is vLLM's own outcome, judged as such.
+    [real] = expand(Matrix.model_validate(gpu_matrix()), "cuda", gpu_arch="9.0")
+    assert (
+        judge(real, rec.model_copy(update={"device_emulated": False, "emulation": None})).status
+        is Status.FAIL
+    )

@@ -32,6 +32,9 @@ class Status(str, Enum):
     FAIL = "fail"
     SKIP = "skip"
     XFAIL = "xfail"  # a known vLLM defect, showing exactly as recorded
+    # An emulated device's cell that vLLM's code could not decide without a device (it
+    # reached for the device itself): never a pass, and not vLLM's failure either.
+    UNDECIDED = "undecided"
 
     @property
     def passed(self) -> bool:
@@ -142,6 +145,14 @@ def judge(cell: Cell, rec: Record) -> Verdict:
         return Verdict(cell.id, Status.SKIP, expect.reason)
     calc = computed(cell, rec)
     size = calc.expected.block_size if calc.expected else None
+    gap = device_gap(cell, rec)
+    if gap is not None:
+        return Verdict(
+            cell.id,
+            Status.UNDECIDED,
+            f"cannot be decided without a device: {gap} (an emulation limit, not vLLM's"
+            " outcome; the record's emulation.fakes say what was faked)",
+        )
     untrusted = _trust_problem(cell, expect, rec)
     if untrusted is not None:
         return Verdict(
@@ -275,6 +286,21 @@ def _emulation_problem(cell: Cell, rec: Record) -> str | None:
 
 
 EMULATED_PLATFORMS = {"cuda": "EmulatedCudaPlatform", "xpu": "EmulatedXpuPlatform"}
+# What an emulated cell meets when vLLM's code reaches for the device the emulation does
+# not have: torch initialising CUDA, a call into the stand-in driver or the XPU stubs.
+DEVICE_GAPS = re.compile(
+    r"Found no NVIDIA driver|CUDA driver version is insufficient|no CUDA device \(kvrig stub"
+    r"|kvrig stub driver|an XPU kernel was called in an emulated XPU column|Torch not compiled"
+    r" with CUDA enabled|No XPU devices are available"
+)
+
+
+def device_gap(cell: Cell, rec: Record) -> str | None:
+    """The error of an emulated cell that reached for the device itself, or None."""
+    if not cell.device_emulated or rec.outcome != "error" or rec.error is None:
+        return None
+    text = f"{rec.error.type}: {rec.error.message}"
+    return rec.error.one_line() if DEVICE_GAPS.search(text) else None
 
 
 def _device_problem(cell: Cell, rec: Record) -> str | None:

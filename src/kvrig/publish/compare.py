@@ -54,11 +54,11 @@ class Change:
 
     @property
     def turned_red(self) -> bool:
-        """Passed (or showed a known defect as recorded) on A; failed on B, or B's row has
+        """Passed (or showed a known defect as recorded) on A; on B failed, undecided, or
         a status kvrig does not know."""
         if self.a is None or self.b is None or not _passed(self.a):
             return False
-        return status(self.b) in (Status.FAIL, None)
+        return status(self.b) in (Status.FAIL, Status.UNDECIDED, None)
 
 
 def _passed(row: Row) -> bool:

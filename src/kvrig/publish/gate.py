@@ -27,7 +27,7 @@ from kvrig.define import gpus
 from kvrig.define.cells import Cell, expand, judged_under
 from kvrig.define.matrix import ALLOWANCE_DAYS, Allowance, Matrix, allowance_too_long
 from kvrig.define.paths import column_of_folder, column_of_side_folder
-from kvrig.judge.verdict import Status
+from kvrig.judge.verdict import PASSING, Status
 from kvrig.publish.results import block_text, overlays_of
 from kvrig.rules import versions
 
@@ -105,6 +105,8 @@ def _problem(row: Row | None, cell: Cell) -> str | None:
         # that may not run is excused only by an allowance, which names an owner and
         # expires, so marking a hard cell `skip` cannot take it out of the gate for good.
         return f"skipped: {row['reason']}"
+    if Status(row["status"]) not in PASSING:
+        return f"{row['status']}: {row['reason']}"
     return None
 
 

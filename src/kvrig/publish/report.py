@@ -25,7 +25,13 @@ from kvrig.publish import repro as repro_mod
 from kvrig.publish import results as results_mod
 
 Row = dict[str, Any]
-_ICON = {Status.PASS: "✅", Status.FAIL: "❌", Status.SKIP: "⏭️", Status.XFAIL: "⚠️"}
+_ICON = {
+    Status.PASS: "✅",
+    Status.FAIL: "❌",
+    Status.SKIP: "⏭️",
+    Status.XFAIL: "⚠️",
+    Status.UNDECIDED: "❔",
+}
 LOG_TAIL_LINES = 40
 
 
@@ -50,6 +56,8 @@ def _tally(rows: list[Row]) -> str:
     c = counts(rows)
     xfail = c[Status.XFAIL]
     known = f", {xfail} known vLLM defect(s) (xfail)" if xfail else ""
+    if c[Status.UNDECIDED]:
+        known += f", {c[Status.UNDECIDED]} undecided without a device"
     return f"{c[Status.PASS]} passed, {c[Status.FAIL]} failed, {c[Status.SKIP]} skipped{known}"
 
 
