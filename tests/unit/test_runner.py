@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kvrig.column.one_cell import finished_record
-from kvrig.run.forkserver import env_key, server_env
+from kvrig.run.cell import FAULT_ENV
+from kvrig.run.forkserver import Pool, env_key, server_env
 from kvrig.run.procs import kill_session, session_pids
 from kvrig.run.runner import ResultsFolderError, check_results_folder, run_cell
 
@@ -77,6 +78,20 @@ def test_skip_cells_do_not_start_a_process(tmp_path: Path) -> None:
     rec = run_cell(cell, tmp_path, python="/nonexistent")
     assert rec.outcome == "skipped"
     assert rec.skip_reason == "needs AMX"
+
+
+def test_a_warm_parent_forks_each_cell_and_reports_how_it_ended(tmp_path: Path) -> None:
+    # The cell's own test hook stands in for vLLM; the parent preloads only the cell module.
+    with Pool(preload=("kvrig.run.cell",), log_dir=tmp_path / "server-logs") as pool:
+        ran = run_cell(CELL, tmp_path / "calm", pool=pool, env_overrides={FAULT_ENV: "fake:0"})
+        crashed = run_cell(CELL, tmp_path / "ill", pool=pool, env_overrides={FAULT_ENV: "sigill"})
+        (server,) = pool.servers  # the hook is read after the fork: one parent for both
+        pid = server.pid
+    assert (ran.outcome, ran.signal, ran.exit_code) == ("ran", None, 0)
+    assert (crashed.outcome, crashed.signal) == ("crashed", "SIGILL")
+    assert "kvrig test fault: sigill" in Path(crashed.log).read_text()
+    assert pid is not None
+    assert not Path(f"/proc/{pid}").exists()  # closing the pool ended (and reaped) it
 
 
 def test_kill_session_of_nothing_returns() -> None:
