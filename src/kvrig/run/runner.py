@@ -182,8 +182,8 @@ class _Ending:
 
 
 def _skipped(cell: Cell) -> Record:
-    """A skipped cell's record: no process is started for it, but the host and overlay are
-    still named, so a skip reads as this host's and not as a missing run."""
+    """A skipped cell's record: no process is started for it, and it still names the host
+    and the vLLM overlay, as a run's record does, so a skip is compared like a run."""
     return Record(
         **cell.identity(),
         outcome="skipped",
