@@ -102,6 +102,21 @@ def column_command(ns: argparse.Namespace, results: Path) -> list[str]:
             "--results", str(results), "--rerun", "--vllm-patch", ns.patch, *select]  # fmt: skip
 
 
+def folder_name(ns: argparse.Namespace) -> str:
+    """The results folder of this kind of mutation run: never a release column's, so the
+    gate never reads its red-by-design rows."""
+    if ns.emulate:
+        return f"{gpus.emulated_column('cuda', ns.emulate)}-mutation"
+    return MUTATION_CONTAINER if ns.container else MUTATION
+
+
+def described(ns: argparse.Namespace) -> str:
+    """Where the mutated vLLM ran, as the report says it."""
+    if ns.emulate:
+        return f"on the emulated CUDA {ns.emulate} column"
+    return "in the CPU image" if ns.container else "on this host"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=None)
@@ -113,10 +128,7 @@ def main() -> int:
     )
     ap.add_argument("pytest_args", nargs="*")
     ns = ap.parse_args()
-    folder = MUTATION_CONTAINER if ns.container else MUTATION
-    if ns.emulate:
-        folder = f"{gpus.emulated_column('cuda', ns.emulate)}-mutation"
-    results = Path(ns.results or results_folder(folder)).resolve()
+    results = Path(ns.results or results_folder(folder_name(ns))).resolve()
     expected = expected_cells(Path(ns.matrix) if ns.matrix else None, ns.emulate)
     cache, before = None, {}
     if not ns.container:  # an image build uses the image's own installer cache
@@ -141,9 +153,7 @@ def main() -> int:
         print("mutation check FAILED: the mutated overlay could not be built (see above)")
         return 1
     rows = results_mod.read(results)
-    where = "in the CPU image" if ns.container else "on this host"
-    if ns.emulate:
-        where = f"on the emulated CUDA {ns.emulate} column"
+    where = described(ns)
     print(f"\nWith _check_aligned_block_size disabled by {ns.patch}, {where}:")
     for r in rows:
         print(f"  {r['status'].upper():<4} {r['cell_id']}: {r['reason']}")

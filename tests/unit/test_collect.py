@@ -168,3 +168,17 @@ def test_root_cause_skips_wrapper_errors() -> None:
 def test_parse_events_drops_a_cut_line() -> None:
     text = json.dumps({"event": "a"}) + "\n" + '{"event": "b", "pi'
     assert parse_events(text) == [{"event": "a"}]
+
+
+def test_a_kill_names_the_outcome_before_anything_the_cell_wrote() -> None:
+    from kvrig.run.collect import _outcome
+    from kvrig.run.record import ErrorInfo
+
+    err = ErrorInfo(type="ValueError", message="m")
+    summary = {"configured": True}
+    assert _outcome("timeout", summary, err) == "timeout"
+    assert _outcome("memory", None, None) == "memory"
+    assert _outcome(None, None, err) == "crashed"  # no summary: whatever it logged
+    assert _outcome(None, summary, err) == "error"
+    assert _outcome(None, summary, None) == "configured"
+    assert _outcome(None, {}, None) == "ran"

@@ -12,6 +12,7 @@ import pytest
 from kvrig.column.one_cell import run_and_judge
 from kvrig.run import interrupts
 from kvrig.run.record import Record
+from kvrig.run.runner import run_unsaved
 
 from .conftest import cell_with
 
@@ -54,6 +55,16 @@ def test_ctrl_c_as_the_record_is_saved_still_writes_its_row(tmp_path: Path, monk
     cell = cell_with({"outcome": "skip", "reason": "needs AMX"})
     with pytest.raises(KeyboardInterrupt):
         run_and_judge(cell, tmp_path)
+    assert (tmp_path / "records" / f"{cell.id}.json").exists()
+    assert (tmp_path / "results.jsonl").exists(), "the record was kept without its row"
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["cell_id"] for r in rows] == [cell.id]
-    assert (tmp_path / "records" / f"{cell.id}.json").exists()
+
+
+def test_the_runner_leaves_the_record_to_be_saved_with_its_row(tmp_path: Path) -> None:
+    # Were the runner to save it, a Ctrl-C could land between the record and the row that
+    # run_and_judge writes under its one held block.
+    cell = cell_with({"outcome": "skip", "reason": "needs AMX"})
+    rec = run_unsaved(cell, tmp_path, python="/nonexistent")
+    assert rec.outcome == "skipped"
+    assert not (tmp_path / "records").exists()

@@ -231,6 +231,20 @@ def test_gate_fails_on_a_missing_failed_or_skipped_cell(rows, why) -> None:
     assert any(x.startswith(f"ALLOWED {REQUIRED}") and "kv-team" in x for x in ok.lines)
 
 
+def test_an_allowance_excuses_only_a_readable_row_while_in_force() -> None:
+    from kvrig.define.matrix import ALLOWANCE_DAYS, Allowance
+
+    def excuses(row_: dict[str, Any] | None, expires: dt.date) -> bool:
+        return gate._excused(row_, Allowance.model_validate(allowance(expires)), TODAY)
+
+    assert excuses(row(REQUIRED, "fail"), TODAY)
+    assert excuses(None, TODAY)  # a missing row is what an allowance may be for
+    assert not excuses({**row(REQUIRED, "fail"), "status": "error"}, TODAY)
+    assert not excuses(row(REQUIRED, "fail"), TODAY - dt.timedelta(days=1))
+    assert excuses(row(REQUIRED, "fail"), TODAY + dt.timedelta(days=ALLOWANCE_DAYS))
+    assert not excuses(row(REQUIRED, "fail"), TODAY + dt.timedelta(days=ALLOWANCE_DAYS + 1))
+
+
 def test_an_expired_allowance_fails_the_gate_by_itself() -> None:
     m = matrix([allowance(TODAY - dt.timedelta(days=1))])
     res = gate.evaluate(m, [row(REQUIRED, "pass")], ["cpu"], TODAY)

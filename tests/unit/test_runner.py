@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kvrig.column.one_cell import finished_record
-from kvrig.run.forkserver import env_key, server_env
+from kvrig.run.cell import FAULT_ENV
+from kvrig.run.forkserver import Pool, env_key, server_env
 from kvrig.run.procs import kill_session, session_pids
 from kvrig.run.runner import ResultsFolderError, check_results_folder, run_cell
 
@@ -79,6 +80,20 @@ def test_skip_cells_do_not_start_a_process(tmp_path: Path) -> None:
     assert rec.skip_reason == "needs AMX"
 
 
+def test_a_warm_parent_forks_each_cell_and_reports_how_it_ended(tmp_path: Path) -> None:
+    # The cell's own test hook stands in for vLLM; the parent preloads only the cell module.
+    with Pool(preload=("kvrig.run.cell",), log_dir=tmp_path / "server-logs") as pool:
+        ran = run_cell(CELL, tmp_path / "calm", pool=pool, env_overrides={FAULT_ENV: "fake:0"})
+        crashed = run_cell(CELL, tmp_path / "ill", pool=pool, env_overrides={FAULT_ENV: "sigill"})
+        (server,) = pool.servers  # the hook is read after the fork: one parent for both
+        pid = server.pid
+    assert (ran.outcome, ran.signal, ran.exit_code) == ("ran", None, 0)
+    assert (crashed.outcome, crashed.signal) == ("crashed", "SIGILL")
+    assert "kvrig test fault: sigill" in Path(crashed.log).read_text()
+    assert pid is not None
+    assert not Path(f"/proc/{pid}").exists()  # closing the pool ended (and reaped) it
+
+
 def test_kill_session_of_nothing_returns() -> None:
     assert session_pids(2**22 + 12345) == []
     kill_session(2**22 + 12345)
@@ -132,3 +147,43 @@ def test_a_warm_parent_missing_a_preload_or_holding_python_threads_is_unfit() ->
     # The CPU worker's modules are preloaded for the CPU column only.
     assert "vllm.v1.worker.cpu_worker" in preload_for("cpu")
     assert "vllm.v1.worker.cpu_worker" not in preload_for("cuda")
+
+
+def test_a_cell_over_both_limits_is_ended_for_its_memory() -> None:
+    from kvrig.run.runner import _Limits, _over_limit
+
+    limits = _Limits(timeout_s=10, memory_mb=100)
+    assert _over_limit(50, 5, limits) is None
+    assert _over_limit(100, 10, limits) is None  # at a limit is still within it
+    assert _over_limit(101, 5, limits) == "memory"
+    assert _over_limit(50, 11, limits) == "timeout"
+    assert _over_limit(101, 11, limits) == "memory"
+
+
+def test_only_the_cleanup_kill_of_a_finished_cell_is_not_its_signal() -> None:
+    from kvrig.run.runner import _signal_name
+
+    assert _signal_name(-9, finished=True, ended_by=None) is None
+    assert _signal_name(-9, finished=False, ended_by=None) == "SIGKILL"
+    assert _signal_name(-9, finished=True, ended_by="timeout") == "SIGKILL"
+    assert _signal_name(-4, finished=True, ended_by=None) == "SIGILL"
+    assert _signal_name(1, finished=False, ended_by=None) is None
+    assert _signal_name(None, finished=False, ended_by=None) is None
+
+
+def test_the_note_says_why_the_runner_ended_a_cell() -> None:
+    from kvrig.run.runner import _Ending, _ending_note, _Limits
+
+    limits = _Limits(timeout_s=30, memory_mb=2048)
+    timed_out = _Ending(code=-9, ended_by="timeout", peak_mb=10, elapsed_s=31)
+    assert _ending_note(timed_out, limits, "timeout", "SIGKILL") == "killed after 30 s"
+    too_big = _Ending(code=-9, ended_by="memory", peak_mb=3000.4, elapsed_s=3)
+    assert _ending_note(too_big, limits, "memory", "SIGKILL") == (
+        "killed at 3000 MB (limit 2048 MB)"
+    )
+    died = _Ending(code=3, ended_by=None, peak_mb=10, elapsed_s=3)
+    assert _ending_note(died, limits, "crashed", None) == (
+        "process ended with exit code 3 before writing its summary"
+    )
+    assert "with SIGILL before" in (_ending_note(died, limits, "crashed", "SIGILL") or "")
+    assert _ending_note(died, limits, "error", None) is None

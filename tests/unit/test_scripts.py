@@ -55,6 +55,29 @@ def test_verdict_problems_require_the_mutated_overlay() -> None:
     ]
 
 
+def test_each_kind_of_mutation_run_has_a_folder_no_release_column_claims() -> None:
+    import argparse
+
+    from kvrig.define import gpus
+    from kvrig.define.paths import column_of_folder
+
+    mutation = load("mutation_check")
+    kinds = [
+        argparse.Namespace(container=False, emulate=None),
+        argparse.Namespace(container=True, emulate=None),
+        argparse.Namespace(container=False, emulate="sm90"),
+    ]
+    folders = [mutation.folder_name(ns) for ns in kinds]
+    assert len(set(folders)) == 3
+    release = ["cpu", "cuda", "xpu", *gpus.emulated_columns()]
+    assert [column_of_folder(f, release) for f in folders] == [None, None, None]
+    assert [mutation.described(ns) for ns in kinds] == [
+        "on this host",
+        "in the CPU image",
+        "on the emulated CUDA sm90 column",
+    ]
+
+
 def test_the_mutation_patch_is_kept_in_the_repo_and_disables_only_the_check() -> None:
     mutation = load("mutation_check")
     text = mutation.PATCH.read_text()

@@ -544,3 +544,15 @@ def test_the_right_size_with_other_pages_fails_with_both_figures() -> None:
     attention[0] = attention[0].model_copy(update={"page_size_bytes": 98304})
     v = judge(cell, ran(host=AVX512_BF16, kv_cache_groups=attention))
     assert "attention page 196608 B, computed 98304 B (256 B/token x 384)" in v.reason
+
+
+def test_an_error_is_named_by_type_then_function_then_message() -> None:
+    from kvrig.judge.verdict import _raised_as
+
+    err = ErrorInfo(type="ValueError", message="No common block size for 128", function="f")
+    assert _raised_as(err, "ValueError", "f", "block size for 128") is None
+    assert (
+        _raised_as(err, "RuntimeError", "g", "nothing") == "error type ValueError, not RuntimeError"
+    )
+    assert _raised_as(err, "ValueError", "g", "nothing") == "raised by f, not g"
+    assert _raised_as(err, "ValueError", "f", "for 12") == "message does not match"

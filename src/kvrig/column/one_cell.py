@@ -13,9 +13,10 @@ from typing import Any
 from kvrig.define.cells import Cell
 from kvrig.judge.verdict import Verdict, judge
 from kvrig.publish import results
+from kvrig.run import interrupts
 from kvrig.run.forkserver import Pool
 from kvrig.run.record import Record
-from kvrig.run.runner import Paths, run_cell
+from kvrig.run.runner import Paths, run_unsaved
 
 
 @dataclass(frozen=True)
@@ -42,16 +43,12 @@ def run_and_judge(
     if done is not None:
         verdict = judge(cell, done)
         return Judged(done, verdict, results.row(cell, done, verdict), reused=True)
-    judged: list[tuple[Verdict, dict[str, Any]]] = []
-
-    def keep(record: Record) -> None:  # with the record, under the same held Ctrl-C
+    record = run_unsaved(cell, folder, pool=pool, env_overrides=env_overrides)
+    with interrupts.held():  # a Ctrl-C from here waits until the record has its row
+        record.save(Paths(folder, cell.id).record)
         verdict = judge(cell, record)
         row = results.row(cell, record, verdict)
         results.append(folder, row)
-        judged.append((verdict, row))
-
-    record = run_cell(cell, folder, pool=pool, env_overrides=env_overrides, keep=keep)
-    verdict, row = judged[0]
     return Judged(record, verdict, row, reused=False)
 
 

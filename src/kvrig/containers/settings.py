@@ -105,6 +105,50 @@ def _first_ca(env: Mapping[str, str], facts: HostFacts) -> str | None:
     return None
 
 
+@dataclass
+class _Picker:
+    """Decides the settings one at a time and keeps the line saying why each is in force:
+    a variable set by hand wins (a value in `off` turns the setting off), then the mode,
+    then in auto mode (on Podman only) whether the host's facts need it."""
+
+    env: Mapping[str, str]
+    mode: str
+    engine: str
+    reasons: list[str] = field(default_factory=list)
+
+    def pick(
+        self, name: str, needed: bool, value: str, why: str, off: tuple[str, ...] = UNSET
+    ) -> str | None:
+        given = self.env.get(name)  # absent: decide from the facts
+        if given is not None:
+            if given.lower() in off:
+                return None
+            self.reasons.append(f"{name}={given}")
+            return given
+        if self.mode == "off":
+            return None
+        auto = self.mode == "auto" and self.engine == "podman"
+        if value and (self.mode == "on" or (auto and needed)):
+            self.reasons.append(why)
+            return value
+        return None
+
+
+def _check_understood(ulimits: str | None, network: str | None) -> None:
+    """A setting that takes one value refuses any other given by hand: read as off, it
+    would build without what the user asked for, and say nothing."""
+    if ulimits is not None and ulimits != "none":
+        raise SettingsError(
+            f"KVRIG_ULIMITS={ulimits!r} is not understood. Set it to `none` (no default"
+            " ulimits, for hosts whose root lacks CAP_SYS_RESOURCE) or `default`."
+        )
+    if network is not None and network != "host":
+        raise SettingsError(
+            f"KVRIG_NETWORK={network!r} is not understood. Set it to `host` (build and run"
+            " on the host's network) or `default`."
+        )
+
+
 def decide(
     engine: str,
     facts: HostFacts,
@@ -117,27 +161,8 @@ def decide(
     Docker hosts get none automatically: Docker's daemon owns ulimits, runtime and cgroups,
     and its build takes no volumes, so nothing changes for its users unless asked for.
     """
-    mode = _mode(env, mode_flag)
-    auto = mode == "auto" and engine == "podman"
-    on = mode == "on"
-    reasons: list[str] = []
-
-    def pick(
-        name: str, needed: bool, value: str, why: str, off: tuple[str, ...] = UNSET
-    ) -> str | None:
-        given = env.get(name)  # absent: decide from the facts
-        if given is not None:
-            if given.lower() in off:
-                return None
-            reasons.append(f"{name}={given}")
-            return given
-        if mode == "off":
-            return None
-        if value and (on or (auto and needed)):
-            reasons.append(why)
-            return value
-        return None
-
+    picker = _Picker(env, _mode(env, mode_flag), engine)
+    pick = picker.pick
     runtime = pick(
         "KVRIG_RUNTIME",
         facts.cgroup_hybrid,
@@ -176,17 +201,8 @@ def decide(
     )
     extra = tuple((env.get("KVRIG_EXTRA_INDEX_URL") or "").split())
     if extra:
-        reasons.append(f"extra index {' '.join(extra)}")
-    if ulimits is not None and ulimits != "none":
-        raise SettingsError(
-            f"KVRIG_ULIMITS={ulimits!r} is not understood. Set it to `none` (no default"
-            " ulimits, for hosts whose root lacks CAP_SYS_RESOURCE) or `default`."
-        )
-    if network is not None and network != "host":
-        raise SettingsError(
-            f"KVRIG_NETWORK={network!r} is not understood. Set it to `host` (build and run"
-            " on the host's network) or `default`."
-        )
+        picker.reasons.append(f"extra index {' '.join(extra)}")
+    _check_understood(ulimits, network)
     if engine == "docker" and (runtime or cgroup_manager or ulimits or ca or links):
         raise SettingsError(
             "Runtime, cgroup manager, ulimits, CA bundle and wheel-folder settings apply to"
@@ -206,7 +222,7 @@ def decide(
         find_links=links,
         extra_index_urls=extra,
         containers_conf=conf,
-        reasons=tuple(reasons),
+        reasons=tuple(picker.reasons),
     )
 
 

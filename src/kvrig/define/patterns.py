@@ -28,61 +28,69 @@ def _tokens(pattern: str) -> list[tuple[str, str]]:
     quantifier, "paren" for a group's parentheses, and "other" for the rest, each text
     verbatim."""
     out: list[tuple[str, str]] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\" and i + 1 < n:
-            nxt = pattern[i + 1]
-            if nxt.isdigit():  # a backreference or an octal escape
-                end = i + 2
-                while end < n and end < i + 4 and pattern[end].isdigit():
-                    end += 1
-                out.append(("digits?", pattern[i:end]))
-                i = end
-                continue
-            width = {"x": 2, "u": 4, "U": 8}.get(nxt, 0)
-            if nxt == "N" and i + 2 < n and pattern[i + 2] == "{":
-                width = pattern.find("}", i + 2) - i - 1
-            text = pattern[i : i + 2 + max(width, 0)]
-            out.append(("digits?" if nxt in _DIGIT_ESCAPES else "other", text))
-            i += len(text)
-            continue
-        if c == "[":
-            end = i + 1
-            if end < n and pattern[end] == "^":
-                end += 1
-            if end < n and pattern[end] == "]":
-                end += 1
-            while end < n and pattern[end] != "]":
-                end += 2 if pattern[end] == "\\" else 1
-            out.append(("digits?", pattern[i : end + 1]))
-            i = end + 1
-            continue
-        if c == "(" and pattern.startswith("(?", i):
-            end = _group_start_end(pattern, i)
-            text = pattern[i:end]
-            if text.startswith("(?P="):
-                kind = "digits?"
-            elif text.endswith((":", ">")) and not text.startswith(("(?<", "(?>")):
-                kind = "paren"  # a group's opening: (?:, (?P<name>, (?i:
-            else:
-                kind = "other"  # a lookaround, a comment, a condition, global flags
-            out.append((kind, text))
-            i = end
-            continue
-        if c in "()":
-            out.append(("paren", c))
-            i += 1
-            continue
-        quant = _QUANTIFIER.match(pattern, i)
-        if quant and quant.group() != "{}":
-            out.append(("quant", quant.group()))
-            i = quant.end()
-            continue
-        kind = "digit" if c.isdigit() else "alnum" if c.isalnum() else "other"
-        out.append((kind, c))
-        i += 1
+    i = 0
+    while i < len(pattern):
+        kind, text = _token_at(pattern, i)
+        out.append((kind, text))
+        i += len(text)
     return out
+
+
+def _token_at(pattern: str, i: int) -> tuple[str, str]:
+    """The token that starts at `i` (its text is never empty, so the cutting moves on)."""
+    c = pattern[i]
+    if c == "\\" and i + 1 < len(pattern):
+        return _escape_at(pattern, i)
+    if c == "[":
+        return "digits?", _class_at(pattern, i)
+    if c == "(" and pattern.startswith("(?", i):
+        return _group_opening_at(pattern, i)
+    if c in "()":
+        return "paren", c
+    quant = _QUANTIFIER.match(pattern, i)
+    if quant and quant.group() != "{}":
+        return "quant", quant.group()
+    return ("digit" if c.isdigit() else "alnum" if c.isalnum() else "other"), c
+
+
+def _escape_at(pattern: str, i: int) -> tuple[str, str]:
+    """A backslash and what it escapes: a backreference or an octal escape takes up to
+    three digits, a character code its hex digits or its {name}."""
+    n, nxt = len(pattern), pattern[i + 1]
+    if nxt.isdigit():  # a backreference or an octal escape
+        end = i + 2
+        while end < n and end < i + 4 and pattern[end].isdigit():
+            end += 1
+        return "digits?", pattern[i:end]
+    width = {"x": 2, "u": 4, "U": 8}.get(nxt, 0)
+    if nxt == "N" and i + 2 < n and pattern[i + 2] == "{":
+        width = pattern.find("}", i + 2) - i - 1
+    text = pattern[i : i + 2 + max(width, 0)]
+    return ("digits?" if nxt in _DIGIT_ESCAPES else "other"), text
+
+
+def _class_at(pattern: str, i: int) -> str:
+    """A character class, to its closing bracket: a `]` right after `[` or `[^` is one of
+    its characters, and an escaped one does not close it."""
+    n, end = len(pattern), i + 1
+    if end < n and pattern[end] == "^":
+        end += 1
+    if end < n and pattern[end] == "]":
+        end += 1
+    while end < n and pattern[end] != "]":
+        end += 2 if pattern[end] == "\\" else 1
+    return pattern[i : end + 1]
+
+
+def _group_opening_at(pattern: str, i: int) -> tuple[str, str]:
+    """A `(?...` construct's opening: a named backreference may match a digit, a group's
+    opening is a parenthesis, and the rest matches nothing of its own."""
+    text = pattern[i : _group_start_end(pattern, i)]
+    if text.startswith("(?P="):
+        return "digits?", text
+    if text.endswith((":", ">")) and not text.startswith(("(?<", "(?>")):
+        return "paren", text  # a group's opening: (?:, (?P<name>, (?i:
+    return "other", text  # a lookaround, a comment, a condition, global flags
 
 
 def _group_start_end(pattern: str, i: int) -> int:

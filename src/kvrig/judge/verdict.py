@@ -16,7 +16,7 @@ from kvrig.define.matrix import EarlyError, Expectation, LateError, Runs, Skip, 
 from kvrig.host import isa
 from kvrig.rules import backend_facts
 from kvrig.rules import blocksize as expected_mod
-from kvrig.run.record import Record
+from kvrig.run.record import ErrorInfo, Record
 
 EARLY_FUNCTION = "_check_aligned_block_size"
 _EARLY_MESSAGE = re.compile(
@@ -490,40 +490,52 @@ def _problem(expect: Expectation, rec: Record, family: str, emulated: bool = Fal
         return _runs_problem(expect, rec, family, emulated)
     if rec.outcome != "error" or rec.error is None:
         return ""
-    err = rec.error
+    err, sized = rec.error, rec.kv_cache_sized_before_error
     if isinstance(expect, EarlyError):
-        if err.type != "ValueError" or err.function != EARLY_FUNCTION:
-            return "" if rec.kv_cache_sized_before_error else f"raised by {err.function}"
-        if rec.kv_cache_sized_before_error:
-            return "it came after the KV cache was sized"
-        parsed = early_error_backends(err.message)
-        if parsed is None:
-            return "the message does not name backends the way the check does"
-        _, names = parsed
-        if sorted(names) != sorted(expect.backends):
-            return f"named {', '.join(names)} instead of {', '.join(expect.backends)}"
-        return None
+        return _early_problem(expect, err, sized)
     if isinstance(expect, LateError):
-        if err.function == EARLY_FUNCTION:
-            return "the early check fired where it must not"
-        if not rec.kv_cache_sized_before_error:
-            return "it came before the KV cache was sized"
-        if err.type != expect.error:
-            return f"error type {err.type}, not {expect.error}"
-        if err.function != expect.function:
-            return f"raised by {err.function}, not {expect.function}"
-        if not matches(expect.match, err.message):
-            return "message does not match"
-        return None
+        return _late_problem(expect, err, sized)
     if isinstance(expect, Unsupported):
-        if err.type != expect.error:
-            return f"error type {err.type}, not {expect.error}"
-        if err.function != expect.function:
-            return f"raised by {err.function}, not {expect.function}"
-        if not matches(expect.match, err.message):
-            return "message does not match"
-        return None
+        return _raised_as(err, expect.error, expect.function, expect.match)
     return "unknown expectation"
+
+
+def _early_problem(expect: EarlyError, err: ErrorInfo, sized: bool | None) -> str | None:
+    """An early error is the alignment check's own ValueError, raised before the KV cache
+    was sized, naming exactly the backends the cell expects to reject the size."""
+    if err.type != "ValueError" or err.function != EARLY_FUNCTION:
+        return "" if sized else f"raised by {err.function}"
+    if sized:
+        return "it came after the KV cache was sized"
+    parsed = early_error_backends(err.message)
+    if parsed is None:
+        return "the message does not name backends the way the check does"
+    _, names = parsed
+    if sorted(names) != sorted(expect.backends):
+        return f"named {', '.join(names)} instead of {', '.join(expect.backends)}"
+    return None
+
+
+def _late_problem(expect: LateError, err: ErrorInfo, sized: bool | None) -> str | None:
+    """A late error is one the size passed the early check for: raised after the KV cache
+    was sized, and by what the cell names."""
+    if err.function == EARLY_FUNCTION:
+        return "the early check fired where it must not"
+    if not sized:
+        return "it came before the KV cache was sized"
+    return _raised_as(err, expect.error, expect.function, expect.match)
+
+
+def _raised_as(err: ErrorInfo, error: str, function: str, match: str) -> str | None:
+    """The error must be the expected type, raised by the expected function, with a
+    message the pattern matches: a different error that happens to match is not it."""
+    if err.type != error:
+        return f"error type {err.type}, not {error}"
+    if err.function != function:
+        return f"raised by {err.function}, not {function}"
+    if not matches(match, err.message):
+        return "message does not match"
+    return None
 
 
 def _runs_problem(expect: Runs, rec: Record, family: str, emulated: bool = False) -> str | None:
@@ -535,8 +547,17 @@ def _runs_problem(expect: Runs, rec: Record, family: str, emulated: bool = False
         return "no token generated"
     if rec.worker_block_size is None:
         return "the probe saw no block-size decision (is the kvrig plugin loaded?)"
-    inv = expect.invariants
-    must_reject = set(inv.rejected_by or [])
+    return (
+        _acceptance_problem(expect, rec)
+        or (_page_problem(rec) if family in HYBRID_FAMILIES else None)
+        or _invariants_problem(expect, rec)
+    )
+
+
+def _acceptance_problem(expect: Runs, rec: Record) -> str | None:
+    """Each backend of the model must accept the chosen size, except the ones the cell
+    names as rejecting it, which must be in the model and reject it."""
+    must_reject = set(expect.invariants.rejected_by or [])
     for name, ok in rec.backends_accept.items():
         if name in must_reject and ok:
             return f"{name} accepts block size {rec.worker_block_size}, expected it to reject"
@@ -545,10 +566,13 @@ def _runs_problem(expect: Runs, rec: Record, family: str, emulated: bool = False
     missing = must_reject - set(rec.backends_accept)
     if missing:
         return f"backend(s) {', '.join(sorted(missing))} not in the model"
-    if family in HYBRID_FAMILIES:
-        problem = _page_problem(rec)
-        if problem:
-            return problem
+    return None
+
+
+def _invariants_problem(expect: Runs, rec: Record) -> str | None:
+    """The invariants the matrix states for a run: the size (or sizes it may be), the
+    kernel block sizes it must include, the backends some layer must use."""
+    inv = expect.invariants
     if inv.block_size is not None and rec.worker_block_size != inv.block_size:
         return f"block size {rec.worker_block_size}, expected {inv.block_size}"
     if inv.block_size_in is not None and rec.worker_block_size not in inv.block_size_in:

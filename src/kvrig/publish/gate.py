@@ -250,105 +250,179 @@ def evaluate(
 ) -> GateResult:
     """The gate over `rows` for `columns` (pure); `ignored` names what the caller left
     out (side runs), and rows of other columns are left out here and named."""
-    lines: list[str] = [f"IGNORED {x}" for x in ignored or []]
-    problems: list[str] = []
+    tally = _Tally(lines=[f"IGNORED {x}" for x in ignored or []])
+    other = _other_columns(rows, columns)
+    if other is not None:
+        tally.lines.append(f"IGNORED rows of columns the gate does not gate on: {other}")
+    rows = [r for r in rows if row_column(r) in columns]
+    if not columns:
+        tally.problems.append("no column results to gate on")
+    _gate_columns(tally, matrix, rows, columns, today, repro)
+    _unknown_statuses(tally, rows)
+    more, said = _allowance_problems(matrix, columns, today)
+    tally.problems += more
+    tally.lines += said
+    tally.lines += _not_required_failures(rows, tally.required, repro)
+    if previous is not None:
+        _since_previous(tally, rows, previous, accept_block_size_changes)
+    return _result(tally, columns, rows)
+
+
+@dataclass
+class _Tally:
+    """What the gate has said so far, in the order it is printed: its lines, the problems
+    that fail it, the required cells it saw and how many of them passed, were allowed or
+    failed."""
+
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    required: set[str] = field(default_factory=set)
+    counts: dict[str, int] = field(default_factory=lambda: {"passed": 0, "allowed": 0, "failed": 0})
+
+
+def _other_columns(rows: list[Row], columns: list[str]) -> str | None:
+    """The columns of rows the gate leaves out, with their counts, or None when none:
+    named, so a row the gate did not read is never silently taken for one it did."""
     other = Counter(
         str(row_column(r) or "none named") for r in rows if row_column(r) not in columns
     )
-    if other:
-        shown = ", ".join(f"{c} ({n})" for c, n in sorted(other.items()))
-        lines.append(f"IGNORED rows of columns the gate does not gate on: {shown}")
-    rows = [r for r in rows if row_column(r) in columns]
+    if not other:
+        return None
+    return ", ".join(f"{c} ({n})" for c, n in sorted(other.items()))
+
+
+def _gate_columns(
+    tally: _Tally,
+    matrix: Matrix,
+    rows: list[Row],
+    columns: list[str],
+    today: dt.date,
+    repro: Repro | None,
+) -> None:
+    """Each gated column must have run a cell, and each of its required cells passed or
+    been excused by an allowance."""
     by_id = {r["cell_id"]: r for r in rows}
     allowances: dict[str, Allowance] = {a.cell: a for a in matrix.allowances}
-    counts = {"passed": 0, "allowed": 0, "failed": 0}
-    if not columns:
-        problems.append("no column results to gate on")
-    required: set[str] = set()
     for column in columns:
         nothing = _ran_nothing(column, rows)
         if nothing is not None:
-            problems.append(f"{column} ran no cell")
-            lines.append(f"FAIL    column {column} ran no cell: {nothing}")
+            tally.problems.append(f"{column} ran no cell")
+            tally.lines.append(f"FAIL    column {column} ran no cell: {nothing}")
         for cell in column_cells(matrix, column, rows):
-            if not cell.case.gate:
-                continue
-            required.add(cell.id)
-            row = by_id.get(cell.id)
-            why = _problem(row, cell)
-            allowance = allowances.get(cell.id)
-            if why is None:
-                counts["passed"] += 1
-                lines.append(f"ok      {cell.id}")
-                if allowance is not None:
-                    lines.append(
-                        f"        (its allowance by {allowance.owner} is no longer needed)"
-                    )
-                continue
-            # An unreadable row is no failure an allowance was written for.
-            excusable = row is None or known(row)
-            if (
-                excusable
-                and allowance is not None
-                and allowance.expires >= today
-                and allowance_too_long(allowance, today) is None
-            ):
-                counts["allowed"] += 1
-                lines.append(
-                    f"ALLOWED {cell.id}: {why} -- allowed until {allowance.expires} by"
-                    f" {allowance.owner}: {allowance.reason}"
-                )
-                continue
-            counts["failed"] += 1
-            problems.append(f"{cell.id} {why.split(':')[0].split(' (')[0]}")
-            lines.append(f"FAIL    {cell.id}: {why}")
-            if repro is not None:
-                image = row.get("image") if row else None
-                under = row.get("vllm_overlay") if row else None
-                lines.extend(f"          {x}" for x in repro(cell.id, column, image, under))
+            if cell.case.gate:
+                tally.required.add(cell.id)
+                row, allowance = by_id.get(cell.id), allowances.get(cell.id)
+                _gate_cell(tally, cell, column, row, allowance, today, repro)
+
+
+def _gate_cell(
+    tally: _Tally,
+    cell: Cell,
+    column: str,
+    row: Row | None,
+    allowance: Allowance | None,
+    today: dt.date,
+    repro: Repro | None,
+) -> None:
+    """One required cell: passed, allowed, or failed with the commands that rerun it."""
+    why = _problem(row, cell)
+    if why is None:
+        tally.counts["passed"] += 1
+        tally.lines.append(f"ok      {cell.id}")
+        if allowance is not None:
+            tally.lines.append(f"        (its allowance by {allowance.owner} is no longer needed)")
+        return
+    if allowance is not None and _excused(row, allowance, today):
+        tally.counts["allowed"] += 1
+        tally.lines.append(
+            f"ALLOWED {cell.id}: {why} -- allowed until {allowance.expires} by"
+            f" {allowance.owner}: {allowance.reason}"
+        )
+        return
+    tally.counts["failed"] += 1
+    tally.problems.append(f"{cell.id} {why.split(':')[0].split(' (')[0]}")
+    tally.lines.append(f"FAIL    {cell.id}: {why}")
+    if repro is not None:
+        image = row.get("image") if row else None
+        under = row.get("vllm_overlay") if row else None
+        tally.lines += _rerun_lines(repro, cell.id, column, image, under)
+
+
+def _excused(row: Row | None, allowance: Allowance, today: dt.date) -> bool:
+    """Whether the allowance excuses the cell today: in force and no longer than an
+    allowance may run. An unreadable row is no failure an allowance was written for."""
+    return (
+        (row is None or known(row))
+        and allowance.expires >= today
+        and allowance_too_long(allowance, today) is None
+    )
+
+
+def _rerun_lines(
+    repro: Repro, cell_id: str, column: str, image: str | None, under: dict[str, Any] | None
+) -> list[str]:
+    return [f"          {x}" for x in repro(cell_id, column, image, under)]
+
+
+def _unknown_statuses(tally: _Tally, rows: list[Row]) -> None:
+    """A row of a cell that is not required still fails the gate when its status is not
+    one kvrig writes: something other than kvrig wrote or changed it."""
     for r in rows:
-        if r["cell_id"] not in required and not known(r):
-            problems.append(f"{r['cell_id']} unknown status")
-            lines.append(
+        if r["cell_id"] not in tally.required and not known(r):
+            tally.problems.append(f"{r['cell_id']} unknown status")
+            tally.lines.append(
                 f"FAIL    {r['cell_id']}: unknown status {r.get('status')!r}"
                 f" (kvrig writes {', '.join(KNOWN)})"
             )
-    more, said = _allowance_problems(matrix, columns, today)
-    problems += more
-    lines += said
+
+
+def _not_required_failures(rows: list[Row], required: set[str], repro: Repro | None) -> list[str]:
+    """The failed cells the gate does not require, listed (with how to rerun them) so
+    they are seen, though they do not fail it."""
     others = [r for r in rows if r.get("status") == Status.FAIL and r["cell_id"] not in required]
-    if others:
-        lines.append(f"not required, failed ({len(others)}):")
-        for r in others:
-            lines.append(f"        {r['cell_id']}: {r['reason']}")
-            if repro is not None:
-                column = r.get("column") or r["cell_id"].split("-", 1)[0]
-                again = repro(r["cell_id"], column, r.get("image"), r.get("vllm_overlay"))
-                lines.extend(f"          {x}" for x in again)
-    if previous is not None:
-        new_fail, fixed, moved = changes(rows, previous)
-        lines.append(
-            f"since the previous run: {len(new_fail)} new failure(s), {len(fixed)} fixed,"
-            f" {len(moved)} block size change(s)"
-        )
-        lines.extend(f"  NEW FAILURE {x}" for x in new_fail)
-        lines.extend(f"  FIXED       {x}" for x in fixed)
-        for x in moved:
-            lines.append(f"  BLOCK SIZE CHANGED {x}")
-            if not accept_block_size_changes:
-                problems.append(f"block size of {x.split(':')[0]} changed")
-        if moved and not accept_block_size_changes:
-            lines.append(
-                "  A chosen block size changed. If vLLM meant it, rerun the gate with"
-                " --accept-block-size-changes (and update the matrix's invariants)."
+    if not others:
+        return []
+    lines = [f"not required, failed ({len(others)}):"]
+    for r in others:
+        lines.append(f"        {r['cell_id']}: {r['reason']}")
+        if repro is not None:
+            column = r.get("column") or r["cell_id"].split("-", 1)[0]
+            lines += _rerun_lines(
+                repro, r["cell_id"], column, r.get("image"), r.get("vllm_overlay")
             )
-    summary = (
-        f"required cells on {', '.join(columns) or 'no column'}: {counts['passed']} passed,"
-        f" {counts['allowed']} allowed, {counts['failed']} failed"
+    return lines
+
+
+def _since_previous(tally: _Tally, rows: list[Row], previous: list[Row], accept: bool) -> None:
+    """New failures, fixes and moved block sizes against the previous run; a moved block
+    size fails the gate unless the change is accepted."""
+    new_fail, fixed, moved = changes(rows, previous)
+    tally.lines.append(
+        f"since the previous run: {len(new_fail)} new failure(s), {len(fixed)} fixed,"
+        f" {len(moved)} block size change(s)"
     )
-    lines.append(summary)
-    lines.extend(f"vLLM under test: {text}" for text in overlays_of(rows))
-    passed = not problems
-    verdict = "PASS" if passed else f"FAIL ({'; '.join(problems)})"
+    tally.lines.extend(f"  NEW FAILURE {x}" for x in new_fail)
+    tally.lines.extend(f"  FIXED       {x}" for x in fixed)
+    for x in moved:
+        tally.lines.append(f"  BLOCK SIZE CHANGED {x}")
+        if not accept:
+            tally.problems.append(f"block size of {x.split(':')[0]} changed")
+    if moved and not accept:
+        tally.lines.append(
+            "  A chosen block size changed. If vLLM meant it, rerun the gate with"
+            " --accept-block-size-changes (and update the matrix's invariants)."
+        )
+
+
+def _result(tally: _Tally, columns: list[str], rows: list[Row]) -> GateResult:
+    counts = tally.counts
+    lines = [
+        *tally.lines,
+        f"required cells on {', '.join(columns) or 'no column'}: {counts['passed']} passed,"
+        f" {counts['allowed']} allowed, {counts['failed']} failed",
+        *(f"vLLM under test: {text}" for text in overlays_of(rows)),
+    ]
+    passed = not tally.problems
+    verdict = "PASS" if passed else f"FAIL ({'; '.join(tally.problems)})"
     lines.append(f"gate: {verdict}")
-    return GateResult(passed, lines, problems)
+    return GateResult(passed, lines, tally.problems)

@@ -449,66 +449,101 @@ def decide(
     bytes per token), the early check, XPU's GDN rounding and its check."""
     steps: list[str] = [f"rules {rules.label}; backends {', '.join(b.name for b in backends)}"]
     log: list[str] = []
-    if user_block_size is not None:
-        size = user_block_size
-        steps.append(f"user block size {size}")
-    elif rules.phase1:
-        chosen = phase1(backends, rules.start)
-        if chosen is None:
-            steps.append("phase 1: no size every backend accepts")
-            return Expected(None, phase1_error=True, steps=steps)
-        size = chosen
-        steps.append(f"phase 1 picks {size}")
-    else:
-        size = rules.start
-        steps.append(f"start {size}")
-    pre = size
-    padded = None
+    start = _start_size(backends, rules, user_block_size, steps)
+    if start is None:
+        return Expected(None, phase1_error=True, steps=steps)
+    size, padded = start, None
     if page is not None and page.mamba:
-        k = kernel_step(size, backends, checkpoint=checkpoint)
-        size = align_hybrid(size, backends, page, checkpoint=checkpoint)
-        padded = size * page.attention_per_token
-        term = f", K = lcm with the {checkpoint}-token checkpoint" if checkpoint else ""
-        steps.append(
-            f"attention {page.attention_per_token} B/token, state {page.mamba} B"
-            f" ({page.ssm_dtype} SSM{term}): {k} x cdiv({page.mamba}, {k} x"
-            f" {page.attention_per_token}), aligned to {size}"
-        )
-        if size > pre:
-            log.append(
-                f"Setting attention block size to {size} tokens to ensure that attention"
-                " page size is >= mamba page size."
-            )
-        if padded != page.mamba:
-            pct = 100 * (padded - page.mamba) / page.mamba
-            log.append(
-                f"Padding mamba page size by {pct:.2f}% to ensure that mamba page size and"
-                " attention page size are exactly equal."
-            )
+        size, padded = _phase2(size, backends, page, checkpoint, steps, log)
     if skip is not None:
         size, padded = _phase3(size, backends, skip, padded, steps, log)
-    rejecting = _check(size, pre, backends)
+    rejecting = _check(size, start, backends)
     if rejecting:
         steps.append(f"{size} rejected by {', '.join(rejecting)}")
-        return Expected(size, rejecting, steps=steps, page=page, padded=padded, log=log)
-    if gdn and rules.platform == "xpu":
-        if rules.xpu_gdn_round is None:
-            raise shapes.ConfigError(
-                f"XPU's GDN rounding at vLLM {versions.shown(rules.version)} is not known to"
-                " kvrig (read in 0.32.0 and 0.33.0 only); give one of those releases."
-            )
-        rounded = XPU_GDN_ROUND * math.ceil(size / XPU_GDN_ROUND)
-        if rounded != size:
-            steps.append(f"GDN rounding to {rounded}")
-            log.append(
-                f"[XPU]Setting attention block size to {rounded} tokens to ensure multiple"
-                f" of {XPU_GDN_ROUND}."
-            )
-            rejecting = _check(rounded, size, backends)
-            if padded is not None and page is not None:
-                padded = rounded * page.attention_per_token
-            size = rounded
+    elif gdn and rules.platform == "xpu":
+        size, padded, rejecting = _xpu_gdn_round(size, padded, backends, rules, page, steps, log)
     return Expected(size, rejecting, steps=steps, page=page, padded=padded, log=log)
+
+
+def _start_size(
+    backends: Sequence[Backend], rules: versions.Rules, user: int | None, steps: list[str]
+) -> int | None:
+    """The size the alignment starts from: the user's, phase 1's (None when no size is
+    accepted by every backend) or the release's fixed start."""
+    if user is not None:
+        steps.append(f"user block size {user}")
+        return user
+    if not rules.phase1:
+        steps.append(f"start {rules.start}")
+        return rules.start
+    chosen = phase1(backends, rules.start)
+    steps.append(
+        "phase 1: no size every backend accepts" if chosen is None else f"phase 1 picks {chosen}"
+    )
+    return chosen
+
+
+def _phase2(
+    size: int,
+    backends: Sequence[Backend],
+    page: Pages,
+    checkpoint: int | None,
+    steps: list[str],
+    log: list[str],
+) -> tuple[int, int]:
+    """The hybrid alignment (_align_hybrid_block_size): the attention size grows until its
+    page holds a mamba state page, which then pads to the attention page; the lines vLLM
+    logs for either go to `log`. (size, padded mamba page)."""
+    k = kernel_step(size, backends, checkpoint=checkpoint)
+    aligned = align_hybrid(size, backends, page, checkpoint=checkpoint)
+    padded = aligned * page.attention_per_token
+    term = f", K = lcm with the {checkpoint}-token checkpoint" if checkpoint else ""
+    steps.append(
+        f"attention {page.attention_per_token} B/token, state {page.mamba} B"
+        f" ({page.ssm_dtype} SSM{term}): {k} x cdiv({page.mamba}, {k} x"
+        f" {page.attention_per_token}), aligned to {aligned}"
+    )
+    if aligned > size:
+        log.append(
+            f"Setting attention block size to {aligned} tokens to ensure that attention"
+            " page size is >= mamba page size."
+        )
+    if padded != page.mamba:
+        pct = 100 * (padded - page.mamba) / page.mamba
+        log.append(
+            f"Padding mamba page size by {pct:.2f}% to ensure that mamba page size and"
+            " attention page size are exactly equal."
+        )
+    return aligned, padded
+
+
+def _xpu_gdn_round(
+    size: int,
+    padded: int | None,
+    backends: Sequence[Backend],
+    rules: versions.Rules,
+    page: Pages | None,
+    steps: list[str],
+    log: list[str],
+) -> tuple[int, int | None, tuple[str, ...]]:
+    """XPU rounds a GDN model's size that passed the early check up to a multiple of
+    XPU_GDN_ROUND and checks the rounded size again. (size, padded page, rejecting)."""
+    if rules.xpu_gdn_round is None:
+        raise shapes.ConfigError(
+            f"XPU's GDN rounding at vLLM {versions.shown(rules.version)} is not known to"
+            " kvrig (read in 0.32.0 and 0.33.0 only); give one of those releases."
+        )
+    rounded = XPU_GDN_ROUND * math.ceil(size / XPU_GDN_ROUND)
+    if rounded == size:
+        return size, padded, ()
+    steps.append(f"GDN rounding to {rounded}")
+    log.append(
+        f"[XPU]Setting attention block size to {rounded} tokens to ensure multiple"
+        f" of {XPU_GDN_ROUND}."
+    )
+    if padded is not None and page is not None:
+        padded = rounded * page.attention_per_token
+    return rounded, padded, _check(rounded, size, backends)
 
 
 def _phase3(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvrig.define.cells import Cell
@@ -74,6 +75,18 @@ def root_cause_from_log(log: str) -> ErrorInfo | None:
     return None
 
 
+_FRONTEND_FIELDS = (
+    "engine_block_size",
+    "tokens_generated",
+    "timings",
+    "vllm_version",
+    "vllm_commit",
+    "vllm_file",
+    "torch_version",
+    "emulation",
+)
+
+
 def assemble(
     cell: Cell,
     *,
@@ -85,95 +98,119 @@ def assemble(
     log_text: str = "",
 ) -> Record:
     """ended_by is "timeout" or "memory" when the runner killed the cell, else None."""
-    front_pid = (frontend or {}).get("pid")
+    front = frontend or {}
+    probed = _Probed(front_pid=front.get("pid"))
+    for ev in events:
+        probed.read(ev)
+    front_err = (
+        ErrorInfo.model_validate(front["frontend_error"]) if front.get("frontend_error") else None
+    )
+    root, sized_before_error = _root_cause(probed, front_err, log_text)
     rec: dict[str, Any] = {
         **cell.identity(),
         "multiprocessing": cell.multiprocessing,
         "exit_code": exit_code,
         "signal": signal_name,
+        **probed.fields,
+        "kv_cache_groups": probed.groups,
+        "probe_hooks": sorted(probed.hooks),
+        "probe_hooks_by_pid": probed.by_pid,
+        "alignment_log": alignment_lines(log_text),
+        "kv_cache_sized_seen": probed.sized,
+        **{key: front[key] for key in _FRONTEND_FIELDS if key in front},
+        "frontend_error": front_err,
+        "error": root,
+        "kv_cache_sized_before_error": sized_before_error if root else None,
+        "outcome": _outcome(ended_by, frontend, root),
     }
-    root: ErrorInfo | None = None
-    error_seen = False
+    return Record.model_validate(rec)
+
+
+@dataclass
+class _Probed:
+    """What the probe's events say, read in the order they were logged: the first error
+    is the root cause, and whether the KV cache had been sized by then tells an error at
+    configuration from one after it."""
+
+    front_pid: Any
+    fields: dict[str, Any] = field(default_factory=dict)
+    groups: list[KVGroup] = field(default_factory=list)
+    hooks: set[str] = field(default_factory=set)
+    by_pid: dict[str, list[str]] = field(default_factory=dict)
+    sized: bool = False
+    error: ErrorInfo | None = None
     sized_before_error: bool | None = None
-    sized = False
-    groups: list[KVGroup] = []
-    hooks: set[str] = set()
-    by_pid: dict[str, list[str]] = {}
-    for ev in events:
+
+    def read(self, ev: dict[str, Any]) -> None:
         kind = ev.get("event")
         if kind == "probe_installed":
-            hooks.update(ev.get("hooks") or [])
-            by_pid.setdefault(str(ev.get("pid")), []).extend(ev.get("hooks") or [])
+            self._installed(ev)
         elif kind == "block_size_update":
-            rec.setdefault("sizing_pid", ev.get("pid"))
-            rec["block_size_before"] = ev.get("block_size_before")
-            rec["user_specified_block_size"] = ev.get("user_specified_block_size")
-            rec["layer_backends"] = ev.get("layer_backends") or {}
-            rec["isa_view"] = ev.get("isa_view")
-            if "block_size" in ev:
-                rec["worker_block_size"] = ev["block_size"]
-                rec["mamba_page_size_padded"] = ev.get("mamba_page_size_padded")
-                rec["mamba_block_size"] = ev.get("mamba_block_size")
-                rec["mamba_cache_mode"] = ev.get("mamba_cache_mode")
-                rec["backends"] = ev.get("backends") or []
-                rec["backends_accept"] = ev.get("accepts") or {}
-                rec["backend_kernel_sizes"] = ev.get("backend_kernel_sizes") or {}
+            self._block_size_update(ev)
         elif kind == "kv_cache_sized":
-            rec.setdefault("kv_sized_pid", ev.get("pid"))
-            sized = True
-            groups = [KVGroup.model_validate(g) for g in ev.get("groups", [])]
+            self._kv_cache_sized(ev)
         elif kind == "kernel_block_sizes" and "kernel_block_sizes" in ev:
-            rec["kernel_block_sizes"] = ev["kernel_block_sizes"]
-            for group, size in zip(groups, ev["kernel_block_sizes"], strict=False):
-                group.kernel_block_size = size
-        if "error" in ev and not error_seen:
-            error_seen = True
-            process = "front end" if ev.get("pid") == front_pid else "worker"
-            root = ErrorInfo.model_validate({**ev["error"], "process": process})
-            sized_before_error = sized
-    rec["kv_cache_groups"] = groups
-    rec["probe_hooks"] = sorted(hooks)
-    rec["probe_hooks_by_pid"] = by_pid
-    rec["alignment_log"] = alignment_lines(log_text)
-    rec["kv_cache_sized_seen"] = sized
+            self._kernel_block_sizes(ev)
+        if "error" in ev and self.error is None:
+            process = "front end" if ev.get("pid") == self.front_pid else "worker"
+            self.error = ErrorInfo.model_validate({**ev["error"], "process": process})
+            self.sized_before_error = self.sized
 
-    front = frontend or {}
-    for key in (
-        "engine_block_size",
-        "tokens_generated",
-        "timings",
-        "vllm_version",
-        "vllm_commit",
-        "vllm_file",
-        "torch_version",
-        "emulation",
-    ):
-        if key in front:
-            rec[key] = front[key]
-    front_err = (
-        ErrorInfo.model_validate(front["frontend_error"]) if front.get("frontend_error") else None
-    )
-    rec["frontend_error"] = front_err
+    def _installed(self, ev: dict[str, Any]) -> None:
+        self.hooks.update(ev.get("hooks") or [])
+        self.by_pid.setdefault(str(ev.get("pid")), []).extend(ev.get("hooks") or [])
 
-    if front_err is not None and root is None:
-        wrapped = any(w in front_err.message for w in _WRAPPER_ERRORS)
-        root = (root_cause_from_log(log_text) if wrapped else None) or front_err
-        # Not raised inside the probed functions: it came before the KV cache was sized
-        # unless the probe saw the sizing happen.
-        sized_before_error = sized
-    rec["error"] = root
-    rec["kv_cache_sized_before_error"] = sized_before_error if root else None
+    def _block_size_update(self, ev: dict[str, Any]) -> None:
+        f = self.fields
+        f.setdefault("sizing_pid", ev.get("pid"))
+        f["block_size_before"] = ev.get("block_size_before")
+        f["user_specified_block_size"] = ev.get("user_specified_block_size")
+        f["layer_backends"] = ev.get("layer_backends") or {}
+        f["isa_view"] = ev.get("isa_view")
+        if "block_size" in ev:  # absent when the update raised before choosing
+            f["worker_block_size"] = ev["block_size"]
+            f["mamba_page_size_padded"] = ev.get("mamba_page_size_padded")
+            f["mamba_block_size"] = ev.get("mamba_block_size")
+            f["mamba_cache_mode"] = ev.get("mamba_cache_mode")
+            f["backends"] = ev.get("backends") or []
+            f["backends_accept"] = ev.get("accepts") or {}
+            f["backend_kernel_sizes"] = ev.get("backend_kernel_sizes") or {}
 
-    outcome: Outcome
+    def _kv_cache_sized(self, ev: dict[str, Any]) -> None:
+        self.fields.setdefault("kv_sized_pid", ev.get("pid"))
+        self.sized = True
+        self.groups = [KVGroup.model_validate(g) for g in ev.get("groups", [])]
+
+    def _kernel_block_sizes(self, ev: dict[str, Any]) -> None:
+        self.fields["kernel_block_sizes"] = ev["kernel_block_sizes"]
+        for group, size in zip(self.groups, ev["kernel_block_sizes"], strict=False):
+            group.kernel_block_size = size
+
+
+def _root_cause(
+    probed: _Probed, front_err: ErrorInfo | None, log_text: str
+) -> tuple[ErrorInfo | None, bool | None]:
+    """The error to report and whether the KV cache was sized before it. The probe's error
+    wins; without one, a front end error that only wraps a child's (the multiprocess
+    engine's) is replaced by the child's own exception from the log."""
+    if front_err is None or probed.error is not None:
+        return probed.error, probed.sized_before_error
+    wrapped = any(w in front_err.message for w in _WRAPPER_ERRORS)
+    root = (root_cause_from_log(log_text) if wrapped else None) or front_err
+    # Not raised inside the probed functions: it came before the KV cache was sized unless
+    # the probe saw the sizing happen.
+    return root, probed.sized
+
+
+def _outcome(
+    ended_by: str | None, frontend: dict[str, Any] | None, root: ErrorInfo | None
+) -> Outcome:
+    """A kill by the runner names the outcome first: what the cell wrote before it is
+    not its end. Without a summary the cell crashed, whatever it logged."""
     if ended_by in ("timeout", "memory"):
-        outcome = ended_by  # type: ignore[assignment]
-    elif frontend is None:
-        outcome = "crashed"
-    elif root is not None:
-        outcome = "error"
-    elif front.get("configured"):
-        outcome = "configured"
-    else:
-        outcome = "ran"
-    rec["outcome"] = outcome
-    return Record.model_validate(rec)
+        return ended_by  # type: ignore[return-value]
+    if frontend is None:
+        return "crashed"
+    if root is not None:
+        return "error"
+    return "configured" if frontend.get("configured") else "ran"

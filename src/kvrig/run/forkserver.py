@@ -222,66 +222,104 @@ def serve(warm: bool, python: str, preload: tuple[str, ...] = PRELOAD) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when cells stop
     started = time.monotonic()
     missing = _preload(preload) if warm else []
-    if warm and "vllm" in preload:
-        import vllm.plugins
+    if warm and "vllm" in preload and _plugins_loaded():
+        print("forkserver: vLLM's plugins were loaded at import", file=sys.stderr)
+        return 3
+    _announce(sys.stdout, _ready_message(time.monotonic() - started, missing))
+    return _fork_cells(sys.stdin.buffer, sys.stdout, warm, python)
 
-        import kvrig.run.vllm_plugin
 
-        if getattr(vllm.plugins, "plugins_loaded", False) or kvrig.run.vllm_plugin._done:
-            print("forkserver: vLLM's plugins were loaded at import", file=sys.stderr)
-            return 3
-    out = sys.stdout
-    ready = {
+def _plugins_loaded() -> bool:
+    """Whether importing the preloads already registered vLLM's plugins (kvrig's among
+    them), which every child would then inherit instead of loading under its own env."""
+    import vllm.plugins
+
+    import kvrig.run.vllm_plugin
+
+    return bool(getattr(vllm.plugins, "plugins_loaded", False) or kvrig.run.vllm_plugin._done)
+
+
+def _ready_message(import_s: float, missing: list[str]) -> dict[str, Any]:
+    """What the owner needs to decide whether this parent is fit to fork cells."""
+    return {
         "ready": os.getpid(),
-        "import_s": round(time.monotonic() - started, 3),
+        "import_s": round(import_s, 3),
         "threads": _thread_count(),
         "missing": missing,
         "python_threads": [
             th.name for th in threading.enumerate() if th is not threading.main_thread()
         ],
     }
+
+
+def _announce(out: IO[str], ready: dict[str, Any]) -> None:
+    """Tells the owner the parent is ready, and its log what it is made of."""
     print(
         f"forkserver: ready in {ready['import_s']} s, {ready['threads']} thread(s) of which"
         f" Python ones besides main: {ready['python_threads'] or 'none'}; preloads that"
-        f" failed: {missing or 'none'}",
+        f" failed: {ready['missing'] or 'none'}",
         file=sys.stderr,
         flush=True,
     )
     _say(out, ready)
-    stdin = sys.stdin.buffer
+
+
+def _fork_cells(stdin: IO[bytes], out: IO[str], warm: bool, python: str) -> int:
+    """Serves requests until the owner is gone, then kills the session of every cell it
+    started, so no engine outlives a killed run."""
     running: dict[int, float] = {}  # cell pid -> start time
     sessions: set[int] = set()
     try:
         while True:
-            ready, _, _ = select.select([stdin], [], [], 0.1)
-            if ready:
-                line = stdin.readline()
-                if not line:
-                    return 0  # the owner is gone: the finally below ends its cells
-                request = json.loads(line)
-                # The owner has ended the sessions of cells that are over; forget them, so
-                # a session id the system hands out again is never killed by mistake.
-                sessions &= set(running)
-                sys.stdout.flush()
-                pid = os.fork()
-                if pid == 0:
-                    _child(request, warm, python)
-                running[pid] = time.monotonic()
-                sessions.add(pid)
-                _say(out, {"pid": pid})
-            while True:
-                try:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
-                if running.pop(pid, None) is not None:
-                    _say(out, {"exit": pid, "status": os.waitstatus_to_exitcode(status)})
+            requested, _, _ = select.select([stdin], [], [], 0.1)
+            if requested and not _fork_requested(stdin, out, warm, python, running, sessions):
+                return 0  # the owner is gone: the finally below ends its cells
+            _reap(out, running)
     except BrokenPipeError:
         return 0
     finally:
         _kill_sessions(sessions)
+
+
+def _fork_requested(
+    stdin: IO[bytes],
+    out: IO[str],
+    warm: bool,
+    python: str,
+    running: dict[int, float],
+    sessions: set[int],
+) -> bool:
+    """Forks the cell the owner asked for and answers its pid; False once the owner has
+    closed its end instead of asking."""
+    line = stdin.readline()
+    if not line:
+        return False
+    request = json.loads(line)
+    # The owner has ended the sessions of cells that are over; forget them, so a session
+    # id the system hands out again is never killed by mistake.
+    sessions.intersection_update(running)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        _child(request, warm, python)
+    running[pid] = time.monotonic()
+    sessions.add(pid)
+    _say(out, {"pid": pid})
+    return True
+
+
+def _reap(out: IO[str], running: dict[int, float]) -> None:
+    """Reaps every child that has ended, cells and the orphans they left (which come here
+    as to their subreaper), and reports the end of each cell to the owner."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if running.pop(pid, None) is not None:
+            _say(out, {"exit": pid, "status": os.waitstatus_to_exitcode(status)})
 
 
 def _say(out: IO[str], message: dict[str, Any]) -> None:
