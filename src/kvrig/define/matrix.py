@@ -587,6 +587,55 @@ class Allowance(_Strict):
     expires: dt.date
 
 
+def _check_defect(i: int, case: Case) -> None:
+    """A known defect stands against an expectation on the same platform."""
+    for platform in case.known_defect.shows if case.known_defect else {}:
+        if platform not in case.expect:
+            raise ValueError(
+                f"cases.{i}.known_defect.shows.{platform}: case {case.id!r} has no"
+                f" expectation on {platform!r} for the defect to stand against"
+            )
+
+
+def _check_isa_refinements(i: int, case: Case) -> None:
+    """`expect_by_isa` names known CPU classes and refines a cpu expectation."""
+    for cls in case.expect_by_isa:
+        if cls not in (*isa.CLASSES, "aarch64"):
+            raise ValueError(
+                f"cases.{i}.expect_by_isa.{cls}: {cls!r} is not a CPU class kvrig"
+                f" knows ({', '.join(isa.CLASSES)}, aarch64)"
+            )
+        if "cpu" not in case.expect:
+            raise ValueError(
+                f"cases.{i}.expect_by_isa: case {case.id!r} has no cpu expectation"
+                " for its CPU classes to refine"
+            )
+
+
+def _check_arch_refinements(i: int, case: Case) -> None:
+    """`expect_by_arch` names known CUDA architectures, each once, and refines a cuda
+    expectation."""
+    seen: dict[str, str] = {}
+    for key in case.expect_by_arch:
+        for arch in arch_keys(key):
+            if arch not in gpus.CUDA_GPUS:
+                raise ValueError(
+                    f"cases.{i}.expect_by_arch.{key}: {arch!r} is not a CUDA architecture"
+                    f" kvrig knows ({', '.join(gpus.CUDA_GPUS)})"
+                )
+            if arch in seen:
+                raise ValueError(
+                    f"cases.{i}.expect_by_arch.{key}: architecture {arch} is already given"
+                    f" under {seen[arch]!r}"
+                )
+            seen[arch] = key
+        if "cuda" not in case.expect:
+            raise ValueError(
+                f"cases.{i}.expect_by_arch: case {case.id!r} has no cuda expectation for its"
+                " architectures to refine"
+            )
+
+
 class Release(_Strict):
     """What the release gate requires: the hardware columns whose `gate: true` cells must
     pass. A team without XPU runners gates on cpu and cuda and says so here, instead of
@@ -650,44 +699,9 @@ class Matrix(_Strict):
             if key in seen:
                 raise ValueError(f"cases.{i}.id: case {case.id!r} of {case.model!r} repeats")
             seen.add(key)
-            defect = case.known_defect.shows if case.known_defect else {}
-            for platform in defect:
-                if platform not in case.expect:
-                    raise ValueError(
-                        f"cases.{i}.known_defect.shows.{platform}: case {case.id!r} has no"
-                        f" expectation on {platform!r} for the defect to stand against"
-                    )
-            for cls in case.expect_by_isa:
-                if cls not in (*isa.CLASSES, "aarch64"):
-                    raise ValueError(
-                        f"cases.{i}.expect_by_isa.{cls}: {cls!r} is not a CPU class kvrig"
-                        f" knows ({', '.join(isa.CLASSES)}, aarch64)"
-                    )
-                if "cpu" not in case.expect:
-                    raise ValueError(
-                        f"cases.{i}.expect_by_isa: case {case.id!r} has no cpu expectation"
-                        " for its CPU classes to refine"
-                    )
-            seen_arch: dict[str, str] = {}
-            for key in case.expect_by_arch:
-                for arch in arch_keys(key):
-                    if arch not in gpus.CUDA_GPUS:
-                        raise ValueError(
-                            f"cases.{i}.expect_by_arch.{key}: {arch!r} is not a CUDA"
-                            " architecture kvrig knows"
-                            f" ({', '.join(gpus.CUDA_GPUS)})"
-                        )
-                    if arch in seen_arch:
-                        raise ValueError(
-                            f"cases.{i}.expect_by_arch.{key}: architecture {arch} is"
-                            f" already given under {seen_arch[arch]!r}"
-                        )
-                    seen_arch[arch] = key
-                if "cuda" not in case.expect:
-                    raise ValueError(
-                        f"cases.{i}.expect_by_arch: case {case.id!r} has no cuda"
-                        " expectation for its architectures to refine"
-                    )
+            _check_defect(i, case)
+            _check_isa_refinements(i, case)
+            _check_arch_refinements(i, case)
             for platform in case.expect:
                 if platform not in self.platforms:
                     raise ValueError(
@@ -1095,6 +1109,28 @@ def _check_allowance_life(path: Path, matrix: Matrix, today: dt.date) -> None:
 
 @functools.lru_cache(maxsize=16)
 def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
+    data = _expanded(path, _parsed(path, _text(path)))
+    try:
+        matrix = Matrix.model_validate(_strip_lines(data))
+    except ValidationError as exc:
+        raise MatrixError(_explain(path, data, exc)) from None
+    configs = _check_model_configs(path, data, matrix)
+    _check_sibling_layers(path, data, matrix, configs)
+    _check_expected_backends(path, data, matrix)
+    matrix._path = path
+    for i, case in enumerate(data.get("cases") or []):
+        lines = case.get("__lines__", {}) if isinstance(case, dict) else {}
+        if lines:
+            matrix._case_lines[i] = min(lines.values())
+    for i, entry in enumerate(data.get("allowances") or []):
+        lines = entry.get("__lines__", {}) if isinstance(entry, dict) else {}
+        if lines:
+            matrix._allowance_lines[i] = lines.get("expires") or min(lines.values())
+    return matrix
+
+
+def _text(path: Path) -> str:
+    """The file as UTF-8 text, or one paragraph saying why it is not."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -1110,6 +1146,12 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
             f"{path}:{line}: the matrix is not UTF-8 text (byte {raw[exc.start]:#x}). Nothing"
             " was run; save the file as UTF-8 and start again."
         ) from None
+    return text
+
+
+def _parsed(path: Path, text: str) -> dict[str, Any]:
+    """The YAML, every mapping keeping its keys' lines; one paragraph for what is not a
+    matrix-shaped YAML mapping (a repeated key named at both its lines)."""
     try:
         data = yaml.load(text, Loader=_LineLoader)
     except _RepeatedKey as exc:
@@ -1134,6 +1176,11 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
             f"{path}:1: the matrix must be a mapping with version, platforms, models and"
             " cases. Nothing was run."
         )
+    return data
+
+
+def _expanded(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """The shorthands written out (kvrig.define.shorthands), a bad one at its line."""
     try:
         data = shorthands.expand(data)
     except shorthands.ShorthandError as exc:
@@ -1145,20 +1192,4 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
             f"{where}: the matrix is invalid at {exc}. Nothing was run; fix the file and"
             " start again."
         ) from None
-    try:
-        matrix = Matrix.model_validate(_strip_lines(data))
-    except ValidationError as exc:
-        raise MatrixError(_explain(path, data, exc)) from None
-    configs = _check_model_configs(path, data, matrix)
-    _check_sibling_layers(path, data, matrix, configs)
-    _check_expected_backends(path, data, matrix)
-    matrix._path = path
-    for i, case in enumerate(data.get("cases") or []):
-        lines = case.get("__lines__", {}) if isinstance(case, dict) else {}
-        if lines:
-            matrix._case_lines[i] = min(lines.values())
-    for i, entry in enumerate(data.get("allowances") or []):
-        lines = entry.get("__lines__", {}) if isinstance(entry, dict) else {}
-        if lines:
-            matrix._allowance_lines[i] = lines.get("expires") or min(lines.values())
-    return matrix
+    return data

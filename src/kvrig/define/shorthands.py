@@ -48,16 +48,23 @@ def _case(index: int, case: Any, reviews: dict[str, Any]) -> list[Any]:
     if not isinstance(case, dict):
         return [case]
     case = copy.deepcopy(case)  # aliased anchors are shared objects: never edit them
+    _written_out(index, case, reviews)
+    return _per_model(index, case) if "models" in case else [case]
+
+
+def _written_out(index: int, case: dict[str, Any], reviews: dict[str, Any]) -> None:
+    """The case's review quoted and its platform keys split, in place (on its own copy)."""
     if isinstance(case.get("review"), str) and case["review"] in reviews:
         case["review"] = reviews[case["review"]]
-    for field in ("expect",):
-        if isinstance(case.get(field), dict):
-            case[field] = _platforms(f"cases.{index}.{field}", case[field])
+    if isinstance(case.get("expect"), dict):
+        case["expect"] = _platforms(f"cases.{index}.expect", case["expect"])
     defect = case.get("known_defect")
     if isinstance(defect, dict) and isinstance(defect.get("shows"), dict):
         defect["shows"] = _platforms(f"cases.{index}.known_defect.shows", defect["shows"])
-    if "models" not in case:
-        return [case]
+
+
+def _per_model(index: int, case: dict[str, Any]) -> list[dict[str, Any]]:
+    """One case per model of `models:`, each pointing at the line the list is on."""
     names = case.pop("models")
     lines = case.get(LINES, {})
     if "model" in case:
