@@ -107,7 +107,7 @@ def faults(session: nox.Session) -> None:
     Cells that crash, hang or leak, a runner killed with SIGKILL or Ctrl-C: no record lost,
     nothing left behind; the emulated class in every interpreter of a cell."""
     _install_vllm(session, "cpu")
-    session.run("pytest", "tests/faults", "-q", "-p", "no:cacheprovider", *session.posargs)
+    session.run("pytest", "tests/integration", "-q", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)

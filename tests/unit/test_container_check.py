@@ -10,7 +10,7 @@ from typing import Any
 from kvrig.publish import container_check as cc
 from kvrig.publish import results as results_mod
 
-from .conftest import BASE, cells_of
+from .builders import BASE, cells_of
 
 CELLS = cells_of(BASE)
 IMAGE = {"image": "kvrig-cpu:0.1.0-abc", "image_digest": "sha256:123"}

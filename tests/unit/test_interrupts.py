@@ -13,7 +13,7 @@ from kvrig.column.one_cell import run_and_judge
 from kvrig.run import interrupts
 from kvrig.run.record import Record
 
-from .conftest import cell_with
+from .builders import cell_with
 
 
 @pytest.fixture(autouse=True)

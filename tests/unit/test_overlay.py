@@ -1,6 +1,6 @@
 """Overlays built over a stand-in installed vLLM (a few files and a dist-info, no engine):
 what is copied, what is refused before anything is built, and that the base is only read.
-The real vLLM's overlays are proved by tests/faults/test_overlay.py and the mutation check.
+The real vLLM's overlays are proved by tests/integration/test_overlay.py and the mutation check.
 """
 
 from __future__ import annotations
