@@ -81,7 +81,10 @@ def faults(session: nox.Session) -> None:
     Cells that crash, hang or leak, a runner killed with SIGKILL or Ctrl-C: no record lost,
     nothing left behind; the emulated class in every interpreter of a cell."""
     _install_vllm(session, "cpu")
-    session.run("pytest", "tests/integration", "-q", "-p", "no:cacheprovider", *session.posargs)
+    # env: the overlay tests hash uv's cache of vLLM, found with nox's own uv.
+    session.run(
+        "pytest", "tests/integration", "-q", "-p", "no:cacheprovider", *session.posargs, env=NOX_UV
+    )
 
 
 @nox.session(python=PYTHON, default=False)

@@ -79,3 +79,28 @@ def test_each_mutation_run_has_its_own_side_folder() -> None:
     emulated = mutation.results_of(mutation.Options(emulate="9.0"))
     assert emulated.name == "cuda-sm90-emulated-mutation"
     assert mutation.results_of(mutation.Options(results="/x")) == Path("/x")
+
+
+def test_it_cannot_prove_anything_without_uvs_cache_and_a_refused_overlay_is_red(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import subprocess
+
+    monkeypatch.setattr(mutation, "expected_cells", lambda matrix, emulate=None: {"a"})
+    monkeypatch.setattr(mutation.uv_cache, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(mutation.uv_cache, "digests", lambda cache: {})
+    ran: list[list[str]] = []
+
+    def run(cmd, **kw):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 2)
+
+    monkeypatch.setattr(mutation.subprocess, "run", run)
+    opts = mutation.Options(results=str(tmp_path / "r"))
+    assert mutation.run(opts) == 2  # no vLLM in uv's cache: nothing to hold it to
+    assert "holds no vLLM" in capsys.readouterr().out
+    assert ran == []  # and no column started
+    monkeypatch.setattr(mutation.uv_cache, "digests", lambda cache: {"vllm/x.py": "1"})
+    assert mutation.run(opts) == 1  # the column refused: the patch no longer applies
+    assert "the mutated overlay could not be built" in capsys.readouterr().out
+    assert ran[0][3] == "column"
