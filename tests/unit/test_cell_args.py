@@ -6,7 +6,7 @@ from pathlib import Path
 from kvrig.run.cell import cell_env, craft_spec, engine_kwargs
 from kvrig.run.vllm_plugin.crafted import CraftSpec
 
-from .conftest import cell_with
+from .builders import cell_with
 
 RUNS = {"outcome": "runs"}
 

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvrig.cli import column_args, main
+from kvrig.cli import main
+from kvrig.cli.columns import column_args, with_workers
 from kvrig.publish import results
 
 DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
@@ -55,18 +56,23 @@ def test_report_writes_files(tmp_path: Path, capsys) -> None:
 
 
 def test_column_args_collect_the_matrix_and_pass_pytest_args_through() -> None:
-    args = column_args("cpu", "avx2", Path("/r"), Path("/m.yaml"), ["-k", "qwen3_next"], "cpu-avx2")
+    values = {"platform": "cpu", "isa": "avx2", "results": "/r", "cold": True, "rerun": False}
+    args = column_args(values, Path("/m.yaml"), ["-k", "qwen3_next"], "cpu-avx2")
     assert args[0] == "/m.yaml"
     assert "--kvrig-platform=cpu" in args
     assert "--kvrig-isa=avx2" in args
+    assert "--kvrig-results=/r" in args
+    assert "--kvrig-cold" in args
+    assert not any(a.startswith("--kvrig-rerun") for a in args)  # off: left out
     assert "--junitxml=/r/junit.xml" in args
     assert args[-2:] == ["-k", "qwen3_next"]
     assert "--override-ini=junit_suite_name=kvrig-cpu-avx2" in args
+    # The host's own class is the plugin's default: not named, so it is read, not emulated.
+    native = column_args({**values, "isa": "native"}, Path("/m.yaml"), [], "cpu")
+    assert not any(a.startswith("--kvrig-isa") for a in native)
 
 
 def test_with_workers_respects_the_users_choice() -> None:
-    from kvrig.cli import with_workers
-
     assert with_workers(["-k", "x"], 2) == ["-n", "2", "-k", "x"]
     assert with_workers(["-n", "4"], 2) == ["-n", "4"]
     assert with_workers(["-n0"], 2) == ["-n0"]
@@ -112,3 +118,19 @@ def test_an_overlay_that_cannot_be_built_is_refused_before_pytest(
     assert main([*base, "--vllm-patch", "a.diff", "--vllm-source", "."]) == 2
     assert "give one of them" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
+
+
+def test_pytest_options_are_not_read_as_abbreviations_of_the_columns(
+    monkeypatch, tmp_path: Path
+) -> None:
+    import pytest
+
+    given: list[list[str]] = []
+    monkeypatch.setattr(pytest, "main", lambda args: given.append(args) or 0)
+    monkeypatch.setenv("KVRIG_PLATFORM", "cuda")
+    base = ["--matrix", str(DEFAULT_MATRIX), "column", "--emulate", "9.0", "--results"]
+    assert main([*base, str(tmp_path), "--co", "--re", "x"]) == 0
+    [args] = given
+    assert args[-3:] == ["--co", "--re", "x"]  # pytest's, as given
+    assert "--kvrig-cold" not in args and "--kvrig-rerun" not in args
+    assert "--kvrig-emulate=9.0" in args and "--kvrig-platform=cuda" in args

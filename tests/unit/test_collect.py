@@ -4,7 +4,7 @@ import json
 
 from kvrig.run.collect import assemble, parse_events, root_cause_from_log
 
-from .conftest import cell_with
+from .builders import cell_with
 
 EARLY_MSG = "Aligned KV cache block size 384 is not supported by attention backend(s): S."
 CELL = cell_with({"outcome": "early_error", "backends": ["S"]})

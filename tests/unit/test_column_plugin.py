@@ -17,7 +17,7 @@ import yaml
 from kvrig.define.cells import expand
 from kvrig.define.matrix import load
 
-from .conftest import BASE
+from .builders import BASE
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kvrig.define.matrix import load
 from kvrig.publish import container_check as cc
 from kvrig.publish import results as results_mod
 
-from .conftest import BASE, cells_of
+from .builders import BASE, cells_of
 
 CELLS = cells_of(BASE)
 IMAGE = {"image": "kvrig-cpu:0.1.0-abc", "image_digest": "sha256:123"}
@@ -67,8 +68,8 @@ def test_a_cell_judged_differently_from_the_host() -> None:
     ]
 
 
-def test_main_reads_the_folders(tmp_path: Path, write_matrix: Any, capsys: Any) -> None:
-    matrix = write_matrix(BASE)
+def test_a_folder_is_read_and_checked(tmp_path: Path, write_matrix: Any, capsys: Any) -> None:
+    matrix = load(write_matrix(BASE))
     rows, records = good()
     folder = tmp_path / "cpu-container"
     for r in rows:
@@ -76,21 +77,74 @@ def test_main_reads_the_folders(tmp_path: Path, write_matrix: Any, capsys: Any) 
     for cell_id, rec in records.items():
         (folder / "records").mkdir(exist_ok=True)
         (folder / "records" / f"{cell_id}.json").write_text(json.dumps(rec))
-    assert cc.main([str(folder), "--matrix", str(matrix)]) == 0
+    assert cc.check_folder(folder, matrix) == 0
     assert "container results ok: 2 cpu cells" in capsys.readouterr().out
     (folder / "records" / f"{CELLS[0].id}.json").unlink()
-    assert cc.main([str(folder), "--matrix", str(matrix)]) == 1
+    assert cc.check_folder(folder, matrix) == 1
 
 
 def test_partial_checks_only_the_cells_that_ran(tmp_path: Path, write_matrix: Any) -> None:
-    matrix = write_matrix(BASE)
+    matrix = load(write_matrix(BASE))
     folder = tmp_path / "cpu-container"
     results_mod.append(folder, row(CELLS[0].id))
     (folder / "records").mkdir()
     record = {"cell_id": CELLS[0].id, "host": dict(IMAGE)}
     (folder / "records" / f"{CELLS[0].id}.json").write_text(json.dumps(record))
-    assert cc.main([str(folder), "--matrix", str(matrix)]) == 1
-    assert cc.main([str(folder), "--matrix", str(matrix), "--partial"]) == 0
+    assert cc.check_folder(folder, matrix) == 1
+    assert cc.check_folder(folder, matrix, partial=True) == 0
+
+
+def _container_run(folder: Path, cells: list[str], engine_block_size: int = 384) -> None:
+    """What a container run leaves in its results folder."""
+    for cell_id in cells:
+        results_mod.append(folder, row(cell_id, engine_block_size=engine_block_size))
+        (folder / "records").mkdir(exist_ok=True)
+        record = {"cell_id": cell_id, "host": dict(IMAGE)}
+        (folder / "records" / f"{cell_id}.json").write_text(json.dumps(record))
+
+
+def test_the_container_run_goes_to_a_fresh_folder_and_is_held_to_the_hosts(
+    tmp_path: Path, write_matrix: Any, monkeypatch: Any, capsys: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    matrix = write_matrix(BASE)
+    stale = tmp_path / "results" / "cpu-container"
+    _container_run(stale, [c.id for c in CELLS])  # an earlier run's rows must not count
+    launched: list[list[str]] = []
+
+    def launch(argv: list[str]) -> int:
+        launched.append(list(argv))
+        folder = Path(argv[argv.index("--results") + 1])
+        assert not folder.exists(), "the container run must start from an empty folder"
+        _container_run(folder, [c.id for c in CELLS])
+        return 0
+
+    assert cc.in_container([], matrix, run=launch) == 0
+    assert launched == [["cpu", "--matrix", str(matrix), "--results", str(stale.resolve())]]
+    assert "the same as the host's" not in capsys.readouterr().out  # no host run: not compared
+    # With the host's own run in results/cpu, a cell judged otherwise there is red.
+    _container_run(tmp_path / "results" / "cpu", [c.id for c in CELLS], engine_block_size=288)
+    assert cc.in_container([], matrix, run=launch) == 1
+    assert "differs from the host's run in engine_block_size" in capsys.readouterr().out
+
+
+def test_pytest_arguments_reach_the_column_and_only_the_cells_that_ran_are_checked(
+    tmp_path: Path, write_matrix: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    matrix = write_matrix(BASE)
+    launched: list[list[str]] = []
+
+    def launch(argv: list[str]) -> int:
+        launched.append(list(argv))
+        _container_run(Path(argv[argv.index("--results") + 1]), [CELLS[0].id])
+        return 0
+
+    assert cc.in_container([], matrix, run=launch) == 1  # a cell missing from a full run
+    assert cc.in_container(["-k", "default"], matrix, run=launch) == 0
+    assert launched[-1][-2:] == ["-k", "default"]
+    # A container run that failed is the check's failure, its folder left unread.
+    assert cc.in_container([], matrix, run=lambda argv: 2) == 2
 
 
 def test_a_known_defect_showing_as_recorded_counts_as_passing() -> None:

@@ -22,7 +22,7 @@ from kvrig.run.collect import alignment_lines, assemble
 from kvrig.run.emulation import wheel
 from kvrig.run.record import ErrorInfo, KVGroup, Record
 
-from .conftest import BASE
+from .builders import BASE
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTING = (

@@ -84,9 +84,25 @@ def test_probing_asks_each_engine_for_info() -> None:
     assert not found.apt
 
 
-def test_main_refuses_in_one_paragraph(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_the_command_refuses_in_one_paragraph(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from kvrig.cli import main
+
     monkeypatch.setattr(e, "facts", lambda extra: facts(root=False))
-    assert e.main([]) == 2
+    assert main(["setup", "container-engine"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kvrig: No container engine can run a container here")
     assert err.count("\n") == 1
+
+
+def test_the_engine_that_answers_is_named_and_extra_packages_are_asked_for(
+    monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from kvrig.cli import main
+
+    asked: list[tuple[str, ...]] = []
+    docker = e.Answer(installed=True, answers=True)
+    monkeypatch.setattr(e, "facts", lambda extra: asked.append(tuple(extra)) or facts(docker))
+    monkeypatch.setattr(e.system_packages, "ensure", lambda p: pytest.fail(f"installs {p}"))
+    assert main(["setup", "container-engine", "debootstrap"]) == 0
+    assert asked == [("debootstrap",)]
+    assert capsys.readouterr().out.startswith("kvrig: container engine docker (")

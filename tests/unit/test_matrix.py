@@ -9,7 +9,7 @@ import pytest
 from kvrig.define.cells import expand
 from kvrig.define.matrix import MatrixError, load
 
-from .conftest import cells_of
+from .builders import cells_of
 
 DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
 

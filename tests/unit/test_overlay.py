@@ -1,6 +1,6 @@
 """Overlays built over a stand-in installed vLLM (a few files and a dist-info, no engine):
 what is copied, what is refused before anything is built, and that the base is only read.
-The real vLLM's overlays are proved by tests/faults/test_overlay.py and the mutation check.
+The real vLLM's overlays are proved by tests/integration/test_overlay.py and the mutation check.
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ def _two_part_patch(tmp_path: Path) -> Path:
 def test_the_parts_of_a_patch_outside_vllm_are_named_and_a_line_says_so(
     site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from kvrig import cli
+    from kvrig.cli import columns
 
     patch = _two_part_patch(tmp_path)
     cache = tmp_path / "cache"
@@ -382,7 +382,7 @@ def test_the_parts_of_a_patch_outside_vllm_are_named_and_a_line_says_so(
     monkeypatch.setattr(os, "environ", dict(os.environ))
     monkeypatch.setattr(sys, "path", list(sys.path))
     ns = argparse.Namespace(vllm_source=None, vllm_patch=str(patch))
-    m = cli.use_overlay(ns, "cpu", BASE, tmp_path / "matrix.yaml")
+    m = columns.use_overlay(ns, "cpu", BASE, tmp_path / "matrix.yaml")
     assert m is not None and m.files == ["vllm/platforms/interface.py"]
     assert m.ignored == ["tests/test_block_size.py"]
     err = capsys.readouterr().err

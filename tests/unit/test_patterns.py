@@ -9,7 +9,7 @@ import pytest
 from kvrig.define.patterns import names_something, whole_numbers
 from kvrig.judge.verdict import judge, matches
 
-from .conftest import cell_with
+from .builders import cell_with
 from .test_verdict import failed
 
 LATE = "select_common_block_size"

@@ -12,7 +12,7 @@ from kvrig import cli
 from kvrig.define.matrix import Matrix, load
 from kvrig.publish import pipeline
 
-from .conftest import BASE
+from .builders import BASE
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = {

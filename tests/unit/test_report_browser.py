@@ -1,7 +1,7 @@
 """The HTML report in a real headless Chromium: it loads without script errors, shows one
 grid cell per record, and a cell opens its record, log tail and repro commands.
 
-Needs Debian's chromium and chromium-driver (`python -m kvrig.provision.system_packages chromium
+Needs Debian's chromium and chromium-driver (`kvrig setup packages chromium
 chromium-driver`); `nox -s tests` installs them and sets KVRIG_NEED_BROWSER=1, so there a
 missing browser fails instead of skipping.
 """
@@ -29,8 +29,7 @@ DRIVER = shutil.which("chromedriver")
 def browser() -> Iterator[Any]:
     if not (CHROMIUM and DRIVER):
         message = (
-            "headless Chromium is not installed: python -m kvrig.provision.system_packages chromium"
-            " chromium-driver"
+            "headless Chromium is not installed: kvrig setup packages chromium chromium-driver"
         )
         if os.environ.get("KVRIG_NEED_BROWSER"):
             pytest.fail(message)

@@ -17,7 +17,7 @@ from kvrig.judge.verdict import Status, Verdict
 from kvrig.publish import gate, report, repro, results
 from kvrig.run.record import Record
 
-from .conftest import BASE
+from .builders import BASE
 
 TODAY = dt.date(2026, 11, 29)
 ENDED = dt.datetime(2026, 11, 29, 17, 40, tzinfo=dt.timezone.utc)

@@ -14,7 +14,7 @@ from kvrig.judge.verdict import Status, Verdict
 from kvrig.publish import results
 from kvrig.run.record import Record
 
-from .conftest import BASE, cells_of
+from .builders import BASE, cells_of
 
 SELECTION = {"keyword": "", "markexpr": "", "shard": None, "cells": [], "cold": False}
 COLUMN = {"column": "cpu", "isa": "amx"}

@@ -16,7 +16,7 @@ from kvrig.run.forkserver import Pool, env_key, server_env
 from kvrig.run.procs import kill_session, session_pids
 from kvrig.run.runner import ResultsFolderError, check_results_folder, run_cell
 
-from .conftest import cell_with
+from .builders import cell_with
 
 CELL = cell_with({"outcome": "runs"})
 

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from kvrig.cli import main
 from kvrig.provision import uv_cache
+
+
+def check(action: str, snap: Path) -> int:
+    return main(["check", "uv-cache", action, str(snap)])
 
 
 def _cache(tmp_path: Path) -> Path:
@@ -33,17 +38,18 @@ def test_digests_cover_every_cached_vllm_file_and_changes_are_found(tmp_path: Pa
     assert uv_cache.changed(before, uv_cache.digests(cache)) == [str(target)]
 
 
-def test_snapshot_then_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_snapshot_then_compare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     cache = _cache(tmp_path)
     monkeypatch.setenv("UV_CACHE_DIR", str(cache))
     snap = tmp_path / "snap.json"
-    assert uv_cache.main(["check", str(snap)]) == 2  # no snapshot yet: says so
-    assert uv_cache.main(["snapshot", str(snap)]) == 0
+    assert check("compare", snap) == 2  # no snapshot yet: says so
+    assert "take one first (kvrig check uv-cache snapshot" in capsys.readouterr().err
+    assert check("snapshot", snap) == 0
     assert json.loads(snap.read_text())["cache"] == str(cache)
-    assert uv_cache.main(["check", str(snap)]) == 0
+    assert check("compare", snap) == 0
     assert "byte-identical" in capsys.readouterr().out
     (cache / "archive-v0" / "abc" / "vllm" / "__init__.py").write_text("changed")
-    assert uv_cache.main(["check", str(snap)]) == 1
+    assert check("compare", snap) == 1
     assert "uv cache CHANGED" in capsys.readouterr().out
 
 
@@ -52,6 +58,16 @@ def test_an_empty_snapshot_says_there_was_nothing_to_compare(
 ) -> None:
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "empty"))
     snap = tmp_path / "snap.json"
-    assert uv_cache.main(["snapshot", str(snap)]) == 0
-    assert uv_cache.main(["check", str(snap)]) == 0
+    assert check("snapshot", snap) == 0
+    assert check("compare", snap) == 0
     assert "nothing to compare" in capsys.readouterr().out
+
+
+def test_without_uv_the_cache_cannot_be_found_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.delenv("UV_CACHE_DIR", raising=False)
+    monkeypatch.setenv("UV", str(tmp_path / "no-uv"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert check("snapshot", tmp_path / "snap.json") == 2
+    assert "uv is not on PATH" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import pytest
 from kvrig.judge.verdict import early_error_backends, judge
 from kvrig.run.record import ErrorInfo, KVGroup, Record
 
-from .conftest import BASE, cell_with
+from .builders import BASE, cell_with
 
 HOOKS = [
     "CpuPlatform.update_block_size_for_backend",

@@ -4,8 +4,10 @@
     kvrig column [--platform cpu] [--isa avx2] [pytest args...]      # the same, set up
 
 Inert unless the command line names a matrix file: installed beside other tests it
-changes nothing. For a column run it picks the column (the host's platform, on CPU its
-class or the one `--kvrig-isa` emulates), refuses a host that cannot run it, resumes an
+changes nothing. For a column run it takes the column kvrig.define.column_choice picks
+(as `kvrig column` does: the host's platform, on CPU its class or the one `--kvrig-isa`
+emulates, refusing a host that cannot run it), with the options of
+kvrig.define.column_options under their `--kvrig-` names, resumes an
 unfinished run (kvrig.column.resume), keeps one warm vLLM parent pool per pytest(-xdist)
 process, shows progress, and prints the column's summary and report at the end.
 """
@@ -22,11 +24,11 @@ import pytest
 
 from kvrig.column import progress, resume
 from kvrig.column.items import COLUMN_KEY, CellItem, MatrixFile
-from kvrig.define import gpus
+from kvrig.define import column_choice, column_options
 from kvrig.define.cells import Cell, expand
-from kvrig.define.matrix import PLATFORMS, Matrix, MatrixError, load
-from kvrig.define.paths import column_name, results_folder
-from kvrig.host import hardware, isa
+from kvrig.define.matrix import Matrix, MatrixError, load
+from kvrig.define.paths import results_folder
+from kvrig.host import hardware
 from kvrig.provision import libcuda_stub
 from kvrig.publish import pipeline, report
 from kvrig.publish import results as results_mod
@@ -56,23 +58,34 @@ class ColumnRun:
     cells, where results go, and (lazily) the warm parents its items fork from."""
 
     matrix: Matrix
-    platform: str
-    isa: str | None
-    emulated: bool
+    choice: column_choice.Choice
     cells: list[Cell]
     results: Path
     cold: bool
-    # The GPU architecture an emulated device's column fakes (None: real hardware).
-    device: str | None = None
     resumed: bool = False
     state: dict[str, Any] = field(default_factory=dict)
     _pool: Pool | None = None
 
     @property
     def column(self) -> str:
-        if self.device:
-            return gpus.emulated_column(self.platform, self.device)
-        return column_name(self.platform, self.isa if self.emulated else None)
+        return self.choice.column
+
+    @property
+    def platform(self) -> str:
+        return self.choice.platform
+
+    @property
+    def isa(self) -> str | None:
+        return self.choice.isa
+
+    @property
+    def emulated(self) -> bool:
+        return self.choice.emulated
+
+    @property
+    def device(self) -> str | None:
+        """The GPU architecture an emulated device's column fakes (None: real hardware)."""
+        return self.choice.device
 
     def pool(self) -> Pool:
         if self._pool is None:
@@ -91,30 +104,7 @@ class ColumnRun:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kvrig", "kvrig: a column of matrix.yaml on real vLLM engines")
-    group.addoption("--kvrig-platform", choices=PLATFORMS, help="default: this host's platform")
-    group.addoption("--kvrig-isa", default=isa.NATIVE, help=isa.ARG_HELP)
-    group.addoption(
-        "--kvrig-emulate",
-        default=None,
-        metavar="ARCH",
-        help="emulate this GPU architecture (cuda: 8.0, 8.9, 9.0, 10.0, 12.0; xpu: bmg) with"
-        " vLLM's own platform code on this host: configuration only, results go to"
-        " results/<platform>-<arch>-emulated",
-    )
-    group.addoption("--kvrig-results", default=None, help="default: results/<column>")
-    group.addoption(
-        "--kvrig-cold",
-        action="store_true",
-        help="start each cell in a fresh interpreter instead of forking a warm vLLM parent",
-    )
-    group.addoption(
-        "--kvrig-rerun",
-        action="store_true",
-        help="start a new run even if the last one did not finish (default: resume it)",
-    )
-    group.addoption(
-        "--kvrig-shard", default=None, help="I/N: run only shard I of N (kvrig.pipeline)"
-    )
+    column_options.declare(group.addoption, column_options.PYTEST)
     group.addoption(
         "--kvrig-cell",
         action="append",
@@ -146,8 +136,7 @@ def pytest_configure(config: pytest.Config) -> None:
         run = _column_run(config, matrices[0])
     except (
         MatrixError,
-        isa.IsaError,
-        gpus.GpuError,
+        column_choice.ChoiceError,
         EmulationError,
         libcuda_stub.StubError,
     ) as exc:
@@ -205,90 +194,48 @@ def _prestart(run: ColumnRun) -> None:
 
 def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
     matrix = load(matrix_path)
-    emulate = config.getoption("--kvrig-emulate")
-    if emulate:
-        return _emulated_run(config, matrix, matrix_path, emulate)
-    host = hardware.detect_platform()
-    platform = config.getoption("--kvrig-platform") or host
-    if platform != "cpu" and platform != host:
-        needs = (
-            "an NVIDIA GPU (nvidia-smi lists none here)"
-            if platform == "cuda"
-            else "an Intel XPU (no render node in /dev/dri answering xpu-smi or sycl-ls here)"
+    choice = column_choice.choose(
+        config.getoption("--kvrig-platform"),
+        config.getoption("--kvrig-isa"),
+        config.getoption("--kvrig-emulate"),
+    )
+    if choice.device:
+        _prepare_emulation(config, matrix, choice.platform)
+        cells = expand(matrix, choice.platform, gpu_arch=choice.device, device_emulated=True)
+    else:
+        # A real GPU's own architecture picks its per-architecture expectations.
+        cuda = choice.platform == "cuda"
+        arch = hardware.gpu_info().get("gpu_compute_capability") if cuda else None
+        cells = expand(
+            matrix, choice.platform, isa=choice.isa, emulated=choice.emulated, gpu_arch=arch
         )
-        raise pytest.UsageError(
-            f"The {platform} column needs {needs}, and this host offers only {host}."
-            f" Run the {host} column here (nox -s local), or run nox -s {platform} on a host that"
-            " has the hardware."
-        )
-    cls, emulated = None, False
-    requested = config.getoption("--kvrig-isa")
-    if platform == "cpu":
-        flags = hardware.cpu_flags()
-        cls, emulated = isa.resolve(requested, flags, hardware.cpu_info()["arch"])
-    elif requested != isa.NATIVE:
-        raise isa.IsaError(
-            f"--kvrig-isa {requested} names a CPU class, and the {platform} column has none."
-        )
-    # A real GPU's own architecture picks its per-architecture expectations.
-    arch = hardware.gpu_info().get("gpu_compute_capability") if platform == "cuda" else None
-    cells = expand(matrix, platform, isa=cls, emulated=emulated, gpu_arch=arch)
     if not cells:
         raise MatrixError(
-            f"{matrix_path} has no cell for the {platform} platform: no case has an"
-            f" expectation under `expect: {platform}:`. Add one, or run another platform's"
-            " column."
+            f"{matrix_path} has no cell for the {choice.platform} platform"
+            f"{' to emulate' if choice.device else ''}: no case has an expectation under"
+            f" `expect: {choice.platform}:`. Add one, or run another platform's column."
         )
-    column = cells[0].column
     given = config.getoption("--kvrig-results")
-    results = Path(given) if given else config.invocation_params.dir / results_folder(column)
+    results = Path(given) if given else config.invocation_params.dir / results_folder(choice.column)
     return ColumnRun(
         matrix=matrix,
-        platform=platform,
-        isa=cls,
-        emulated=emulated,
+        choice=choice,
         cells=cells,
         results=results.resolve(),
         cold=bool(config.getoption("--kvrig-cold")),
     )
 
 
-def _emulated_run(
-    config: pytest.Config, matrix: Matrix, matrix_path: Path, emulate: str
-) -> ColumnRun:
-    """An emulated device's column: its architecture known, the installed vLLM the
-    matrix's CUDA wheel, the stand-in driver built, before any cell starts."""
-    platform = config.getoption("--kvrig-platform")
-    if platform not in gpus.GPUS:
-        raise EmulationError(
-            f"--kvrig-emulate {emulate} emulates a GPU; name its platform too"
-            " (--kvrig-platform cuda or xpu; kvrig column --platform cuda --emulate 9.0)."
-        )
-    device = gpus.gpu(platform, emulate)
-    if not config.option.collectonly:
-        wheel.check_installed(matrix, platform)
-        folder, symbols = libcuda_stub.ensure()
-        # Inherited by xdist workers and every cell's environment (kvrig.run.cell).
-        os.environ[STUB_ENV] = str(folder)
-        os.environ[STUB_SYMBOLS_ENV] = str(symbols)
-    cells = expand(matrix, platform, gpu_arch=device.arch, device_emulated=True)
-    if not cells:
-        raise MatrixError(
-            f"{matrix_path} has no cell for the {platform} platform to emulate: no case has"
-            f" an expectation under `expect: {platform}:`."
-        )
-    given = config.getoption("--kvrig-results")
-    results = given or config.invocation_params.dir / results_folder(cells[0].column)
-    return ColumnRun(
-        matrix=matrix,
-        platform=platform,
-        isa=None,
-        emulated=False,
-        cells=cells,
-        results=Path(results).resolve(),
-        cold=bool(config.getoption("--kvrig-cold")),
-        device=device.arch,
-    )
+def _prepare_emulation(config: pytest.Config, matrix: Matrix, platform: str) -> None:
+    """An emulated device's column runs on the matrix's CUDA wheel, with the stand-in
+    driver built, before any cell starts (not for a collection, which starts none)."""
+    if config.option.collectonly:
+        return
+    wheel.check_installed(matrix, platform)
+    folder, symbols = libcuda_stub.ensure()
+    # Inherited by xdist workers and every cell's environment (kvrig.run.cell).
+    os.environ[STUB_ENV] = str(folder)
+    os.environ[STUB_SYMBOLS_ENV] = str(symbols)
 
 
 _MESSAGE_KEY = pytest.StashKey[str]()

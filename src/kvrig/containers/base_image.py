@@ -1,6 +1,6 @@
 """A Debian base image made from Debian's packages, for hosts that reach no image registry.
 
-    python -m kvrig.containers.base_image [--engine podman|docker] [--suite bookworm] [--tag IMAGE]
+    kvrig setup base-image [--engine podman|docker] [--suite bookworm] [--tag IMAGE]
 
 debootstrap fetches the packages from a Debian mirror (which such hosts can reach, as
 their apt-get does), and the root filesystem is imported as an image. The Dockerfiles take
@@ -10,14 +10,12 @@ their base as a build argument, so `--build-arg BASE_IMAGE=localhost/kvrig-base:
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 SUITE = "bookworm"
@@ -67,15 +65,14 @@ def build(engine: str, tag: str, suite: str = SUITE, mirror: str | None = None) 
     if shutil.which("debootstrap") is None:
         raise BaseImageError(
             "Building a local base image needs debootstrap, which is not installed. Install it"
-            " (apt-get install debootstrap, or as root"
-            " `python -m kvrig.provision.system_packages debootstrap`), or point the build at an"
-            " image you have with KVRIG_BASE_IMAGE."
+            " (apt-get install debootstrap, or as root `kvrig setup packages debootstrap`), or"
+            " point the build at an image you have with KVRIG_BASE_IMAGE."
         )
     if os.geteuid() != 0:
         raise BaseImageError(
             "debootstrap must run as root to make the base image's root filesystem. Run"
-            " `sudo python -m kvrig.containers.base_image`, or point the build at an image you"
-            " have with KVRIG_BASE_IMAGE."
+            " `sudo kvrig setup base-image` (or `nox -s base_image` as root), or point the build"
+            " at an image you have with KVRIG_BASE_IMAGE."
         )
     with tempfile.TemporaryDirectory(prefix="kvrig-rootfs-") as tmp:
         root = Path(tmp) / "root"
@@ -100,27 +97,3 @@ def build(engine: str, tag: str, suite: str = SUITE, mirror: str | None = None) 
                 f"Importing the root filesystem as {tag} failed (`{shlex.join(imp)}` exited"
                 f" {imported.returncode}). Check that `{engine} images` works here."
             )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kvrig.containers.base_image",
-        description="Build a Debian base image with debootstrap and import it.",
-    )
-    parser.add_argument("--engine", choices=("podman", "docker"), default="podman")
-    parser.add_argument("--suite", default=SUITE)
-    parser.add_argument("--tag", help="default: localhost/kvrig-base:<suite>")
-    parser.add_argument("--mirror", default=os.environ.get("KVRIG_DEBIAN_MIRROR") or None)
-    ns = parser.parse_args(argv)
-    tag = ns.tag or local_tag(ns.suite)
-    try:
-        build(ns.engine, tag, ns.suite, ns.mirror)
-    except BaseImageError as exc:
-        print(f"kvrig.containers.base_image: {exc}", file=sys.stderr)
-        return 2
-    print(f"base image: {tag} (use it with KVRIG_BASE_IMAGE={tag})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,19 +8,17 @@ image is built (`nox -s cuda` and `nox -s xpu` run this first). The pass-through
 in a small container and the device check inside the column's own container come after,
 once an engine answers (kvrig.containers.launch).
 
-    python -m kvrig.containers.host_check cuda|xpu
+    kvrig check host cuda|xpu
 """
 
 from __future__ import annotations
 
 import os
 import re
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from kvrig.containers.preflight import PreflightError, Probe, check_device
-from kvrig.define.matrix import MatrixError, load
+from kvrig.define.matrix import load
 
 # The oldest Linux driver each CUDA major runs on (CUDA's minor-version compatibility:
 # any driver of at least this release runs every minor of the major).
@@ -111,20 +109,7 @@ def check(platform: str, base_image: str, probe: Probe) -> None:
         check_render_access(probe)
 
 
-def main(argv: Sequence[str] | None = None, probe: Probe | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1 or args[0] not in ("cuda", "xpu"):
-        print("usage: python -m kvrig.containers.host_check cuda|xpu", file=sys.stderr)
-        return 2
-    try:
-        spec = load().platforms.get(args[0])  # type: ignore[call-overload]
-        check(args[0], spec.base_image if spec else "", probe or Probe())
-    except (PreflightError, MatrixError) as exc:
-        print(f"kvrig: {exc}", file=sys.stderr)
-        return 2
-    print(f"kvrig: this host has what the {args[0]} column needs before its container")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def check_host(platform: str, probe: Probe | None = None, matrix: Path | None = None) -> None:
+    """The host's side of the platform's column, against the base image matrix.yaml names."""
+    spec = load(matrix).platforms.get(platform)  # type: ignore[call-overload]
+    check(platform, spec.base_image if spec else "", probe or Probe())

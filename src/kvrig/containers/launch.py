@@ -1,6 +1,6 @@
-"""Builds a platform's image and runs its column inside it: `python -m kvrig.containers`.
+"""Builds a platform's image and runs its column inside it: `kvrig container`.
 
-    python -m kvrig.containers {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
+    kvrig container {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
         [--matrix PATH] [--results DIR] [--podman-compat] [-- pytest args...]
 
 The commands come from kvrig.containers.plan (pure); this module is the edge that checks
@@ -204,7 +204,3 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

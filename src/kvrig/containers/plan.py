@@ -1,9 +1,11 @@
 """A column in its container, as commands: image tag, build, run, and the dry run's lines.
 
-    python -m kvrig.containers {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
-        [--matrix PATH] [--results DIR] [--podman-compat]
-        [--vllm-source PATH | --vllm-patch FILE] [-- pytest args...]
+    kvrig container {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
+        [--matrix PATH] [--results DIR] [--podman-compat] [--isa CLASS] [--cold] [--rerun]
+        [--shard I/N] [--vllm-source PATH | --vllm-patch FILE] [-- pytest args...]
 
+The column's own options are kvrig column's (kvrig.define.column_options): --results and
+an overlay's are the host's side, the others are handed to the `kvrig column` inside.
 Arguments it does not know (e.g. `-k qwen3_next`) go to the column's pytest, as does
 everything after `--`.
 
@@ -40,9 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvrig.containers import settings as es
+from kvrig.define import column_choice, column_options
 from kvrig.define.matrix import PLATFORMS, MatrixError, PlatformSpec
 from kvrig.define.matrix import load as load_matrix
-from kvrig.define.paths import column_name, results_folder
+from kvrig.define.paths import results_folder
 from kvrig.host import isa
 from kvrig.provision import install, overlay_image
 from kvrig.provision import overlay as overlay_mod
@@ -354,6 +357,9 @@ class Args:
     pytest_args: list[str]
     vllm_source: str | None = None
     vllm_patch: str | None = None
+    # The column's options the `kvrig column` in the container is given, as its command line.
+    column_args: tuple[str, ...] = ()
+    cpu_class: str = isa.NATIVE  # --isa
 
 
 def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
@@ -365,7 +371,7 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
         cut = argv.index("--")
         argv, tail = argv[:cut], argv[cut + 1 :]
     parser = argparse.ArgumentParser(
-        prog="python -m kvrig.containers",
+        prog="kvrig container",
         allow_abbrev=False,
         description="Build a platform's image and run its column of the matrix inside it.",
         epilog="Other arguments, and all after `--`, are passed to the column's pytest.",
@@ -383,9 +389,6 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
     parser.add_argument("--engine", choices=ENGINES, default=engine, help="also KVRIG_ENGINE")
     parser.add_argument("--matrix", type=Path, help="matrix file (default: the checkout's)")
     parser.add_argument(
-        "--results", type=Path, help="host folder for the results (default: results/<platform>)"
-    )
-    parser.add_argument(
         "--host-settings",
         choices=es.MODES,
         help="restricted-host engine settings: auto (default), on or off (KVRIG_HOST_SETTINGS)",
@@ -397,22 +400,31 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
         const="on",
         help="same as --host-settings on (also KVRIG_PODMAN_COMPAT=1)",
     )
-    parser.add_argument("--vllm-source", metavar="PATH", help="a vLLM checkout to overlay")
-    parser.add_argument("--vllm-patch", metavar="FILE", help="a diff of vllm/ to overlay")
+    column_options.declare(parser.add_argument, column_options.CONTAINER)
     ns, unknown = parser.parse_known_args(argv)
+    handed_on = {
+        o.dest: getattr(ns, o.dest)
+        for o in column_options.options(column_options.CONTAINER)
+        if o.dest not in _HOST_SIDE
+    }
     return Args(
         ns.platform,
         ns.dry_run,
         ns.engine,
         ns.matrix,
-        ns.results,
+        Path(ns.results) if ns.results else None,
         ns.host_settings,
         [*unknown, *tail],
         ns.vllm_source,
         ns.vllm_patch,
+        tuple(column_options.command_line(handed_on, column_options.CLI)),
+        ns.isa,
     )
 
 
+# The column's options the host reads itself: the results folder it mounts, the overlay
+# it builds into the image.
+_HOST_SIDE = ("results", "vllm_source", "vllm_patch")
 ENGINES = ("auto", "docker", "podman")
 
 
@@ -513,9 +525,12 @@ def make_plan(
         inputs_digest(root, files),
         bargs,
     )
-    # An emulated CPU class (`-- --kvrig-isa avx2`) writes its own column's folder.
-    cls, _ = isa.take_arg(isa.NATIVE, args.pytest_args)
-    column = column_name(args.platform, None if cls == isa.NATIVE else cls)
+    # An emulated CPU class (--isa avx2, or pytest's --kvrig-isa) writes its own column's folder.
+    cls, _ = isa.take_arg(args.cpu_class, args.pytest_args)
+    try:
+        column = column_choice.requested(args.platform, cls).column
+    except column_choice.ChoiceError as exc:
+        raise UsageError(str(exc)) from None
     if staged is not None and (args.vllm_source or args.vllm_patch):
         # Beside the release's results, not over them: `kvrig compare` reads both.
         column = f"{column}-overlay-{staged.digest[:8]}"
@@ -540,7 +555,7 @@ def make_plan(
             name,
             results,
             host,
-            args.pytest_args,
+            [*args.column_args, *args.pytest_args],
             custom_matrix,
             settings,
         ),

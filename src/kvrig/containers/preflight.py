@@ -79,7 +79,7 @@ def choose_engine(requested: str, probe: Probe) -> str:
     raise PreflightError(
         "No container engine is reachable: " + "; ".join(reasons) + ". Start the Docker"
         " daemon (for example `sudo systemctl start docker`), or install Podman (as root"
-        " `python -m kvrig.provision.system_packages podman runc`) and pass `--engine podman`."
+        " `kvrig setup container-engine`) and pass `--engine podman`."
         f" {ALTERNATIVES}"
     )
 

@@ -179,6 +179,13 @@ def emulatable(flags: Iterable[str], arch: str = "x86_64") -> list[str]:
     return list(CLASSES[: CLASSES.index(own) + 1])
 
 
+def lesser(flags: Iterable[str], arch: str = "x86_64") -> list[str]:
+    """The classes below the host's own that it can emulate, ascending: with the host's
+    own (`native`), the CPU columns this host runs."""
+    own = host_class(flags, arch)
+    return [c for c in emulatable(flags, arch) if c != own]
+
+
 def capped(capabilities: Mapping[str, object], cls: str) -> dict[str, object]:
     """torch.cpu.get_capabilities() as a host of this class answers it: the host's own
     answers, with every feature the class lacks turned off (never one turned on)."""

@@ -4,9 +4,8 @@ vLLM compiles a few helpers even in eager mode (the vocab-parallel embedding's m
 tensor parallelism), and on CPU torch's inductor builds them as C++ against Python.h. A
 host without either fails those cells mid-run with a compile error, so the sessions that
 start CPU engines make sure of both first (installed from Debian's packages as root, else
-one paragraph naming them: kvrig.provision.system_packages).
-
-    python -m kvrig.provision.compiler
+one paragraph naming them: kvrig.provision.system_packages); `kvrig setup vllm cpu`
+does.
 """
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ import sys
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
-
-from kvrig.provision import system_packages
 
 
 def needed(
@@ -33,11 +30,3 @@ def needed(
     if not headers.is_file():
         out.append(f"python{version[0]}.{version[1]}-dev")  # Debian's name for them
     return out
-
-
-def main() -> int:
-    return system_packages.main(needed())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """A container engine that answers: decided from what runs, installed when none does.
 
-    python -m kvrig.provision.engines [EXTRA_PACKAGE...]
+    kvrig setup container-engine [EXTRA_PACKAGE...]
 
 A `docker` binary on PATH says nothing: the common CI runner and desk have the client
 and no daemon. So the set-up asks each engine (`docker info`, `podman info`) and uses the
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -120,18 +119,9 @@ def facts(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    extra = sys.argv[1:] if argv is None else argv
-    try:
-        setup = decide(facts(extra), extra)
-        if setup.install:
-            system_packages.ensure(list(setup.install))
-    except (SetupError, system_packages.SystemPackageError) as exc:
-        print(f"kvrig: {exc}", file=sys.stderr)
-        return 2
-    print(f"kvrig: container engine {setup.engine} ({setup.reason})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def ensure(extra: Sequence[str] = ()) -> Setup:
+    """The engine a column will use, with what it lacks (and `extra`) installed first."""
+    setup = decide(facts(extra), extra)
+    if setup.install:
+        system_packages.ensure(list(setup.install))
+    return setup

@@ -1,21 +1,20 @@
 """How a platform's vLLM is installed into a local environment (the plan, not the doing).
 
-`python -m kvrig.provision.install PLATFORM` prints the `uv pip install` arguments and
-environment as JSON; the nox sessions run them. Keeping the plan here makes it testable
-and keeps the noxfile thin.
+The plan is the `uv pip install` arguments and environment, decided from matrix.yaml and
+the host's wheel folder alone, so it is tested without installing anything;
+kvrig.provision.vllm_install runs it (`kvrig setup vllm`, which the nox sessions call).
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
-import json
 import os
-import sys
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvrig.define.matrix import MatrixError, PlatformSpec, load
+from kvrig.define.matrix import Matrix, PlatformSpec
 
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm` beside
 # a CPU torch, and triton (CUDA-only) costs 1 GB for nothing: keep them out entirely.
@@ -112,48 +111,45 @@ def build_env(spec: PlatformSpec, platform: str) -> dict[str, str]:
     return {"VLLM_TARGET_DEVICE": platform}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kvrig.provision.install")
-    p.add_argument("platform")
-    p.add_argument("--matrix", default=None)
-    p.add_argument(
-        "--emulated",
-        action="store_true",
-        help="the emulated GPU columns' environment (the cuda platform's PyPI wheel)",
-    )
-    ns = p.parse_args(argv)
-    try:
-        m = load(ns.matrix)
-        if ns.platform not in m.platforms:
+@dataclass(frozen=True)
+class Plan:
+    """What `uv pip install` is given: its arguments and the environment they need."""
+
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def plan_for(
+    matrix: Matrix,
+    platform: str,
+    *,
+    emulated: bool = False,
+    environ: Mapping[str, str] | None = None,
+    overrides: Path | None = None,
+) -> Plan:
+    """The platform's install as matrix.yaml says (or the emulated GPU columns' one)."""
+    environ = os.environ if environ is None else environ
+    if emulated:
+        if "cuda" not in matrix.platforms:
             raise InstallError(
-                f"Platform {ns.platform!r} is not in {ns.matrix}; it defines"
-                f" {', '.join(m.platforms)}. Name one of them (KVRIG_PLATFORM, if set,"
-                " overrides the host probe and must name one too)."
+                f"{matrix.path} defines no cuda platform, whose PyPI wheel the emulated GPU"
+                " columns install. Add it under platforms."
             )
-        overrides = Path(tempfile.gettempdir()) / "kvrig-overrides.txt"
-        overrides.write_text(cpu_overrides())
-        spec = m.platforms[ns.platform]
-        if ns.emulated:
-            print(json.dumps({"args": emulated_plan(m.platforms["cuda"]), "env": {}}))
-            return 0
-        args = plan(
-            spec,
-            ns.platform,
-            find_links=os.environ.get("PIP_FIND_LINKS"),
-            overrides=overrides,
-            torch_index=os.environ.get("KVRIG_TORCH_INDEX"),
+        return Plan(emulated_plan(matrix.platforms["cuda"]))
+    if platform not in matrix.platforms:
+        raise InstallError(
+            f"Platform {platform!r} is not in {matrix.path}; it defines"
+            f" {', '.join(matrix.platforms)}. Name one of them (KVRIG_PLATFORM, if set,"
+            " overrides the host probe and must name one too)."
         )
-    except (MatrixError, InstallError) as exc:
-        print(f"kvrig: {exc}", file=sys.stderr)
-        return 2
-    plan_out = {
-        "args": args,
-        "env": build_env(spec, ns.platform),
-        "package": spec.vllm.installed.package,
-    }
-    print(json.dumps(plan_out))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    overrides = overrides or Path(tempfile.gettempdir()) / "kvrig-overrides.txt"
+    overrides.write_text(cpu_overrides())
+    spec = matrix.platforms[platform]
+    args = plan(
+        spec,
+        platform,
+        find_links=environ.get("PIP_FIND_LINKS"),
+        overrides=overrides,
+        torch_index=environ.get("KVRIG_TORCH_INDEX"),
+    )
+    return Plan(args, build_env(spec, platform))

@@ -9,7 +9,7 @@ CUDA_ERROR_NO_DEVICE: anything that really reaches for a GPU fails as on a host 
 one. It is built with the host's C compiler into kvrig's cache, keyed by its source, and
 put on LD_LIBRARY_PATH of emulated cells only.
 
-    python -m kvrig.provision.libcuda_stub     # builds it, prints its folder
+    kvrig setup vllm --emulated      # installs the CUDA wheel, then builds it
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -141,18 +140,3 @@ def ensure(package: Path | None = None, root: Path | None = None) -> tuple[Path,
         os.replace(built, target)  # atomic: a concurrent builder sees a whole library
         (folder / "libcuda_stub.c").write_text(text)
     return folder, len(symbols)
-
-
-def main() -> int:
-    try:
-        folder, count = ensure()
-    except StubError as exc:
-        print(f"kvrig: {exc}", file=sys.stderr)
-        return 2
-    print(f"kvrig: stand-in {DRIVER} for {count} driver symbols in {folder}", file=sys.stderr)
-    print(folder)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,7 @@ The README's commands must do all the set-up on a fresh machine, so a session th
 Chromium or Podman installs it from Debian's packages when it is missing and it can (root
 with apt-get); anywhere else it stops with one paragraph that names the packages to install.
 
-    python -m kvrig.provision.system_packages chromium chromium-driver
+    kvrig setup packages chromium chromium-driver
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterable
 
 
@@ -73,19 +72,3 @@ def ensure(packages: list[str], *, is_root: bool | None = None) -> list[str]:
                 " reachable, or install the packages yourself, and run the session again."
             )
     return need
-
-
-def main(argv: list[str] | None = None) -> int:
-    packages = sys.argv[1:] if argv is None else argv
-    try:
-        done = ensure(packages)
-    except SystemPackageError as exc:
-        print(f"kvrig: {exc}", file=sys.stderr)
-        return 2
-    if done:
-        print(f"installed: {' '.join(done)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,20 +6,19 @@ never writes there (overlays are copies, kvrig.provision.overlay); this takes th
 of every file of every vLLM package in uv's cache, before and after, so a run that did
 would fail instead of passing on silently corrupted installs.
 
-`python -m kvrig.provision.uv_cache snapshot FILE` writes the digests; `check FILE`
-compares and exits 1 on any change (files added since are fine: a new install).
+`kvrig check uv-cache snapshot FILE` writes the digests; `kvrig check uv-cache compare
+FILE` compares and exits 1 on any change (files added since are fine: a new install).
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from kvrig.provision.uv import find as find_uv
 
 
 class UvCacheError(Exception):
@@ -30,7 +29,7 @@ def cache_dir() -> Path:
     """uv's cache folder, as uv itself reports it (UV_CACHE_DIR, XDG, or its default)."""
     if os.environ.get("UV_CACHE_DIR"):
         return Path(os.environ["UV_CACHE_DIR"])
-    uv = shutil.which("uv")
+    uv = find_uv()
     if uv is None:
         raise UvCacheError(
             "uv is not on PATH, so its cache cannot be found or checked. Run this through"
@@ -66,27 +65,25 @@ def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return sorted(p for p, digest in before.items() if after.get(p) != digest)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kvrig.provision.uv_cache")
-    p.add_argument("action", choices=["snapshot", "check"])
-    p.add_argument("file")
-    ns = p.parse_args(argv)
-    try:
-        cache = cache_dir()
-    except UvCacheError as exc:
-        print(f"kvrig: {exc}", file=sys.stderr)
-        return 2
+def snapshot(file: Path) -> int:
+    """Writes the digests of every cached vLLM file to `file`, for `compare` after."""
+    cache = cache_dir()
     now = digests(cache)
-    snap = Path(ns.file)
-    if ns.action == "snapshot":
-        snap.parent.mkdir(parents=True, exist_ok=True)
-        snap.write_text(json.dumps({"cache": str(cache), "files": now}))
-        print(f"uv cache: {len(now)} vLLM file(s) in {cache} recorded")
-        return 0
-    if not snap.is_file():
-        print(f"kvrig: no snapshot at {snap}: take one first (snapshot {snap})", file=sys.stderr)
-        return 2
-    before = json.loads(snap.read_text())["files"]
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps({"cache": str(cache), "files": now}))
+    print(f"uv cache: {len(now)} vLLM file(s) in {cache} recorded")
+    return 0
+
+
+def compare(file: Path) -> int:
+    """1 when a cached vLLM file recorded in `file` is no longer byte-identical."""
+    cache = cache_dir()
+    if not file.is_file():
+        raise UvCacheError(
+            f"No snapshot at {file}: take one first (kvrig check uv-cache snapshot {file})."
+        )
+    now = digests(cache)
+    before = json.loads(file.read_text())["files"]
     bad = changed(before, now)
     if bad:
         print(
@@ -103,7 +100,3 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"uv cache: all {len(before)} cached vLLM file(s) byte-identical before and after")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

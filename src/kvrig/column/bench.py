@@ -12,7 +12,7 @@ side by side: a serial floor would flatter a 2-wide run. Shared machines are noi
 these are figures to read, not assertions; the exit status is 0 unless the run itself
 could not be made.
 
-    nox -s bench                 # set-up + every class's column, uv's download cache kept
+    nox -s bench                 # kvrig bench: set-up + every class's column, uv's cache kept
     nox -s bench -- --no-cache   # a truly cold set-up (downloads everything)
     nox -s bench -- --no-cache --setup-only
     nox -s bench -- --skip-setup --python .nox/cpu_column/bin/python
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,11 +34,11 @@ import threading
 import time
 from pathlib import Path
 
+from kvrig.define.matrix import default_matrix, load
+from kvrig.host import hardware, isa
+from kvrig.provision import install, uv, vllm_install
 from kvrig.run.procs import pss_mb, tree_pids
 
-DEFAULT_MATRIX = Path(__file__).resolve().parents[1] / "matrix.yaml"
-
-ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {
     "setup_s": 180.0,
     "column_s": 300.0,
@@ -73,9 +72,10 @@ class Sampler:
 
 
 def run_sampled(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, float, float]:
-    """Runs cmd; returns (exit status, seconds, peak MB over the process tree)."""
+    """Runs cmd in the checkout (the working folder, as nox runs it); returns (exit
+    status, seconds, peak MB over the process tree)."""
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    proc = subprocess.Popen(cmd, env=env)
     with Sampler(proc.pid) as sampler:
         code = proc.wait()
     return code, time.monotonic() - started, sampler.peak_mb
@@ -83,15 +83,8 @@ def run_sampled(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int,
 
 def naive_cmd(py: str, results: Path, workers: int, select: list[str]) -> list[str]:
     """The naive column: a fresh interpreter per cell, vLLM's multiprocess engine."""
-    return [
-        py,
-        str(Path(__file__).resolve()),
-        "--naive-run",
-        str(results),
-        "--workers",
-        str(workers),
-        *select,
-    ]
+    return [py, "-m", "kvrig", "bench", "--naive-run", str(results), "--workers", str(workers),
+            *select]  # fmt: skip
 
 
 def naive_run(results: Path, workers: int, select: list[str]) -> int:
@@ -101,13 +94,11 @@ def naive_run(results: Path, workers: int, select: list[str]) -> int:
 
     from kvrig.column.one_cell import run_and_judge
     from kvrig.define.cells import expand
-    from kvrig.define.matrix import load
-    from kvrig.host import hardware, isa
 
     own, _ = isa.resolve(isa.NATIVE, hardware.cpu_flags(), hardware.cpu_info()["arch"])
     cells = [
         c
-        for c in expand(load(DEFAULT_MATRIX), "cpu", isa=own)
+        for c in expand(load(default_matrix()), "cpu", isa=own)
         if c.expect.outcome != "skip" and (not select or any(k in c.id for k in select))
     ]
     mp = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
@@ -140,12 +131,9 @@ def class_env(py: str, cls: str) -> dict[str, str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def classes(py: str) -> list[str]:
+def classes() -> list[str]:
     """native, then each lesser class this host can emulate."""
-    out = subprocess.run(
-        [py, "-m", "kvrig", "isa", "--lesser"], capture_output=True, text=True, check=True
-    )
-    return ["native", *out.stdout.split()]
+    return [isa.NATIVE, *isa.lesser(hardware.cpu_flags(), hardware.cpu_info()["arch"])]
 
 
 def engine_seconds(results: Path) -> tuple[int, float]:
@@ -159,14 +147,9 @@ def engine_seconds(results: Path) -> tuple[int, float]:
     return n, total
 
 
-def workers_of(py: str) -> int:
+def workers_of() -> int:
     """The cells a CPU column runs side by side (matrix.yaml's parallel, at most the cores)."""
-    code = (
-        "import os; from kvrig.define.matrix import load;"
-        f" print(min(load({str(DEFAULT_MATRIX)!r}).platforms['cpu'].parallel, os.cpu_count()))"
-    )
-    out = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True)
-    return int(out.stdout.strip().splitlines()[-1])
+    return min(load(default_matrix()).platforms["cpu"].parallel, os.cpu_count() or 1)
 
 
 def ratio_line(name: str, value: float, target: float, at_most: bool) -> str:
@@ -177,41 +160,21 @@ def ratio_line(name: str, value: float, target: float, at_most: bool) -> str:
 
 
 def setup(venv: Path, no_cache: bool) -> tuple[int, float]:
-    uv = shutil.which("uv")
-    if uv is None:
+    """A new environment with kvrig and the CPU vLLM, as a fresh machine's first session
+    makes it (uv, the rig, then kvrig.provision.install's plan)."""
+    uv_exe = uv.find()
+    if uv_exe is None:
         sys.exit("benchmark: uv is needed (pip install 'nox[uv]')")
     started = time.monotonic()
     cache = ["--no-cache"] if no_cache else []
-    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    subprocess.run([uv_exe, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    subprocess.run(
-        [
-            uv,
-            "pip",
-            "install",
-            "-q",
-            *cache,
-            "--python",
-            py,
-            "-e",
-            str(ROOT),
-            "pytest>=8",
-            "pytest-xdist>=3.5",
-        ],
-        check=True,
-    )
-    plan = subprocess.run(
-        [py, "-m", "kvrig.provision.install", "cpu"],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    spec = json.loads(plan.stdout.strip().splitlines()[-1])
-    code = subprocess.run(
-        [uv, "pip", "install", "-q", *cache, "--python", py, *spec["args"]],
-        env={**os.environ, **spec["env"]},
-    ).returncode
+    rig = ["-e", str(Path.cwd()), "pytest>=8", "pytest-xdist>=3.5"]
+    subprocess.run([uv_exe, "pip", "install", "-q", *cache, "--python", py, *rig], check=True)
+    plan = install.plan_for(load(default_matrix()), "cpu")
+    command = vllm_install.command(uv_exe, py, plan)
+    command[3:3] = ["-q", *cache]  # after `uv pip install`
+    code = subprocess.run(command, env={**os.environ, **plan.env}, check=False).returncode
     return code, time.monotonic() - started
 
 
@@ -265,8 +228,8 @@ def emulated_figures(py: str) -> list[str]:
     ]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kvrig bench", description=__doc__.splitlines()[0])
     ap.add_argument("--no-cache", action="store_true", help="cold set-up without uv's cache")
     ap.add_argument("--skip-setup", action="store_true", help="reuse --python's environment")
     ap.add_argument("--python", help="interpreter with vLLM and kvrig (with --skip-setup)")
@@ -279,7 +242,7 @@ def main() -> int:
         "--emulated", metavar="PYTHON", help="also every emulated GPU column, with this Python"
     )
     ap.add_argument("select", nargs="*", help="only cells whose id contains one of these")
-    ns = ap.parse_args()
+    ns = ap.parse_args(argv)
     if ns.naive_run:
         return naive_run(Path(ns.naive_run), ns.workers, ns.select)
     figures: list[str] = []
@@ -299,9 +262,9 @@ def main() -> int:
             return 0
         if ns.emulated:
             figures += emulated_figures(ns.emulated)
-        workers = workers_of(py)
+        workers = workers_of()
         rig_native = None
-        for cls in ns.isa or classes(py):
+        for cls in ns.isa or classes():
             started = time.monotonic()
             figures += column_figures(py, cls, Path(tmp), ns.select, workers)
             if cls == "native":
@@ -325,7 +288,3 @@ def main() -> int:
     )
     print("\n".join(figures))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

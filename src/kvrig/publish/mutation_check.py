@@ -6,17 +6,19 @@ files, so uv's cache and other environments are never touched), and requires eve
 of them to fail with a record showing the error came late (after the KV cache was sized)
 or not at all, and each to have run on that overlay. The count must be the matrix's.
 Every cached vLLM file in uv's cache is hashed before and after: any change fails it.
+
+    kvrig check mutation [--container | --emulate ARCH] [--patch FILE] [-- pytest args]
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvrig.define import gpus
@@ -27,7 +29,8 @@ from kvrig.host import hardware, isa
 from kvrig.provision import uv_cache
 from kvrig.publish import results as results_mod
 
-PATCH = Path(__file__).resolve().parent.parent / "patches" / "no_early_check.diff"
+# The checkout's (kvrig runs from it, installed editable, as every nox session does).
+PATCH = Path(__file__).resolve().parents[3] / "patches" / "no_early_check.diff"
 
 
 def expected_cells(matrix: Path | None, emulate: str | None = None) -> set[str]:
@@ -87,51 +90,56 @@ def read_records(folder: Path) -> dict[str, dict]:
     return out
 
 
-def column_command(ns: argparse.Namespace, results: Path) -> list[str]:
+@dataclass(frozen=True)
+class Options:
+    """What the check runs: where, with which mutation, on which cells."""
+
+    container: bool = False
+    emulate: str | None = None
+    patch: str = str(PATCH)
+    results: str | None = None
+    matrix: str | None = None
+    pytest_args: tuple[str, ...] = ()
+
+
+def column_command(opts: Options, results: Path) -> list[str]:
     """The early_error cells on the mutated overlay: on this host, or built into the CPU
     image (--container: the overlay goes into the image, the column runs in it)."""
-    matrix = ["--matrix", ns.matrix] if ns.matrix else []
-    select = ["-m", "expect_early_error", "-q", "--tb=no", *ns.pytest_args]
-    if ns.container:
-        return [sys.executable, "-m", "kvrig.containers", "cpu", *matrix,
-                "--vllm-patch", ns.patch, "--results", str(results), "--", *select]  # fmt: skip
+    matrix = ["--matrix", opts.matrix] if opts.matrix else []
+    select = ["-m", "expect_early_error", "-q", "--tb=no", *opts.pytest_args]
+    kvrig = [sys.executable, "-m", "kvrig", *matrix]
+    if opts.container:
+        return [*kvrig, "container", "cpu", "--vllm-patch", opts.patch,
+                "--results", str(results), "--", *select]  # fmt: skip
     device = (
-        ["--platform", "cuda", "--emulate", ns.emulate] if ns.emulate else ["--platform", "cpu"]
+        ["--platform", "cuda", "--emulate", opts.emulate] if opts.emulate else ["--platform", "cpu"]
     )
-    return [sys.executable, "-m", "kvrig", *matrix, "column", *device,
-            "--results", str(results), "--rerun", "--vllm-patch", ns.patch, *select]  # fmt: skip
+    return [*kvrig, "column", *device,
+            "--results", str(results), "--rerun", "--vllm-patch", opts.patch, *select]  # fmt: skip
 
 
-def folder_name(ns: argparse.Namespace) -> str:
-    """The results folder of this kind of mutation run: never a release column's, so the
-    gate never reads its red-by-design rows."""
-    if ns.emulate:
-        return f"{gpus.emulated_column('cuda', ns.emulate)}-mutation"
-    return MUTATION_CONTAINER if ns.container else MUTATION
+def results_of(opts: Options) -> Path:
+    """The check's own folder, beside the release's results (a side run: never gated)."""
+    folder = MUTATION_CONTAINER if opts.container else MUTATION
+    if opts.emulate:
+        folder = f"{gpus.emulated_column('cuda', opts.emulate)}-mutation"
+    return Path(opts.results or results_folder(folder)).resolve()
 
 
-def described(ns: argparse.Namespace) -> str:
+def described(opts: Options) -> str:
     """Where the mutated vLLM ran, as the report says it."""
-    if ns.emulate:
-        return f"on the emulated CUDA {ns.emulate} column"
-    return "in the CPU image" if ns.container else "on this host"
+    if opts.emulate:
+        return f"on the emulated CUDA {opts.emulate} column"
+    return "in the CPU image" if opts.container else "on this host"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", default=None)
-    ap.add_argument("--matrix", default=None)
-    ap.add_argument("--patch", default=str(PATCH), help="the mutation, as a diff of vllm/")
-    ap.add_argument("--container", action="store_true", help="in the CPU image, built with it")
-    ap.add_argument(
-        "--emulate", metavar="ARCH", help="on the emulated CUDA column of this architecture"
-    )
-    ap.add_argument("pytest_args", nargs="*")
-    ns = ap.parse_args()
-    results = Path(ns.results or results_folder(folder_name(ns))).resolve()
-    expected = expected_cells(Path(ns.matrix) if ns.matrix else None, ns.emulate)
+def run(opts: Options) -> int:
+    """0 when every early_error cell turned red on the mutated overlay and uv's cache
+    stayed byte-identical; 1 when the rig did not notice; 2 when it cannot be proved."""
+    results = results_of(opts)
+    expected = expected_cells(Path(opts.matrix) if opts.matrix else None, opts.emulate)
     cache, before = None, {}
-    if not ns.container:  # an image build uses the image's own installer cache
+    if not opts.container:  # an image build uses the image's own installer cache
         try:
             cache = uv_cache.cache_dir()
         except uv_cache.UvCacheError as exc:
@@ -146,18 +154,18 @@ def main() -> int:
             return 2
     # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
     shutil.rmtree(results, ignore_errors=True)
-    proc = subprocess.run(column_command(ns, results), env=dict(os.environ), check=False)
+    proc = subprocess.run(column_command(opts, results), env=dict(os.environ), check=False)
     if proc.returncode == 2:
         # Refused before any engine started: a patch that no longer applies to this vLLM
         # is remade for it, never skipped.
         print("mutation check FAILED: the mutated overlay could not be built (see above)")
         return 1
     rows = results_mod.read(results)
-    where = described(ns)
-    print(f"\nWith _check_aligned_block_size disabled by {ns.patch}, {where}:")
+    where = described(opts)
+    print(f"\nWith _check_aligned_block_size disabled by {opts.patch}, {where}:")
     for r in rows:
         print(f"  {r['status'].upper():<4} {r['cell_id']}: {r['reason']}")
-    sha = hashlib.sha256(Path(ns.patch).read_bytes()).hexdigest()
+    sha = hashlib.sha256(Path(opts.patch).read_bytes()).hexdigest()
     problems = verdict_problems(rows, read_records(results), expected, sha)
     if cache is not None:
         touched = uv_cache.changed(before, uv_cache.digests(cache))
@@ -179,7 +187,3 @@ def main() -> int:
         f" overlay, each record showing the error late or not at all{proof}."
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

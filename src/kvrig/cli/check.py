@@ -1,0 +1,136 @@
+"""`kvrig check WHAT`: the proofs the sessions run beside the columns.
+
+Each is red (exit 1) when the thing it proves does not hold, and refuses (exit 2, one
+paragraph) when it cannot be proved here: a GPU host's readiness before its container,
+a container run against the host's own, the mutation the rig must notice, uv's cache of
+vLLM untouched, kvrig's backend table against vLLM's own answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvrig.containers import host_check, preflight
+from kvrig.define.paths import results_folder
+from kvrig.provision import uv_cache
+from kvrig.publish import container_check, mutation_check
+from kvrig.rules import backend_facts
+
+BACKEND_FACTS = "backend-facts"
+
+
+def cmd_host(ns: argparse.Namespace, extra: list[str]) -> int:
+    host_check.check_host(ns.platform, matrix=ns.matrix)
+    print(f"kvrig: this host has what the {ns.platform} column needs before its container")
+    return 0
+
+
+def cmd_container(ns: argparse.Namespace, extra: list[str]) -> int:
+    return container_check.in_container(extra, Path(ns.matrix) if ns.matrix else None)
+
+
+def cmd_mutation(ns: argparse.Namespace, extra: list[str]) -> int:
+    options = mutation_check.Options(
+        container=ns.container,
+        emulate=ns.emulate,
+        patch=ns.patch,
+        results=ns.results,
+        matrix=ns.matrix,
+        pytest_args=tuple(extra),
+    )
+    return mutation_check.run(options)
+
+
+def cmd_uv_cache(ns: argparse.Namespace, extra: list[str]) -> int:
+    file = Path(ns.file)
+    return uv_cache.snapshot(file) if ns.action == "snapshot" else uv_cache.compare(file)
+
+
+def backend_facts_file(platform: str, given: str | None) -> Path:
+    """Where vLLM's raw answers are kept: results/backend-facts/<platform>.json."""
+    return Path(given) if given else results_folder(BACKEND_FACTS) / f"{platform}.json"
+
+
+def cmd_backend_facts(ns: argparse.Namespace, extra: list[str]) -> int:
+    """1 when a backend kvrig's table restates declares other sizes in this vLLM; a backend
+    vLLM cannot answer for here is listed with why, as unchecked."""
+    # vLLM's platform follows the device it was built for; name it before vLLM imports.
+    os.environ.setdefault("VLLM_TARGET_DEVICE", ns.platform)
+    from kvrig.run import backend_answers
+
+    version, answers = backend_answers.ask_vllm()
+    out = backend_facts_file(ns.platform, ns.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"vllm": version, "answers": answers}, indent=2))
+    findings = backend_facts.compare(ns.platform, answers)
+    readable = sum(1 for f in findings if f.status != "unreadable")
+    print(f"vLLM {version}: {readable} of {len(answers)} backends answered ({ns.platform})")
+    for f in findings:
+        print(f.line)
+    for f in backend_facts.unchecked(findings, ns.platform):
+        print(f"unchecked: {f.line}")
+    print(f"vLLM's answers: {out}")
+    bad = backend_facts.failed(findings)
+    if bad:
+        print(f"{len(bad)} backend(s) of kvrig's table differ from vLLM's:", file=sys.stderr)
+        for f in bad:
+            print(f"  {f.line}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def register(sub: Any) -> None:
+    c = sub.add_parser("check", help="the proofs beside the columns (host, container, mutation)")
+    what = c.add_subparsers(dest="what", required=True, metavar="WHAT")
+    h = what.add_parser(
+        "host",
+        help="a GPU host has its device, driver and container toolkit, before anything is"
+        " installed or built",
+    )
+    h.add_argument("platform", choices=("cuda", "xpu"))
+    h.set_defaults(run=cmd_host)
+    ct = what.add_parser(
+        "container",
+        help="the CPU column in its container (results/cpu-container), checked against the"
+        " matrix and the host's run in results/cpu (extra args go to the column's pytest)",
+        allow_abbrev=False,
+    )
+    ct.set_defaults(run=cmd_container, pytest_args=True)
+    m = what.add_parser(
+        "mutation",
+        help="every early_error cell turns red with vLLM's early check patched out (extra"
+        " args go to the column's pytest)",
+        allow_abbrev=False,
+    )
+    where = m.add_mutually_exclusive_group()
+    where.add_argument(
+        "--container", action="store_true", help="in the CPU image, built with the mutation"
+    )
+    where.add_argument(
+        "--emulate", metavar="ARCH", help="on the emulated CUDA column of this architecture"
+    )
+    m.add_argument("--patch", default=str(mutation_check.PATCH), help="the mutation, a diff")
+    m.add_argument("--results", help="default: results/cpu-mutation[-container]")
+    m.set_defaults(run=cmd_mutation, pytest_args=True)
+    u = what.add_parser(
+        "uv-cache",
+        help="uv's cache of vLLM byte-identical to a snapshot (nothing wrote through an"
+        " installed vLLM)",
+    )
+    u.add_argument("action", choices=("snapshot", "compare"))
+    u.add_argument("file", help="the snapshot: written by snapshot, read by compare")
+    u.set_defaults(run=cmd_uv_cache)
+    b = what.add_parser(
+        BACKEND_FACTS,
+        help="kvrig's backend block-size table against the installed vLLM's own answers",
+    )
+    b.add_argument("--platform", required=True, choices=("cpu", "cuda", "xpu", "rocm"))
+    b.add_argument("--json", help="vLLM's answers (default: results/backend-facts/<platform>.json)")
+    b.set_defaults(run=cmd_backend_facts)
+
+
+USER_ERRORS = (preflight.PreflightError, uv_cache.UvCacheError)

@@ -1,0 +1,120 @@
+"""`kvrig predict`: the block size vLLM will choose for a checkpoint, without vLLM.
+
+kvrig.rules computes it from the config's shapes, as the verdicts do; the release
+whose rules apply is --vllm, else the platform's in matrix.yaml, else the newest kvrig
+knows, and the command says which it took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from kvrig.cli.usage import UsageError
+from kvrig.define.matrix import MatrixError, default_matrix, load
+from kvrig.host import hardware, isa
+from kvrig.rules import predict as predict_mod
+from kvrig.rules import shapes, versions
+
+
+def _read_config(given: str) -> dict:
+    """A config.json, or the one in a checkpoint folder."""
+    path = Path(given)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(
+            f"Cannot read {path} ({exc.strerror}); pass a checkpoint's config.json or its folder."
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{path} is not JSON ({exc}); pass the checkpoint's config.json."
+        ) from None
+
+
+def _release(ns: argparse.Namespace) -> tuple[str, str]:
+    """(version, where it came from): --vllm, else the platform's in matrix.yaml, else
+    kvrig's newest rules (a clean install has no matrix.yaml)."""
+    if ns.vllm:
+        return ns.vllm, "--vllm"
+    try:
+        m = load(Path(ns.matrix) if ns.matrix else default_matrix())
+    except MatrixError:
+        m = None
+    spec = m.platforms.get(ns.platform) if m else None  # type: ignore[call-overload]
+    found = versions.source_version(spec.vllm) if spec else None
+    if found:
+        return found, f"{m.path.name}'s {ns.platform} platform"  # type: ignore[union-attr]
+    return versions.shown(versions.NEWEST), "kvrig's newest rules (no --vllm, no matrix pin)"
+
+
+def cmd_predict(ns: argparse.Namespace, extra: list[str]) -> int:
+    """The block size vLLM will choose for a checkpoint: steps, vLLM's log lines, or JSON."""
+    config = _read_config(ns.config)
+    release, origin = _release(ns)
+    cls = ns.isa
+    if ns.platform != "cpu" and cls is not None:
+        raise UsageError(
+            f"--isa {cls} names a CPU class, and {ns.platform} has none; leave it out."
+        )
+    if ns.platform == "cpu" and cls in (None, isa.NATIVE):
+        cls = isa.host_class(hardware.cpu_flags(), hardware.cpu_info()["arch"])
+    settings = predict_mod.Settings(
+        platform=ns.platform,
+        vllm=release,
+        backend=ns.backend,
+        tp=ns.tp,
+        dtype=ns.dtype,
+        kv_cache_dtype=ns.kv_cache_dtype,
+        mamba_ssm_cache_dtype=ns.mamba_ssm_cache_dtype,
+        block_size=ns.block_size,
+        prefix_caching=ns.prefix_caching,
+        mamba_cache_mode=ns.mamba_cache_mode,
+        num_speculative_tokens=ns.num_speculative_tokens,
+        gpu_arch=ns.gpu_arch,
+        isa=cls if ns.platform == "cpu" else None,
+    )
+    try:
+        out = predict_mod.predict(config, settings)
+    except (shapes.ConfigError, versions.VersionError) as exc:
+        raise UsageError(str(exc)) from None
+    if ns.json:
+        print(json.dumps({**out.as_json(), "vllm": release}, indent=2))
+        return 0
+    rows = [("vllm", f"{release} ({origin})"), *out.steps]
+    rows += [("vLLM logs", line) for line in out.log] or [("vLLM logs", "nothing (no change)")]
+    rows.append(("block size", str(out.block_size)))
+    for label, text in rows:
+        print(f"{label:<12} {text}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    pr = sub.add_parser(
+        "predict", help="the block size vLLM picks for a checkpoint's config.json (no vLLM)"
+    )
+    pr.add_argument("config", help="a config.json, or a checkpoint folder holding one")
+    pr.add_argument("--platform", choices=predict_mod.PLATFORMS, required=True)
+    pr.add_argument("--vllm", help="the release (default: the platform's in matrix.yaml)")
+    pr.add_argument("--backend", help="the attention backend (default: the platform's)")
+    pr.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
+    pr.add_argument("--dtype", help="the model dtype (default: the config's)")
+    pr.add_argument("--kv-cache-dtype", help="auto (the model dtype), fp8, ...")
+    pr.add_argument("--mamba-ssm-cache-dtype", help="auto, float32, bfloat16, float16")
+    pr.add_argument("--block-size", type=int, help="a user --block-size (skips phase 1)")
+    pr.add_argument(
+        "--prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="default: vLLM's (on for these hybrids)",
+    )
+    pr.add_argument("--mamba-cache-mode", choices=predict_mod.CACHE_MODES)
+    pr.add_argument("--num-speculative-tokens", type=int, default=0)
+    pr.add_argument("--gpu-arch", help="CUDA compute capability, e.g. 9.0 (decides GDN prefill)")
+    pr.add_argument("--isa", help=f"the CPU class on cpu (default: this host's): {isa.CLASSES}")
+    pr.add_argument("--json", action="store_true", help="one JSON object")
+    pr.set_defaults(run=cmd_predict)

@@ -1,0 +1,115 @@
+"""`kvrig setup WHAT`: what a session installs before it runs anything.
+
+The README's two commands must set up a fresh machine by themselves, so every nox
+session installs what it needs through these (vLLM as matrix.yaml says, Debian packages,
+a container engine, a local base image); each refuses in one paragraph, exit 2, where it
+cannot install, naming what to install instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from typing import Any
+
+from kvrig.containers import base_image
+from kvrig.define import column_choice
+from kvrig.define.matrix import PLATFORMS, default_matrix, load
+from kvrig.provision import compiler, engines, install, libcuda_stub, system_packages, vllm_install
+
+
+def cmd_vllm(ns: argparse.Namespace, extra: list[str]) -> int:
+    """The platform's vLLM (the host's unless named) into this environment, with what its
+    engines need beside it: on CPU a C++ compiler and Python.h (torch's inductor builds
+    helpers even in eager mode); emulated, a compiler and the stand-in libcuda.so.1 built
+    with it for the wheel's extensions."""
+    matrix = load(ns.matrix or default_matrix())
+    platform = "cuda" if ns.emulated else ns.platform
+    if platform is None:
+        platform = column_choice.ThisHost().platform
+        print(f"kvrig: host platform: {platform}", flush=True)
+    plan = install.plan_for(matrix, platform, emulated=ns.emulated)
+    if (platform == "cpu" or ns.emulated) and not ns.dry_run:
+        _packages(compiler.needed())
+    code = vllm_install.install(plan, dry_run=ns.dry_run)
+    if code != 0 or ns.dry_run or not ns.emulated:
+        return code
+    # The stub's symbols are read off the wheel just installed into this interpreter.
+    importlib.invalidate_caches()
+    folder, count = libcuda_stub.ensure()
+    print(f"kvrig: stand-in {libcuda_stub.DRIVER} for {count} driver symbols in {folder}")
+    return 0
+
+
+def _packages(packages: list[str]) -> None:
+    done = system_packages.ensure(packages)
+    if done:
+        print(f"installed: {' '.join(done)}")
+
+
+def cmd_packages(ns: argparse.Namespace, extra: list[str]) -> int:
+    _packages(ns.packages)
+    return 0
+
+
+def cmd_container_engine(ns: argparse.Namespace, extra: list[str]) -> int:
+    setup = engines.ensure(ns.packages)
+    print(f"kvrig: container engine {setup.engine} ({setup.reason})")
+    return 0
+
+
+def cmd_base_image(ns: argparse.Namespace, extra: list[str]) -> int:
+    tag = ns.tag or base_image.local_tag(ns.suite)
+    base_image.build(ns.engine, tag, ns.suite, ns.mirror)
+    print(f"base image: {tag} (use it with KVRIG_BASE_IMAGE={tag})")
+    return 0
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser("setup", help="install what a session needs (vLLM, packages, an engine)")
+    what = s.add_subparsers(dest="what", required=True, metavar="WHAT")
+    v = what.add_parser(
+        "vllm", help="the platform's vLLM as matrix.yaml says, into this environment (uv)"
+    )
+    v.add_argument("platform", nargs="?", choices=PLATFORMS, help="default: this host's")
+    v.add_argument(
+        "--emulated",
+        action="store_true",
+        help="the emulated GPU columns' environment: the cuda platform's PyPI wheel, and the"
+        " stand-in libcuda.so.1 its extensions link",
+    )
+    v.add_argument("--dry-run", action="store_true", help="print the install, run nothing")
+    v.set_defaults(run=cmd_vllm)
+    p = what.add_parser(
+        "packages", help="Debian packages, installed when missing (as root, with apt-get)"
+    )
+    p.add_argument("packages", nargs="+", metavar="PACKAGE")
+    p.set_defaults(run=cmd_packages)
+    e = what.add_parser(
+        "container-engine",
+        help="a container engine that answers: Docker's daemon, else Podman (installed as"
+        " root when none answers)",
+    )
+    e.add_argument(
+        "packages", nargs="*", metavar="PACKAGE", help="also these Debian packages (debootstrap)"
+    )
+    e.set_defaults(run=cmd_container_engine)
+    b = what.add_parser(
+        "base-image",
+        help="build localhost/kvrig-base:<suite> with debootstrap and import it (no registry)",
+    )
+    b.add_argument("--engine", choices=("podman", "docker"), default="podman")
+    b.add_argument("--suite", default=base_image.SUITE)
+    b.add_argument("--tag", help="default: localhost/kvrig-base:<suite>")
+    b.add_argument("--mirror", default=os.environ.get("KVRIG_DEBIAN_MIRROR") or None)
+    b.set_defaults(run=cmd_base_image)
+
+
+USER_ERRORS = (
+    install.InstallError,
+    system_packages.SystemPackageError,
+    engines.SetupError,
+    base_image.BaseImageError,
+    libcuda_stub.StubError,
+)

@@ -1,5 +1,0 @@
-import sys
-
-from kvrig.containers.launch import main
-
-sys.exit(main())

@@ -1,0 +1,96 @@
+"""Several columns in turn (`kvrig cpu-classes`, `kvrig emulated`): which columns, the
+command each runs, and the outcome (no column is run: the runner is recorded)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import pytest
+
+from kvrig.cli import columns, delegated, in_turn, main
+from kvrig.host import isa
+
+AMX = set(isa.REQUIRES["amx"])
+
+
+def test_the_classes_are_the_hosts_own_then_every_lesser_one() -> None:
+    assert isa.lesser(AMX) == ["avx2", "avx512", "avx512_bf16"]
+    assert isa.lesser({"avx2"}) == []
+    assert isa.lesser(set()) == []  # below avx2: only the native run, which refuses
+    assert isa.lesser(AMX, "aarch64") == []
+
+
+def test_each_class_runs_its_own_column_with_the_users_arguments() -> None:
+    runs = columns.cpu_class_columns(["native", "avx2"], "m.yaml", True, ["-k", "llama"])
+    assert [column for column, _ in runs] == ["cpu", "cpu-avx2"]
+    assert runs[1][1] == [
+        sys.executable, "-m", "kvrig", "--matrix", "m.yaml", "column", "--platform", "cpu",
+        "--isa", "avx2", "--rerun", "-k", "llama",
+    ]  # fmt: skip
+    assert "--matrix" not in columns.cpu_class_columns(["native"], None, False, [])[0][1]
+
+
+class Runner:
+    def __init__(self, codes: dict[str, int]) -> None:
+        self.codes, self.ran = codes, []
+
+    def __call__(self, command: Sequence[str]) -> int:
+        isa_given = command[command.index("--isa") + 1] if "--isa" in command else "?"
+        self.ran.append(isa_given)
+        return self.codes.get(isa_given, 0)
+
+
+def test_every_column_runs_even_after_one_fails_and_the_end_says_which(capsys) -> None:
+    runs = columns.cpu_class_columns(["native", "avx2", "avx512"], None, False, [])
+    runner = Runner({"avx2": 1, "avx512": 2})
+    assert in_turn.run_columns(runs, "title", runner) == 1
+    assert runner.ran == ["native", "avx2", "avx512"]
+    out = capsys.readouterr().out
+    assert "  passed  cpu  (results/cpu)" in out
+    assert "  FAILED  cpu-avx2  (results/cpu-avx2)" in out
+    assert "  refused cpu-avx512  (results/cpu-avx512)" in out
+    assert in_turn.run_columns(runs[:1], "title", Runner({})) == 0
+
+
+def test_kvrig_cpu_classes_runs_the_hosts_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(columns.hardware, "cpu_flags", lambda: AMX)
+    monkeypatch.setattr(columns.hardware, "cpu_info", lambda: {"arch": "x86_64"})
+    seen: list[list[str]] = []
+    monkeypatch.setattr(
+        in_turn, "run_columns", lambda runs, title: seen.extend(c for c, _ in runs) or 0
+    )
+    assert main(["cpu-classes", "-k", "x"]) == 0
+    assert seen == ["cpu", "cpu-avx2", "cpu-avx512", "cpu-avx512_bf16"]
+
+
+def test_the_emulated_devices_follow_only() -> None:
+    everything = columns.emulated_columns(None, None, False, [])
+    assert [c for c, _ in everything][-1] == "xpu-bmg-emulated"
+    assert len(everything) == 6
+    [(column, command)] = columns.emulated_columns(["cuda:9.0"], None, True, ["-x"])
+    assert column == "cuda-sm90-emulated"
+    assert command[-5:] == ["cuda", "--emulate", "9.0", "--rerun", "-x"]
+
+
+def test_delegated_commands_get_their_arguments_exactly_and_the_global_matrix() -> None:
+    assert delegated.split(["--matrix", "m.yaml", "container", "cpu", "--", "-k", "x"]) == (
+        "m.yaml",
+        "container",
+        ["cpu", "--", "-k", "x"],
+    )
+    assert delegated.split(["--matrix=m.yaml", "bench", "--naive"]) == (
+        "m.yaml",
+        "bench",
+        ["--naive"],
+    )
+    assert delegated.split(["column", "container"]) is None  # a pytest argument, not a command
+
+
+def test_kvrig_container_hands_the_matrix_to_the_containers_own_command_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    given: list[list[str]] = []
+    monkeypatch.setattr(delegated.launch, "main", lambda argv: given.append(argv) or 0)
+    assert main(["--matrix", "m.yaml", "container", "cpu", "--dry-run", "--", "-x"]) == 0
+    assert given == [["--matrix", "m.yaml", "cpu", "--dry-run", "--", "-x"]]
