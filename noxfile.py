@@ -175,8 +175,9 @@ def cpu(session: nox.Session) -> None:
 def cuda(session: nox.Session) -> None:
     """The CUDA column in its container (needs an NVIDIA GPU and Docker or Podman)."""
     _install_rig(session)
-    # The GPU, its driver and the container toolkit, before any engine is installed.
-    session.run("kvrig", "check", "host", "cuda")
+    # The GPU, its driver, the container toolkit and the GPU's architecture (the one
+    # --gpu-arch names, if given), before any engine is installed.
+    session.run("kvrig", "check", "host", "cuda", *session.posargs)
     _container_engine(session)
     session.run("kvrig", "container", "cuda", *session.posargs)
 

@@ -17,12 +17,15 @@ class FakeHost:
     platform: str = "cpu"
     flags: set[str] = field(default_factory=lambda: set(AVX512))
     arch: str = "x86_64"
+    gpu_arch: str | None = None  # what nvidia-smi says (--query-gpu=compute_cap)
 
 
 def test_the_hosts_platform_and_class_when_none_is_named() -> None:
     assert choose(None, host=FakeHost()) == Choice("cpu", "avx512", emulated=False)
     assert choose(None, host=FakeHost()).column == "cpu"
-    assert choose(None, host=FakeHost(platform="cuda")) == Choice("cuda")
+    h100 = FakeHost(platform="cuda", gpu_arch="9.0")
+    assert choose(None, host=h100) == Choice("cuda", arch="9.0")
+    assert choose(None, host=h100).column == "cuda-sm90"
 
 
 def test_a_lesser_class_is_emulated_into_its_own_column() -> None:
@@ -48,7 +51,7 @@ def test_a_gpu_column_needs_its_device_and_has_no_cpu_class() -> None:
     with pytest.raises(ChoiceError, match="an Intel XPU"):
         choose("xpu", host=FakeHost(platform="cuda"))
     with pytest.raises(ChoiceError, match="--isa avx2 names a CPU class, and the cuda column"):
-        choose("cuda", "avx2", host=FakeHost(platform="cuda"))
+        choose("cuda", "avx2", host=FakeHost(platform="cuda", gpu_arch="9.0"))
     with pytest.raises(ChoiceError, match="Unknown platform 'tpu'"):
         choose(None, host=FakeHost(platform="tpu"))  # KVRIG_PLATFORM=tpu
 
@@ -73,3 +76,25 @@ def test_a_named_column_is_checked_without_a_host() -> None:
     assert requested("xpu", emulate="bmg").column == "xpu-bmg-emulated"
     with pytest.raises(ChoiceError, match="Unknown CPU class"):
         requested("cpu", "sse")
+
+
+def test_a_cuda_column_is_named_by_its_gpu_and_a_label_must_match_it() -> None:
+    l40s = FakeHost(platform="cuda", gpu_arch="8.9")
+    assert choose("cuda", gpu_arch="sm89", host=l40s).column == "cuda-sm89"
+    assert choose("cuda", gpu_arch="8.9", host=l40s) == Choice("cuda", arch="8.9")
+    with pytest.raises(ChoiceError, match=r"compute capability 8\.9, and the column was asked"):
+        choose("cuda", gpu_arch="sm90", host=l40s)  # a runner labelled for another GPU
+    with pytest.raises(ChoiceError, match="nvidia-smi does not say"):
+        choose("cuda", host=FakeHost(platform="cuda"))
+    # An architecture kvrig keeps no expectations for is refused, not run on the base ones.
+    with pytest.raises(ChoiceError, match=r"'8\.6' is not a cuda architecture"):
+        choose("cuda", host=FakeHost(platform="cuda", gpu_arch="8.6"))
+
+
+def test_gpu_arch_is_a_real_cuda_devices_only() -> None:
+    assert requested("cuda", gpu_arch="10.0").column == "cuda-sm100"  # listed without a GPU
+    for platform, kwargs in (("xpu", {}), ("cpu", {}), ("cuda", {"emulate": "9.0"})):
+        with pytest.raises(ChoiceError, match=r"--gpu-arch 9\.0 names the architecture"):
+            requested(platform, gpu_arch="9.0", **kwargs)
+    with pytest.raises(ChoiceError, match=r"--gpu-arch 9\.0 names"):
+        requested("cuda", "avx2", gpu_arch="9.0")

@@ -692,3 +692,61 @@ def test_rootless_podman_keeps_the_users_render_group_for_xpu(checkout: Path) ->
     rootless = replace(ROOT_HOST, rootless_podman=True)
     run = plan_for(checkout, ["xpu"], engine="podman", host=rootless).run
     assert flag_values(run, "--group-add") == ["keep-groups"]
+
+
+# --- a CUDA column is its GPU architecture's ---------------------------------------------
+
+
+def _gpu(compute_cap: str, calls: list[list[str]] | None = None) -> preflight.Probe:
+    """A GPU host with Docker: nvidia-smi answers with this compute capability."""
+
+    def run(cmd: list[str]) -> tuple[int, str]:
+        if calls is not None:
+            calls.append(list(cmd))
+        if cmd[:2] == ["nvidia-smi", "-L"]:
+            return 0, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"
+        if "--query-gpu=compute_cap" in cmd:
+            return 0, compute_cap
+        return 0, ""
+
+    return preflight.Probe(which=lambda name: f"/usr/bin/{name}", run=run)
+
+
+def test_the_cuda_column_is_named_by_the_hosts_gpu_and_handed_on(checkout: Path) -> None:
+    args = launch.on_device(c.parse_args(["cuda"], {}), _gpu("9.0"))
+    assert args.gpu_arch == "9.0"
+    plan = c.make_plan(args, checkout, USER, "docker", {"HOME": str(checkout)}, "kvrig-cuda-1")
+    assert plan.results == (checkout / "results" / "cuda-sm90").resolve()
+    # The column in the container is told, so a container that sees another GPU refuses.
+    assert flag_values(plan.run, "--gpu-arch") == ["9.0"]
+    assert flag_values(plan.run, "--results") == [c.CONTAINER_RESULTS]
+
+
+def test_a_runner_labelled_for_another_gpu_stops_before_any_build(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(checkout)
+    monkeypatch.delenv("KVRIG_PODMAN_COMPAT", raising=False)
+    calls: list[list[str]] = []
+    assert launch.main(["cuda", "--gpu-arch", "sm90"], probe=_gpu("8.9", calls)) == 2
+    err = capsys.readouterr().err
+    assert "compute capability 8.9, and the column was asked for 9.0" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not [cmd for cmd in calls if "build" in cmd or "run" in cmd]
+
+
+def test_a_gpu_kvrig_keeps_no_expectations_for_is_refused(checkout: Path) -> None:
+    with pytest.raises(c.UsageError, match=r"'8\.6' is not a cuda architecture kvrig knows"):
+        launch.on_device(c.parse_args(["cuda"], {}), _gpu("8.6"))
+
+
+def test_a_dry_run_names_the_architecture_it_is_given(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(checkout)
+    probe = preflight.Probe(which=lambda name: None, run=lambda cmd: (1, "not asked"))
+    assert launch.main(["cuda", "--dry-run", "--gpu-arch", "10.0"], probe=probe) == 0
+    out = capsys.readouterr().out
+    assert str((checkout / "results" / "cuda-sm100").resolve()) in out
+    run = next(ln for ln in out.splitlines() if " run " in ln and not ln.startswith("#"))
+    assert flag_values(shlex.split(run), "--gpu-arch") == ["10.0"]

@@ -157,8 +157,10 @@ def test_emulated_cells_are_their_own_column_and_say_so() -> None:
     [cell] = expand(m, "cuda", gpu_arch="sm90", device_emulated=True)
     assert cell.id == "cuda-sm90-emulated-granite_hybrid-c"
     assert cell.identity()["device_emulated"] is True
+    # A real device's column carries its architecture too, without the emulated mark.
     [real] = expand(m, "cuda", gpu_arch="9.0")
-    assert real.id == "cuda-granite_hybrid-c"
+    assert real.id == "cuda-sm90-granite_hybrid-c"
+    assert real.column == "cuda-sm90" and real.identity()["device_emulated"] is False
 
 
 def test_the_shipped_matrix_has_no_block_size_sets_left_for_cuda() -> None:

@@ -18,10 +18,13 @@ def host(
     driver: str = "580.95.05",
     tools: Sequence[str] = ("nvidia-smi", "nvidia-ctk"),
     cdi: Sequence[str] = (),
+    compute_cap: str = "9.0",
 ) -> pf.Probe:
     def run(cmd: Sequence[str]) -> tuple[int, str]:
         if cmd[:2] == ["nvidia-smi", "-L"]:
             return 0, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"
+        if "--query-gpu=compute_cap" in cmd:
+            return 0, compute_cap
         if cmd[0] == "nvidia-smi":
             return 0, driver
         return 127, "not found"
@@ -55,6 +58,16 @@ def test_a_driver_too_old_for_the_images_cuda_is_named_with_the_one_needed() -> 
 def test_a_host_without_the_toolkit_or_a_cdi_spec_is_told_how_to_get_one() -> None:
     with pytest.raises(pf.PreflightError, match="nvidia-ctk cdi generate"):
         hc.check("cuda", IMAGE, host(tools=("nvidia-smi",)))
+
+
+def test_the_gpus_architecture_must_be_known_and_the_one_the_runner_is_labelled_for() -> None:
+    hc.check("cuda", IMAGE, host(), gpu_arch="sm90")
+    with pytest.raises(pf.PreflightError, match=r"compute capability 9\.0, and the column was"):
+        hc.check("cuda", IMAGE, host(), gpu_arch="sm89")
+    with pytest.raises(pf.PreflightError, match=r"'7\.5' is not a cuda architecture kvrig knows"):
+        hc.check("cuda", IMAGE, host(compute_cap="7.5"))
+    with pytest.raises(pf.PreflightError, match="nvidia-smi does not say"):
+        hc.check("cuda", IMAGE, host(compute_cap="[N/A]"))
 
 
 def test_the_images_cuda_is_read_off_its_tag() -> None:

@@ -34,7 +34,7 @@ def _matrix(shards: int = 1) -> Matrix:
     data = copy.deepcopy(BASE)
     data["platforms"]["cuda"] = {
         **copy.deepcopy(data["platforms"]["cpu"]),
-        "ci": {"runs_on": ["self-hosted", "gpu"], "agents": {"queue": "gpu"}},
+        "ci": {"runs_on": ["self-hosted", "gpu"], "agents": {"queue": "gpu"}, "archs": [9.0]},
     }
     data["platforms"]["cpu"]["ci"] = {"shards": shards}
     return Matrix.model_validate(data)
@@ -51,17 +51,17 @@ def _index(steps: list[dict[str, Any]], name: str) -> int:
 def test_github_has_a_job_per_platform_and_a_gate_over_all() -> None:
     wf = yaml.safe_load(pipeline.render(_matrix(shards=3), "github"))
     jobs = wf["jobs"]
-    assert list(jobs) == ["cpu", "cuda", "emulated", "gate"]
-    assert jobs["cuda"]["runs-on"] == ["self-hosted", "gpu"]
+    assert list(jobs) == ["cpu", "cuda-sm90", "emulated", "gate"]
+    assert jobs["cuda-sm90"]["runs-on"] == ["self-hosted", "gpu", "sm90"]
     assert jobs["cpu"]["runs-on"] == "ubuntu-latest"
     assert jobs["cpu"]["strategy"]["matrix"]["shard"] == [1, 2, 3]
     run = _step(jobs["cpu"]["steps"], "Run the column")["run"]
     shard = "${{ matrix.shard }}"
     assert run == f"nox -s cpu -- --results results/cpu-shard{shard} --shard {shard}/3"
-    upload = _step(jobs["cuda"]["steps"], "Upload the results")
-    assert upload["with"] == {"name": "kvrig-cuda", "path": "results/cuda"}
+    upload = _step(jobs["cuda-sm90"]["steps"], "Upload the results")
+    assert upload["with"] == {"name": "kvrig-cuda-sm90", "path": "results/cuda-sm90"}
     gate = jobs["gate"]
-    assert gate["needs"] == ["cpu", "cuda"]
+    assert gate["needs"] == ["cpu", "cuda-sm90"]
     assert gate["if"].startswith("always()")
     assert gate["steps"][-1]["run"].endswith("--platform cpu --platform cuda")
     assert wf[True if True in wf else "on"]["schedule"] == [{"cron": pipeline.NIGHTLY_CRON}]
@@ -70,16 +70,16 @@ def test_github_has_a_job_per_platform_and_a_gate_over_all() -> None:
 def test_buildkite_has_a_step_per_shard_then_the_gate() -> None:
     steps = yaml.safe_load(pipeline.render(_matrix(shards=2), "buildkite"))["steps"]
     keys = [s.get("key") for s in steps]
-    assert keys == ["cpu-shard1", "cpu-shard2", "cuda", "emulated", None, "gate"]
+    assert keys == ["cpu-shard1", "cpu-shard2", "cuda-sm90", "emulated", None, "gate"]
     assert steps[1]["command"].splitlines() == [
         "python3 -m venv .venv && .venv/bin/python -m pip install -q .",
         ".venv/bin/kvrig isa --markdown | buildkite-agent annotate --style info"
         " --context kvrig-isa-cpu-shard2",
         "nox -s cpu -- --results results/cpu-shard2 --shard 2/2",
     ]
-    assert steps[2]["command"] == "nox -s cuda -- --results results/cuda"
-    assert steps[2]["agents"] == {"queue": "gpu"}
-    assert steps[2]["artifact_paths"] == ["results/cuda/**/*"]
+    assert steps[2]["command"] == "nox -s cuda -- --gpu-arch 9.0 --results results/cuda-sm90"
+    assert steps[2]["agents"] == {"queue": "gpu", "gpu_arch": "sm90"}
+    assert steps[2]["artifact_paths"] == ["results/cuda-sm90/**/*"]
     assert steps[4] == {"wait": None, "continue_on_failure": True}
     assert (
         "nox -s gate -- --results artifacts --platform cpu --platform cuda" in steps[5]["command"]
@@ -93,14 +93,14 @@ def test_github_column_jobs_are_red_on_a_failed_cell_and_the_gate_still_decides(
     """A continue-on-error column job stays green with failed cells: the nightly would
     never show a broken platform unless a gate cell broke it."""
     jobs = yaml.safe_load(pipeline.render(_matrix(shards=shards), "github"))["jobs"]
-    for platform in ("cpu", "cuda"):
+    for platform in ("cpu", "cuda-sm90"):
         job = jobs[platform]
         assert "continue-on-error" not in job, platform
         for step in job["steps"]:
             assert "continue-on-error" not in step, (platform, step)
         assert _step(job["steps"], "Upload the results")["if"] == "always()", platform
     gate = jobs["gate"]
-    assert gate["needs"] == ["cpu", "cuda"]
+    assert gate["needs"] == ["cpu", "cuda-sm90"]
     assert gate["if"].startswith("always()")
     assert "continue-on-error" not in gate
 
@@ -136,7 +136,7 @@ def test_github_cpu_jobs_record_the_cpu_class_before_the_column(shards: int) -> 
     assert '>> "$GITHUB_STEP_SUMMARY"' in run
     assert "pip install ." in run
     assert isa[0] < _index(steps, "Run the column")
-    assert "kvrig isa" not in yaml.safe_dump(jobs["cuda"])
+    assert "kvrig isa" not in yaml.safe_dump(jobs["cuda-sm90"])
     assert "kvrig isa" not in yaml.safe_dump(jobs["gate"])
 
 
@@ -157,7 +157,7 @@ def test_buildkite_cpu_steps_annotate_the_cpu_class_before_the_column(shards: in
         assert f"--context kvrig-isa-{step['key']}" in lines[annotate[0]]
         column = [i for i, line in enumerate(lines) if line.startswith("nox -s cpu ")]
         assert annotate[0] < column[0], step["key"]
-    others = [s for s in steps if s.get("key") in ("cuda", "gate")]
+    others = [s for s in steps if s.get("key") in ("cuda-sm90", "gate")]
     assert len(others) == 2
     for step in others:
         assert "kvrig isa" not in step["command"], step["key"]
@@ -208,7 +208,7 @@ def _committed(fmt: str) -> dict[str, Any]:
 def test_no_device_job_runs_a_forks_pull_request() -> None:
     wf = _committed("github")
     assert "pull_request" in wf["on"]  # pull requests still get the CPU and emulated jobs
-    for name in ("cuda", "xpu"):
+    for name in ("cuda-sm90", "cuda-sm120", "xpu"):
         condition = wf["jobs"][name]["if"]
         assert "github.event_name != 'pull_request'" in condition
         assert "github.event.pull_request.head.repo.full_name == github.repository" in condition
@@ -252,6 +252,62 @@ def test_the_gate_compares_with_the_previous_nightly_and_requires_the_release_co
 
 def test_buildkite_runs_device_steps_only_on_trusted_builds() -> None:
     steps = {s.get("key"): s for s in _committed("buildkite")["steps"]}
-    for key in ("cuda", "xpu"):
+    for key in ("cuda-sm80", "cuda-sm90", "xpu"):
         assert "build.pull_request.id == null" in steps[key]["if"]
     assert "if" not in steps["cpu-shard1"]
+
+
+# --- one job per GPU architecture ----------------------------------------------------------
+
+
+def test_each_cuda_architecture_is_a_job_on_runners_labelled_with_it() -> None:
+    """A CUDA cell's outcome depends on the GPU's architecture: one job for every GPU
+    would file an A100's and an H100's results under one column."""
+    data = copy.deepcopy(BASE)
+    data["platforms"]["cuda"] = {
+        **copy.deepcopy(data["platforms"]["cpu"]),
+        "ci": {"runs_on": ["self-hosted", "nvidia-gpu"], "archs": ["sm89", 10.0]},
+    }
+    m = Matrix.model_validate(data)
+    jobs = yaml.safe_load(pipeline.render(m, "github"))["jobs"]
+    assert [j for j in jobs if j.startswith("cuda")] == ["cuda-sm89", "cuda-sm100"]
+    assert jobs["cuda-sm100"]["runs-on"] == ["self-hosted", "nvidia-gpu", "sm100"]
+    run = _step(jobs["cuda-sm89"]["steps"], "Run the column")["run"]
+    assert run == "nox -s cuda -- --gpu-arch 8.9 --results results/cuda-sm89"
+    assert jobs["gate"]["needs"] == ["cpu", "cuda-sm89", "cuda-sm100"]
+    steps = {s.get("key"): s for s in yaml.safe_load(pipeline.render(m, "buildkite"))["steps"]}
+    assert steps["cuda-sm100"]["agents"]["gpu_arch"] == "sm100"
+    # The gate requires each architecture's column.
+    assert m.required_columns == ["cpu", "cuda-sm89", "cuda-sm100"]
+
+
+def test_the_committed_workflow_has_a_job_per_declared_architecture() -> None:
+    archs = load(ROOT / "matrix.yaml").ci_archs("cuda")
+    jobs = _committed("github")["jobs"]
+    assert archs and [j for j in jobs if j.startswith("cuda-")] == [
+        f"cuda-sm{a.replace('.', '')}" for a in archs
+    ]
+    for a in archs:
+        label = f"sm{a.replace('.', '')}"
+        assert label in jobs[f"cuda-{label}"]["runs-on"]
+        assert f"--gpu-arch {a} " in _step(jobs[f"cuda-{label}"]["steps"], "Run the column")["run"]
+
+
+@pytest.mark.parametrize(
+    ("platform", "archs", "message"),
+    [
+        ("cuda", ["7.0"], r"platforms\.cuda\.ci\.archs: '7\.0' is not a cuda architecture"),
+        ("cuda", ["9.0", "sm90"], r"platforms\.cuda\.ci\.archs: an architecture is named twice"),
+        ("xpu", ["bmg"], r"platforms\.xpu\.ci\.archs: only cuda runs one job per GPU"),
+    ],
+)
+def test_ci_archs_are_known_architectures_of_cuda(platform: str, archs: list, message: str) -> None:
+    from kvrig.define.matrix import MatrixError
+
+    data = copy.deepcopy(BASE)
+    data["platforms"][platform] = {
+        **copy.deepcopy(data["platforms"]["cpu"]),
+        "ci": {"archs": archs},
+    }
+    with pytest.raises((MatrixError, ValueError), match=message):
+        Matrix.model_validate(data)

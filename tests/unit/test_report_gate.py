@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from kvrig import cli
-from kvrig.define.cells import Cell, columns, expand, judged_under
+from kvrig.define.cells import Cell, expand, judged_under
+from kvrig.define.column_names import columns
 from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import column_folders
 from kvrig.judge.verdict import Status, Verdict
@@ -855,7 +856,11 @@ def test_the_gate_requires_the_columns_the_matrix_release_names(tmp_path: Path, 
     base = ["--matrix", str(m), "gate", "--results", str(folder), "--no-previous"]
     m.write_text(text)
     assert cli.main(base) == 1  # the shipped release needs cuda and xpu results too
-    assert "FAIL    column cuda ran no cell" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # cuda is required as one column per architecture of its ci.archs.
+    for column in ("cuda-sm80", "cuda-sm90", "cuda-sm120", "xpu"):
+        assert f"FAIL    column {column} ran no cell" in out
+    assert "column cuda ran" not in out
     m.write_text(text.replace("release:\n  columns: [cpu, cuda, xpu]", "release: {columns: [cpu]}"))
     assert cli.main(base) == 0
 
@@ -880,4 +885,6 @@ def test_a_found_column_the_release_does_not_require_is_said(tmp_path: Path, cap
         )
         == 1
     )
-    assert "not required: the cpu column" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "not required: the cpu column" in out
+    assert "FAIL    column cuda-sm90 ran no cell" in out  # --platform cuda: every architecture

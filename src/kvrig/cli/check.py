@@ -25,7 +25,7 @@ BACKEND_FACTS = "backend-facts"
 
 
 def cmd_host(ns: argparse.Namespace, extra: list[str]) -> int:
-    host_check.check_host(ns.platform, matrix=ns.matrix)
+    host_check.check_host(ns.platform, matrix=ns.matrix, gpu_arch=ns.gpu_arch)
     print(f"kvrig: this host has what the {ns.platform} column needs before its container")
     return 0
 
@@ -92,7 +92,14 @@ def register(sub: Any) -> None:
         " installed or built",
     )
     h.add_argument("platform", choices=("cuda", "xpu"))
-    h.set_defaults(run=cmd_host)
+    h.add_argument(
+        "--gpu-arch",
+        metavar="ARCH",
+        help="the CUDA architecture the column is for (a runner's sm90 label); the GPU must"
+        " be one. The column's other arguments may follow, and are not read here",
+    )
+    # `nox -s cuda -- ARGS` hands the column's arguments here too, for --gpu-arch.
+    h.set_defaults(run=cmd_host, pytest_args=True)
     ct = what.add_parser(
         "container",
         help="the CPU column in its container (results/cpu-container), checked against the"

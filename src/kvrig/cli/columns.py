@@ -62,7 +62,7 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
     matrix_path = Path(ns.matrix) if ns.matrix else default_matrix()
     matrix = load(matrix_path)  # refuse a bad matrix before pytest starts
     requested, extra = isa.take_arg(ns.isa, extra)
-    choice = column_choice.choose(ns.platform, requested, ns.emulate)
+    choice = column_choice.choose(ns.platform, requested, ns.emulate, gpu_arch=ns.gpu_arch)
     spec = matrix.platforms.get(choice.platform)  # type: ignore[call-overload]
     manifest = use_overlay(ns, choice.platform, spec.vllm, matrix_path) if spec else None
     asked = manifest is not None and bool(ns.vllm_source or ns.vllm_patch)

@@ -14,8 +14,8 @@ from typing import Any
 
 from kvrig.cli.results import folders_of
 from kvrig.cli.usage import UsageError
-from kvrig.define.cells import hardware_columns
-from kvrig.define.matrix import load
+from kvrig.define.column_names import hardware_columns
+from kvrig.define.matrix import PLATFORMS, load
 from kvrig.publish import gate as gate_mod
 from kvrig.publish import repro
 from kvrig.publish import results as results_mod
@@ -75,7 +75,10 @@ def cmd_gate(ns: argparse.Namespace, extra: list[str]) -> int:
     merged, chosen = _gate_results(ns)
     # The columns matrix.yaml's release requires, unless named here; the others found are
     # said, not gated.
-    platforms = ns.platform or gate_mod.required_columns(m, chosen.columns)
+    if ns.platform:
+        platforms = gate_mod.named_columns(m, ns.platform)
+    else:
+        platforms = gate_mod.required_columns(m, chosen.columns)
     for column in chosen.columns:
         if column not in platforms:
             print(
@@ -117,8 +120,10 @@ def register(sub: Any) -> None:
     g.add_argument(
         "--platform",
         action="append",
-        choices=hardware_columns(),
-        help="a column whose required cells must pass, repeatable (default: all found)",
+        choices=[*PLATFORMS, *(c for c in hardware_columns() if c not in PLATFORMS)],
+        help="a column whose required cells must pass, or a platform for all of its"
+        " columns (cuda: one per architecture matrix.yaml's ci.archs lists); repeatable"
+        " (default: matrix.yaml's release.columns)",
     )
     g.add_argument(
         "--previous",

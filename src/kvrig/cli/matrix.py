@@ -25,13 +25,13 @@ def cmd_validate(ns: argparse.Namespace, extra: list[str]) -> int:
 def cmd_cells(ns: argparse.Namespace, extra: list[str]) -> int:
     m = load(ns.matrix)
     # Named, not run: a class or a device this host lacks still lists its cells.
-    choice = column_choice.requested(ns.platform, ns.isa, ns.emulate)
+    choice = column_choice.requested(ns.platform, ns.isa, ns.emulate, ns.gpu_arch)
     cells = expand(
         m,
         ns.platform,
         isa=choice.isa,
         emulated=choice.emulated,
-        gpu_arch=choice.device,
+        gpu_arch=choice.device or choice.arch,
         device_emulated=bool(choice.device),
     )
     if ns.explain:
@@ -75,6 +75,9 @@ def register(sub: Any) -> None:
     cl.add_argument("--platform", choices=PLATFORMS)
     cl.add_argument("--isa", default=isa.NATIVE, help="list the cells of this emulated class")
     cl.add_argument("--emulate", metavar="ARCH", help="list the cells of this emulated GPU")
+    cl.add_argument(
+        "--gpu-arch", metavar="ARCH", help="list the cells of this CUDA architecture's column"
+    )
     cl.add_argument(
         "--explain",
         metavar="CELL",

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from kvrig.cli.usage import UsageError
-from kvrig.define.cells import columns, expand
+from kvrig.define.cells import expand
+from kvrig.define.column_names import columns
 from kvrig.define.matrix import MatrixError, load
 from kvrig.define.paths import RESULTS_ROOT, column_folders
 from kvrig.publish import compare, report

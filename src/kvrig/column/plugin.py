@@ -28,7 +28,6 @@ from kvrig.define import column_choice, column_options
 from kvrig.define.cells import Cell, expand
 from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import results_folder
-from kvrig.host import hardware
 from kvrig.provision import libcuda_stub
 from kvrig.publish import pipeline, report
 from kvrig.publish import results as results_mod
@@ -198,16 +197,15 @@ def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
         config.getoption("--kvrig-platform"),
         config.getoption("--kvrig-isa"),
         config.getoption("--kvrig-emulate"),
+        gpu_arch=config.getoption("--kvrig-gpu-arch"),
     )
     if choice.device:
         _prepare_emulation(config, matrix, choice.platform)
         cells = expand(matrix, choice.platform, gpu_arch=choice.device, device_emulated=True)
     else:
         # A real GPU's own architecture picks its per-architecture expectations.
-        cuda = choice.platform == "cuda"
-        arch = hardware.gpu_info().get("gpu_compute_capability") if cuda else None
         cells = expand(
-            matrix, choice.platform, isa=choice.isa, emulated=choice.emulated, gpu_arch=arch
+            matrix, choice.platform, isa=choice.isa, emulated=choice.emulated, gpu_arch=choice.arch
         )
     if not cells:
         raise MatrixError(

@@ -1,14 +1,15 @@
 """What a GPU host must have before a containerised GPU column installs or builds anything.
 
 In the order a runner fails: the device (an NVIDIA GPU `nvidia-smi` lists; an Intel render
-node the user may open), the driver new enough for the image's CUDA, and the NVIDIA
-Container Toolkit or a CDI spec that passes the GPU into a container. Each missing piece is
+node the user may open), the driver new enough for the image's CUDA, the NVIDIA Container
+Toolkit or a CDI spec that passes the GPU into a container, and on CUDA a GPU architecture
+kvrig keeps expectations for (the one a runner's label names, if given). Each missing piece is
 one paragraph naming what to install, exit 2, before a container engine is installed or an
 image is built (`nox -s cuda` and `nox -s xpu` run this first). The pass-through smoke test
 in a small container and the device check inside the column's own container come after,
 once an engine answers (kvrig.containers.launch).
 
-    kvrig check host cuda|xpu
+    kvrig check host cuda|xpu [--gpu-arch ARCH] [the column's other arguments, ignored]
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import re
 from pathlib import Path
 
-from kvrig.containers.preflight import PreflightError, Probe, check_device
+from kvrig.containers.preflight import PreflightError, Probe, check_architecture, check_device
 from kvrig.define.matrix import load
 
 # The oldest Linux driver each CUDA major runs on (CUDA's minor-version compatibility:
@@ -100,16 +101,23 @@ def check_render_access(probe: Probe, dri: Path = Path("/dev/dri")) -> None:
             )
 
 
-def check(platform: str, base_image: str, probe: Probe) -> None:
+def check(platform: str, base_image: str, probe: Probe, gpu_arch: str | None = None) -> None:
     check_device(platform, probe)
     if platform == "cuda":
         check_driver(base_image, probe)
         check_toolkit(probe)
+        check_architecture(probe, gpu_arch)
     elif platform == "xpu":
         check_render_access(probe)
 
 
-def check_host(platform: str, probe: Probe | None = None, matrix: Path | None = None) -> None:
-    """The host's side of the platform's column, against the base image matrix.yaml names."""
+def check_host(
+    platform: str,
+    probe: Probe | None = None,
+    matrix: Path | None = None,
+    gpu_arch: str | None = None,
+) -> None:
+    """The host's side of the platform's column, against the base image matrix.yaml names
+    (and on CUDA the architecture `gpu_arch`, a runner's label, names)."""
     spec = load(matrix).platforms.get(platform)  # type: ignore[call-overload]
-    check(platform, spec.base_image if spec else "", probe or Probe())
+    check(platform, spec.base_image if spec else "", probe or Probe(), gpu_arch)

@@ -23,6 +23,7 @@ from types import FrameType
 from kvrig.containers import base_image, preflight
 from kvrig.containers import settings as es
 from kvrig.containers.plan import (
+    Args,
     Plan,
     UsageError,
     cache_dir,
@@ -32,7 +33,9 @@ from kvrig.containers.plan import (
     make_plan,
     parse_args,
     requested_engine,
+    with_gpu_arch,
 )
+from kvrig.define import column_choice, gpus
 from kvrig.provision import overlay_image
 
 
@@ -159,6 +162,31 @@ def _stop(plan: Plan, proc: subprocess.Popen[bytes]) -> None:
         signal.signal(signal.SIGINT, previous)
 
 
+def on_device(args: Args, probe: preflight.Probe) -> Args:
+    """A CUDA column runs on the host's GPU, whose architecture names it (cuda-sm90) and
+    must be the one --gpu-arch names; refused here, before any image is built."""
+    if args.platform not in gpus.BY_ARCH:
+        return args
+    try:
+        arch = preflight.check_architecture(probe, args.gpu_arch)
+    except preflight.PreflightError as exc:
+        raise UsageError(str(exc)) from None
+    return with_gpu_arch(args, arch)
+
+
+def planned_device(args: Args) -> Args:
+    """A dry run's CUDA column: the architecture --gpu-arch names, else the bare
+    platform's name (a dry run asks the host nothing; the run names it by the GPU's)."""
+    if args.platform not in gpus.BY_ARCH or not args.gpu_arch:
+        return args
+    try:
+        choice = column_choice.requested(args.platform, gpu_arch=args.gpu_arch)
+    except column_choice.ChoiceError as exc:
+        raise UsageError(str(exc)) from None
+    assert choice.arch is not None
+    return with_gpu_arch(args, choice.arch)
+
+
 def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None) -> int:
     probe = probe or preflight.Probe()
     try:
@@ -169,6 +197,7 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
         requested = requested_engine(args, env)
         facts = es.read_host_facts(env)
         if args.dry_run:
+            args = planned_device(args)
             engine = "docker" if requested == "auto" else requested
             settings = es.decide(engine, facts, env, cache_dir(env), args.host_settings)
             plan = make_plan(args, root, host_facts(engine), engine, env, name, settings)
@@ -179,6 +208,7 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
         for reason in settings.reasons:
             print(f"kvrig.containers: {engine} setting: {reason}", flush=True)
         preflight.check_device(args.platform, probe)
+        args = on_device(args, probe)
         es.write_containers_conf(settings)
         host = host_facts(engine)
         plan = make_plan(args, root, host, engine, env, name, settings)

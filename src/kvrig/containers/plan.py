@@ -38,7 +38,7 @@ import os
 import re
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kvrig.containers import settings as es
@@ -360,6 +360,18 @@ class Args:
     # The column's options the `kvrig column` in the container is given, as its command line.
     column_args: tuple[str, ...] = ()
     cpu_class: str = isa.NATIVE  # --isa
+    # The CUDA GPU's architecture (--gpu-arch, or the host's GPU's): it names the column.
+    gpu_arch: str | None = None
+
+
+def with_gpu_arch(args: Args, arch: str) -> Args:
+    """The CUDA column on the host's GPU: named for its architecture on the host, and the
+    `kvrig column` in the container told it, so that a container seeing another GPU is
+    refused there too."""
+    handed = list(args.column_args)
+    if "--gpu-arch" not in handed:
+        handed += ["--gpu-arch", arch]
+    return replace(args, gpu_arch=arch, column_args=tuple(handed))
 
 
 def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
@@ -419,6 +431,7 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
         ns.vllm_patch,
         tuple(column_options.command_line(handed_on, column_options.CLI)),
         ns.isa,
+        ns.gpu_arch,
     )
 
 
@@ -528,7 +541,7 @@ def make_plan(
     # An emulated CPU class (--isa avx2, or pytest's --kvrig-isa) writes its own column's folder.
     cls, _ = isa.take_arg(args.cpu_class, args.pytest_args)
     try:
-        column = column_choice.requested(args.platform, cls).column
+        column = column_choice.requested(args.platform, cls, gpu_arch=args.gpu_arch).column
     except column_choice.ChoiceError as exc:
         raise UsageError(str(exc)) from None
     if staged is not None and (args.vllm_source or args.vllm_patch):

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvrig.define import column_choice
+
 ALTERNATIVES = (
     "To run the column on this host without a container use `nox -s local`; to see the"
     " commands without running anything add `--dry-run`."
@@ -100,6 +102,34 @@ def check_nvidia_gpu(probe: Probe) -> None:
             f" ({last or f'exit {code}'}). Check the driver with `nvidia-smi`, run on a GPU"
             f" host, or run the CPU column with `nox -s cpu`. {ALTERNATIVES}"
         )
+
+
+def cuda_arch(probe: Probe) -> str | None:
+    """The GPU's compute capability as nvidia-smi says it (9.0), or None if it says none."""
+    code, last = probe.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"])
+    text = last.strip()
+    return text if code == 0 and re.fullmatch(r"\d+\.\d+", text) else None
+
+
+@dataclass(frozen=True)
+class _Device:
+    """The host as a column's choice reads it, its GPU asked through the probe."""
+
+    gpu_arch: str | None
+    platform: str = "cuda"
+    flags: frozenset[str] = frozenset()
+    arch: str = ""
+
+
+def check_architecture(probe: Probe, label: str | None = None) -> str:
+    """The CUDA GPU's architecture, which names its column (cuda-sm90): one kvrig keeps
+    expectations for, and the one `label` (--gpu-arch, a runner's label) names if given."""
+    try:
+        choice = column_choice.choose("cuda", gpu_arch=label, host=_Device(cuda_arch(probe)))
+    except column_choice.ChoiceError as exc:
+        raise PreflightError(str(exc)) from None
+    assert choice.arch is not None  # a CUDA device's choice always names it
+    return choice.arch
 
 
 INTEL_PCI_VENDOR = "0x8086"

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvrig.define import gpus, models
+from kvrig.define.column_names import Column
 from kvrig.define.matrix import (
     PLATFORMS,
     Case,
@@ -25,8 +26,6 @@ from kvrig.define.matrix import (
     PlatformSpec,
     arch_keys,
 )
-from kvrig.define.paths import column_name
-from kvrig.host import isa
 
 # Every cell's processes run under these, wherever they run (host or image): no hub, no
 # telemetry, so a cell never waits on or talks to the network.
@@ -66,11 +65,15 @@ class Cell(BaseModel):
 
     @property
     def column(self) -> str:
-        """The results column: the platform, `cpu-<class>` for a class the rig set, or
-        `<platform>-<arch>-emulated` for an emulated device."""
-        if self.device_emulated and self.gpu_arch:
-            return gpus.emulated_column(self.platform, self.gpu_arch)
-        return column_name(self.platform, self.isa if self.emulated else None)
+        """The results column (kvrig.define.column_names): the platform, `cpu-<class>` for
+        a class the rig set, `cuda-<arch>` for a CUDA device, `<platform>-<arch>-emulated`
+        for an emulated device."""
+        return Column(
+            self.platform,
+            isa=self.isa if self.emulated else None,
+            gpu_arch=self.gpu_arch,
+            device_emulated=self.device_emulated,
+        ).name
 
     @property
     def id(self) -> str:
@@ -193,14 +196,3 @@ def by_arch(case: Case, arch: str) -> Expectation | None:
         if arch in arch_keys(key):
             return entry.expect
     return None
-
-
-def hardware_columns() -> list[str]:
-    """The columns whose results are hardware's: what the release gate reads."""
-    return [*PLATFORMS, *(f"cpu-{cls}" for cls in isa.CLASSES)]
-
-
-def columns() -> list[str]:
-    """Every column a results folder can hold: the platforms, `cpu-<class>`, and the
-    emulated devices' columns."""
-    return [*hardware_columns(), *gpus.emulated_columns()]

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kvrig.define import gpus
+from kvrig.define.column_names import Column
 from kvrig.define.matrix import PLATFORMS
-from kvrig.define.paths import column_name
 from kvrig.host import hardware, isa
 
 
@@ -32,12 +32,18 @@ class Choice:
     emulated: bool = False
     # The GPU architecture an emulated device fakes (None: real hardware).
     device: str | None = None
+    # A real CUDA device's architecture, which names its column (cuda-sm90) and picks
+    # its expectations; None off CUDA, and for a column named without a host to read.
+    arch: str | None = None
 
     @property
     def column(self) -> str:
-        if self.device:
-            return gpus.emulated_column(self.platform, self.device)
-        return column_name(self.platform, self.isa if self.emulated else None)
+        return Column(
+            self.platform,
+            isa=self.isa if self.emulated else None,
+            gpu_arch=self.device or self.arch,
+            device_emulated=self.device is not None,
+        ).name
 
 
 class Host(Protocol):
@@ -49,6 +55,8 @@ class Host(Protocol):
     def flags(self) -> set[str]: ...
     @property
     def arch(self) -> str: ...
+    @property
+    def gpu_arch(self) -> str | None: ...
 
 
 class ThisHost:
@@ -67,16 +75,28 @@ class ThisHost:
     def arch(self) -> str:
         return str(hardware.cpu_info()["arch"])
 
+    @functools.cached_property
+    def gpu_arch(self) -> str | None:
+        return hardware.gpu_info().get("gpu_compute_capability")
 
-def requested(platform: str | None, cls: str = isa.NATIVE, emulate: str | None = None) -> Choice:
+
+def requested(
+    platform: str | None,
+    cls: str = isa.NATIVE,
+    emulate: str | None = None,
+    gpu_arch: str | None = None,
+) -> Choice:
     """The column a command line names, checked as far as no host is needed: a known CPU
     class on the CPU only, a known GPU architecture on a GPU platform only. A named class
-    is emulated (the host's own is `native`); platform None is every platform's cells."""
+    is emulated (the host's own is `native`); platform None is every platform's cells;
+    `gpu_arch` the real CUDA device's architecture the column is for (--gpu-arch)."""
     if platform is not None and platform not in PLATFORMS:
         raise ChoiceError(
             f"Unknown platform {platform!r}; kvrig knows {', '.join(PLATFORMS)}"
             " (KVRIG_PLATFORM, if set, overrides the host probe and must name one too)."
         )
+    if gpu_arch:
+        return _device(platform, cls, emulate, gpu_arch)
     if emulate:
         if platform not in gpus.GPUS:
             raise ChoiceError(
@@ -106,18 +126,62 @@ def requested(platform: str | None, cls: str = isa.NATIVE, emulate: str | None =
     return Choice("cpu", cls, emulated=True)
 
 
+def _device(platform: str | None, cls: str, emulate: str | None, gpu_arch: str) -> Choice:
+    """A real CUDA device's column, named by its architecture."""
+    if platform not in gpus.BY_ARCH or emulate or cls != isa.NATIVE:
+        raise ChoiceError(
+            f"--gpu-arch {gpu_arch} names the architecture of a real CUDA GPU, the column's"
+            " device (cuda-sm90 for 9.0): give it with --platform cuda only, without --isa"
+            " or --emulate (an emulated device's architecture is --emulate's)."
+        )
+    try:
+        device = gpus.gpu(platform, gpu_arch)
+    except gpus.GpuError as exc:
+        raise ChoiceError(
+            f"{exc} kvrig's CUDA expectations are kept per architecture, each confirmed by"
+            " its emulated column; an architecture it does not list needs an entry in"
+            " kvrig.define.gpus and its emulated column green before its runners can gate."
+        ) from None
+    return Choice(platform, arch=device.arch)
+
+
+def _on_device(named: Choice, label: str | None, host: Host) -> Choice:
+    """A CUDA column on this host's GPU: its architecture names the column, and one named
+    (--gpu-arch, from the runner's label) must be the GPU's."""
+    seen = host.gpu_arch
+    if seen is None:
+        raise ChoiceError(
+            "nvidia-smi does not say this GPU's compute capability (`nvidia-smi"
+            " --query-gpu=compute_cap` answers none), and kvrig's CUDA column is kept per"
+            " architecture. Install a driver that answers it (every driver vLLM's CUDA"
+            " builds need does), and check the GPU is visible to this process."
+        )
+    device = _device(named.platform, isa.NATIVE, None, seen)
+    if label is not None and gpus.normalize(named.platform, label) != device.arch:
+        raise ChoiceError(
+            f"This host's GPU has compute capability {device.arch}, and the column was asked"
+            f" for {gpus.normalize(named.platform, label)} (--gpu-arch, from the runner's"
+            " labels in CI): the runner is labelled for another GPU. Fix the runner's labels"
+            " (one sm label per architecture, docs/gating.md), or run without --gpu-arch to"
+            " take the GPU's own."
+        )
+    return device
+
+
 def choose(
     platform: str | None,
     cls: str = isa.NATIVE,
     emulate: str | None = None,
     host: Host | None = None,
+    gpu_arch: str | None = None,
 ) -> Choice:
     """The column to run on this host: the host's platform unless one is named, a
-    hardware platform only where its device is, the CPU class resolved against the
-    host's flags (its own, or a lesser one it can emulate)."""
+    hardware platform only where its device is (on CUDA, named by the GPU's architecture,
+    which `gpu_arch` must match when given), the CPU class resolved against the host's
+    flags (its own, or a lesser one it can emulate)."""
     host = host or ThisHost()
     platform = platform or host.platform
-    named = requested(platform, cls, emulate)
+    named = requested(platform, cls, emulate, gpu_arch)
     if emulate:
         return named
     if platform != "cpu":
@@ -132,7 +196,7 @@ def choose(
                 f" {host.platform}. Run the {host.platform} column here (nox -s local), or"
                 f" run nox -s {platform} on a host that has the hardware."
             )
-        return named
+        return _on_device(named, gpu_arch, host) if platform in gpus.BY_ARCH else named
     try:
         found, emulated = isa.resolve(cls, host.flags, host.arch)
     except isa.IsaError as exc:

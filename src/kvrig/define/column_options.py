@@ -69,6 +69,13 @@ OPTIONS: tuple[ColumnOption, ...] = (
         metavar="ARCH",
         where=_NOT_IN_A_CONTAINER,
     ),
+    ColumnOption(
+        "gpu-arch",
+        "the CUDA GPU's architecture the column is for (9.0, or sm90: a CI runner's label);"
+        " refused unless the GPU is one, which names the column (cuda-sm90). Default: the"
+        " GPU's own",
+        metavar="ARCH",
+    ),
     ColumnOption("results", "default: results/<column>", metavar="DIR"),
     ColumnOption(
         "cold",

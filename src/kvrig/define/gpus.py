@@ -101,6 +101,16 @@ def gpu(platform: str, arch: str) -> Gpu:
     return known[key]
 
 
+# The platforms whose real devices' columns carry the architecture: vLLM's XPU code reads
+# no architecture for the choices the matrix checks.
+BY_ARCH = ("cuda",)
+
+
+def device_column(platform: str, arch: str) -> str:
+    """A real GPU's results column: `cuda-sm90` for a compute capability 9.0 device."""
+    return f"{platform}-{gpu(platform, arch).label}"
+
+
 def emulated_column(platform: str, arch: str) -> str:
     """The results column of an emulated device: `cuda-sm90-emulated`, `xpu-bmg-emulated`,
     named so that nobody takes its results for a real GPU's."""

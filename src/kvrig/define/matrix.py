@@ -284,6 +284,18 @@ class CiSpec(_Strict):
     # Jobs the column is split into; `kvrig column --shard i/n` runs one of them.
     shards: int = Field(default=1, ge=1, le=64)
     timeout_minutes: int = Field(default=120, ge=1)
+    # The GPU architectures the column runs on (CUDA only, kvrig.define.gpus): one job
+    # each, on runners whose labels carry it (runs_on plus `sm90`; Buildkite agents plus
+    # gpu_arch=sm90), into its own column (cuda-sm90). Empty: every architecture kvrig knows.
+    archs: list[str] = Field(default_factory=list)
+
+    @field_validator("archs", mode="before")
+    @classmethod
+    def _arch_texts(cls, archs: Any) -> Any:
+        # YAML reads 9.0 as a float and 10.0 as 10.0; an architecture is its text.
+        if isinstance(archs, list):
+            return [str(a) if isinstance(a, (int, float)) else a for a in archs]
+        return archs
 
 
 class PlatformSpec(_Strict):
@@ -577,9 +589,10 @@ class Allowance(_Strict):
     more than ALLOWANCE_DAYS ahead is refused.
     """
 
-    # A cell id: `<column>-<model>-<case>`, the column a platform or `cpu-<class>`.
+    # A cell id: `<column>-<model>-<case>`, the column a platform, `cpu-<class>` or a
+    # CUDA architecture's `cuda-sm90`.
     cell: str = Field(
-        pattern=r"^(cpu|cuda|xpu)(-(avx2|avx512|avx512_bf16|amx))?-[a-z0-9][a-z0-9_]*"
+        pattern=r"^(cpu|cuda|xpu)(-(avx2|avx512|avx512_bf16|amx|sm\d+))?-[a-z0-9][a-z0-9_]*"
         r"-[a-z0-9][a-z0-9_]*$"
     )
     reason: str = Field(min_length=1)
@@ -670,9 +683,29 @@ class Matrix(_Strict):
         return self._path
 
     @property
-    def required_columns(self) -> list[str]:
+    def required_platforms(self) -> list[str]:
         """The platforms the release gate requires (release.columns, else every one)."""
         return list(self.release.columns or self.platforms)
+
+    def ci_archs(self, platform: str) -> list[str]:
+        """The GPU architectures a platform's CI runs on, normalised ("9.0"): its
+        ci.archs, else every one kvrig knows; none off the platforms that key by them."""
+        if platform not in gpus.BY_ARCH:
+            return []
+        spec = self.platforms.get(platform)  # type: ignore[call-overload]
+        given = spec.ci.archs if spec is not None else []
+        return [gpus.normalize(platform, a) for a in given] or list(gpus.GPUS[platform])
+
+    def platform_columns(self, platform: str) -> list[str]:
+        """A platform's release columns: one per CI architecture on CUDA (cuda-sm90), the
+        platform itself elsewhere."""
+        archs = self.ci_archs(platform)
+        return [gpus.device_column(platform, a) for a in archs] if archs else [platform]
+
+    @property
+    def required_columns(self) -> list[str]:
+        """The columns the release gate requires: each required platform's."""
+        return [c for p in self.required_platforms for c in self.platform_columns(p)]
 
     def case_line(self, index: int) -> int | None:
         return self._case_lines.get(index)
@@ -708,6 +741,24 @@ class Matrix(_Strict):
                         f"cases.{i}.expect.{platform}: platform {platform!r} is not defined"
                         " under platforms"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _ci_archs_are_known(self) -> Matrix:
+        for p, spec in self.platforms.items():
+            if spec.ci.archs and p not in gpus.BY_ARCH:
+                raise ValueError(
+                    f"platforms.{p}.ci.archs: only {', '.join(gpus.BY_ARCH)} runs one job per"
+                    f" GPU architecture ({p} runs one column wherever its device is); remove it"
+                )
+            for a in spec.ci.archs:
+                try:
+                    gpus.gpu(p, a)
+                except gpus.GpuError as exc:
+                    raise ValueError(f"platforms.{p}.ci.archs: {exc}") from None
+            normal = [gpus.normalize(p, a) for a in spec.ci.archs]
+            if len(set(normal)) != len(normal):
+                raise ValueError(f"platforms.{p}.ci.archs: an architecture is named twice")
         return self
 
     @model_validator(mode="after")
@@ -766,7 +817,7 @@ class Matrix(_Strict):
 
     @model_validator(mode="after")
     def _allowances_name_cells(self) -> Matrix:
-        columns = {p: [p] for p in self.platforms}
+        columns = {p: self.platform_columns(p) for p in self.platforms}
         columns.setdefault("cpu", []).extend(f"cpu-{cls}" for cls in isa.CLASSES)
         cells = {
             f"{col}-{c.model}-{c.id}"

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from kvrig.define import patterns
+from kvrig.define import gpus, patterns
 from kvrig.define.cells import Cell
 from kvrig.define.matrix import EarlyError, Expectation, LateError, Runs, Skip, Unsupported
 from kvrig.host import isa
@@ -311,7 +311,7 @@ def _device_problem(cell: Cell, rec: Record) -> str | None:
     if not cell.device_emulated:
         if emulation or rec.device_emulated:
             return "the record comes from an emulated device, and the cell is real hardware's"
-        return None
+        return _architecture_problem(cell, rec)
     if rec.outcome == "skipped":
         return None
     if not emulation:
@@ -333,6 +333,27 @@ def _device_problem(cell: Cell, rec: Record) -> str | None:
     if rec.outcome == "configured" and (errors or len(sizes) > 1):
         shown = errors or [f"rank {r['rank']} at {r.get('block_size')}" for r in ranks]
         return f"the tensor-parallel ranks disagree ({'; '.join(shown)})"
+    return None
+
+
+def _architecture_problem(cell: Cell, rec: Record) -> str | None:
+    """A real GPU cell follows its architecture's expectations (its column is cuda-sm90),
+    so the device the cell's process saw must be that architecture: a runner labelled for
+    one GPU that holds another would otherwise file its results under the wrong column."""
+    if cell.gpu_arch is None or cell.platform not in gpus.BY_ARCH or rec.outcome == "skipped":
+        return None
+    seen = (rec.host or {}).get("gpu_compute_capability")
+    if not seen:
+        return (
+            f"the record names no GPU compute capability (nvidia-smi in the cell's process"
+            f" answered none), so the device cannot be shown to be the {cell.gpu_arch} the"
+            " cell's expectations are for"
+        )
+    if gpus.normalize(cell.platform, str(seen)) != cell.gpu_arch:
+        return (
+            f"the cell's process saw a compute capability {seen} GPU, and the cell is for"
+            f" {cell.gpu_arch}: the runner's labels name another GPU than it holds"
+        )
     return None
 
 

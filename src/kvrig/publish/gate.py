@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvrig.define import gpus
+from kvrig.define import column_names, gpus
 from kvrig.define.cells import Cell, expand, judged_under
 from kvrig.define.matrix import ALLOWANCE_DAYS, Allowance, Matrix, allowance_too_long
 from kvrig.define.paths import column_of_folder, column_of_side_folder
@@ -37,14 +37,24 @@ Repro = Callable[[str, str, str | None, dict[str, Any] | None], list[str]]
 
 
 def column_cells(matrix: Matrix, column: str, rows: list[Row]) -> list[Cell]:
-    """The cells of a column: a platform's, or a CPU class's (`cpu-<class>`), whose
-    expectations follow the class the rows were run under."""
-    platform, _, cls = column.partition("-")
-    if cls:
-        return expand(matrix, platform, isa=cls, emulated=True)
+    """The cells of a column: a platform's, a CPU class's (`cpu-<class>`), or a CUDA
+    architecture's (`cuda-sm90`); a host's own CPU column follows the class its rows ran
+    under."""
+    named = column_names.parse(column)
+    if named is None:
+        return []
+    if named.isa:
+        return expand(matrix, named.platform, isa=named.isa, emulated=True)
+    if named.gpu_arch:
+        return expand(
+            matrix,
+            named.platform,
+            gpu_arch=named.gpu_arch,
+            device_emulated=named.device_emulated,
+        )
     seen = {r.get("isa") for r in rows if r.get("column", r.get("platform")) == column}
     seen.discard(None)
-    return expand(matrix, platform, isa=seen.pop() if len(seen) == 1 else None)
+    return expand(matrix, named.platform, isa=seen.pop() if len(seen) == 1 else None)
 
 
 @dataclass(frozen=True)
@@ -231,11 +241,26 @@ def _ran_nothing(column: str, rows: list[Row]) -> str | None:
 
 
 def required_columns(matrix: Matrix, found: list[str]) -> list[str]:
-    """The columns the gate requires: the platforms matrix.yaml's release names, and the
-    CPU classes run of a required platform (`cpu-avx2` when cpu is required)."""
+    """The columns the gate requires: those of the platforms matrix.yaml's release names
+    (on CUDA one per CI architecture), and any other column found of a required platform
+    (`cpu-avx2` when cpu is required, a CUDA architecture CI does not list)."""
     required = matrix.required_columns
-    required += [c for c in found if c not in required and c.split("-")[0] in required]
+    platforms = set(matrix.required_platforms)
+    for c in found:
+        column = column_names.parse(c)
+        if c not in required and column is not None and column.platform in platforms:
+            required.append(c)
     return required
+
+
+def named_columns(matrix: Matrix, names: list[str]) -> list[str]:
+    """The columns --platform names: a column as given, a platform as its release
+    columns (`cuda`: one per CI architecture)."""
+    out: list[str] = []
+    for name in names:
+        more = matrix.platform_columns(name) if name in matrix.platforms else [name]
+        out += [c for c in more if c not in out]
+    return out
 
 
 def evaluate(

@@ -2,9 +2,12 @@
 
 The matrix already knows the columns; writing the same list again by hand in a workflow
 file is how a platform ends up never run. So the pipelines are generated: one job per
-platform (or per shard of it) on the agents its `ci:` block names, each uploading its
-results folder, then a gate job that downloads them all, writes the report and runs the
-release gate over every platform, plus a nightly schedule. A unit test keeps the
+column (or per shard of it) on the agents its platform's `ci:` block names, each
+uploading its results folder, then a gate job that downloads them all, writes the report
+and runs the release gate over the release's columns, plus a nightly schedule. On CUDA a
+cell's outcome depends on the GPU's architecture, so each architecture of `ci.archs` is a
+job of its own on runners labelled with it (`sm90`), into its own column (`cuda-sm90`);
+the column refuses to run on a GPU of another architecture. A unit test keeps the
 committed files equal to what this module generates.
 
 Two signals, on purpose: a column job is red when any cell of its column fails (the
@@ -19,12 +22,13 @@ k mod n + 1, so n jobs together run every cell exactly once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from kvrig.define import paths
-from kvrig.define.matrix import Matrix
+from kvrig.define import gpus, paths
+from kvrig.define.matrix import CiSpec, Matrix
 
 FORMATS = ("github", "buildkite")
 NIGHTLY_CRON = "0 3 * * *"
@@ -69,15 +73,65 @@ def results_folder(platform: str, shard: int | str | None) -> str:
     return paths.results_folder(platform, shard).as_posix()
 
 
-def _column_command(platform: str, shard: str | None, shards: int) -> str:
-    folder = results_folder(platform, shard)
-    tail = f" --shard {shard}/{shards}" if shard is not None else ""
-    return f"nox -s {platform} -- --results {folder}{tail}"
+@dataclass(frozen=True)
+class ColumnJob:
+    """One column's job (or set of shard jobs): a platform's, or on CUDA one GPU
+    architecture's, on runners whose labels carry it."""
+
+    column: str
+    platform: str
+    ci: CiSpec
+    arch: str | None = None
+
+    @property
+    def label(self) -> str | None:
+        """The runner label (GitHub) and agent tag (Buildkite) naming the GPU: sm90."""
+        return gpus.gpu(self.platform, self.arch).label if self.arch else None
+
+    @property
+    def title(self) -> str:
+        if not self.arch:
+            return f"{self.column} column"
+        return f"{self.column} column ({gpus.gpu(self.platform, self.arch).examples})"
+
+    @property
+    def runs_on(self) -> list[str]:
+        return [*self.ci.runs_on, *([self.label] if self.label else [])]
+
+    @property
+    def agents(self) -> dict[str, str]:
+        return {**self.ci.agents, **({ARCH_TAG: self.label} if self.label else {})}
+
+
+# The Buildkite agent tag that names a runner's GPU architecture (gpu_arch=sm90).
+ARCH_TAG = "gpu_arch"
+
+
+def column_jobs(matrix: Matrix) -> list[ColumnJob]:
+    """Every column job: one per platform, on CUDA one per architecture its ci.archs
+    lists (all kvrig knows when it lists none), since the cells' outcomes depend on it."""
+    jobs: list[ColumnJob] = []
+    for platform, spec in matrix.platforms.items():
+        archs = matrix.ci_archs(platform)
+        if not archs:
+            jobs.append(ColumnJob(platform, platform, spec.ci))
+            continue
+        for arch in archs:
+            jobs.append(ColumnJob(gpus.device_column(platform, arch), platform, spec.ci, arch))
+    return jobs
+
+
+def _column_command(job: ColumnJob, shard: str | None) -> str:
+    folder = results_folder(job.column, shard)
+    arch = f" --gpu-arch {job.arch}" if job.arch else ""
+    tail = f" --shard {shard}/{job.ci.shards}" if shard is not None else ""
+    return f"nox -s {job.platform} --{arch} --results {folder}{tail}"
 
 
 def _gate_args(matrix: Matrix) -> str:
-    """The columns matrix.yaml's release requires (release.columns)."""
-    return " ".join(f"--platform {p}" for p in matrix.required_columns)
+    """The platforms matrix.yaml's release requires (release.columns; on CUDA the gate
+    takes one column per architecture of ci.archs)."""
+    return " ".join(f"--platform {p}" for p in matrix.required_platforms)
 
 
 # The CPU column's expected outcomes depend on the host's ISA class (AVX2 ... AMX), and a
@@ -175,48 +229,49 @@ def _emulated_job() -> dict[str, Any]:
     }
 
 
+def _github_job(job: ColumnJob) -> dict[str, Any]:
+    ci = job.ci
+    sharded = ci.shards > 1
+    shard = "${{ matrix.shard }}" if sharded else None
+    name = job.title + (f" (shard ${{{{ matrix.shard }}}}/{ci.shards})" if sharded else "")
+    out: dict[str, Any] = {"name": name}
+    if job.platform != ISA_PLATFORM:
+        out["if"] = DEVICE_JOBS_IF
+    runs_on = job.runs_on
+    out["runs-on"] = runs_on[0] if len(runs_on) == 1 else runs_on
+    out["timeout-minutes"] = ci.timeout_minutes
+    if sharded:
+        out["strategy"] = {"fail-fast": False, "matrix": {"shard": list(range(1, ci.shards + 1))}}
+    isa_steps = [_GITHUB_ISA] if job.platform == ISA_PLATFORM else []
+    out["steps"] = [
+        *_SETUP,
+        *isa_steps,
+        {
+            # No continue-on-error: the job is the column's health, red on any failed
+            # cell; the upload and the gate below run all the same.
+            "name": "Run the column",
+            "run": _column_command(job, shard),
+        },
+        {
+            "name": "Upload the results",
+            "if": "always()",
+            "uses": uses("upload-artifact"),
+            "with": {
+                "name": paths.artifact_name(job.column, shard),
+                "path": results_folder(job.column, shard),
+            },
+        },
+    ]
+    return out
+
+
 def github(matrix: Matrix) -> dict[str, Any]:
-    jobs: dict[str, Any] = {}
-    for platform, spec in matrix.platforms.items():
-        ci = spec.ci
-        sharded = ci.shards > 1
-        shard = "${{ matrix.shard }}" if sharded else None
-        name = f"{platform} column" + (
-            f" (shard ${{{{ matrix.shard }}}}/{ci.shards})" if sharded else ""
-        )
-        job: dict[str, Any] = {"name": name}
-        if platform != ISA_PLATFORM:
-            job["if"] = DEVICE_JOBS_IF
-        job["runs-on"] = ci.runs_on[0] if len(ci.runs_on) == 1 else list(ci.runs_on)
-        job["timeout-minutes"] = ci.timeout_minutes
-        if sharded:
-            job["strategy"] = {
-                "fail-fast": False,
-                "matrix": {"shard": list(range(1, ci.shards + 1))},
-            }
-        artifact = paths.artifact_name(platform, shard)
-        isa_steps = [_GITHUB_ISA] if platform == ISA_PLATFORM else []
-        job["steps"] = [
-            *_SETUP,
-            *isa_steps,
-            {
-                # No continue-on-error: the job is the column's health, red on any failed
-                # cell; the upload and the gate below run all the same.
-                "name": "Run the column",
-                "run": _column_command(platform, shard, ci.shards),
-            },
-            {
-                "name": "Upload the results",
-                "if": "always()",
-                "uses": uses("upload-artifact"),
-                "with": {"name": artifact, "path": results_folder(platform, shard)},
-            },
-        ]
-        jobs[platform] = job
+    jobs: dict[str, Any] = {job.column: _github_job(job) for job in column_jobs(matrix)}
+    columns = list(jobs)
     jobs[EMULATED_JOB] = _emulated_job()
     jobs["gate"] = {
         "name": "release gate",
-        "needs": list(matrix.platforms),
+        "needs": columns,
         # A release decision over the device columns, which a pull request does not run.
         "if": "always() && github.event_name != 'pull_request'",
         "runs-on": GATE_RUNNER,
@@ -278,33 +333,33 @@ def _buildkite_isa(key: str) -> list[str]:
     ]
 
 
-def buildkite(matrix: Matrix) -> dict[str, Any]:
-    steps: list[Any] = []
-    for platform, spec in matrix.platforms.items():
-        ci = spec.ci
-        shards = [str(i) for i in range(1, ci.shards + 1)] if ci.shards > 1 else [None]
-        for shard in shards:
-            suffix = f" (shard {shard}/{ci.shards})" if shard else ""
-            key = platform + (f"-shard{shard}" if shard else "")
-            column = _column_command(platform, shard, ci.shards)
-            isa_lines = _buildkite_isa(key) if platform == ISA_PLATFORM else []
-            # No soft_fail: the step is the column's health, red on any failed cell;
-            # artifact_paths upload on failure too and the wait below lets the gate run.
-            step: dict[str, Any] = {
-                "label": f"{platform} column{suffix}",
-                "key": key,
+def _buildkite_steps(job: ColumnJob) -> list[dict[str, Any]]:
+    ci = job.ci
+    shards = [str(i) for i in range(1, ci.shards + 1)] if ci.shards > 1 else [None]
+    steps = []
+    for shard in shards:
+        suffix = f" (shard {shard}/{ci.shards})" if shard else ""
+        key = job.column + (f"-shard{shard}" if shard else "")
+        isa_lines = _buildkite_isa(key) if job.platform == ISA_PLATFORM else []
+        # No soft_fail: the step is the column's health, red on any failed cell;
+        # artifact_paths upload on failure too and the wait below lets the gate run.
+        step: dict[str, Any] = {"label": f"{job.title}{suffix}", "key": key}
+        if job.platform != ISA_PLATFORM:
+            step["if"] = BUILDKITE_DEVICE_IF
+        step.update(
+            {
+                "command": "\n".join([*isa_lines, _column_command(job, shard)]),
+                "agents": job.agents,
+                "timeout_in_minutes": ci.timeout_minutes,
+                "artifact_paths": [f"{results_folder(job.column, shard)}/**/*"],
             }
-            if platform != ISA_PLATFORM:
-                step["if"] = BUILDKITE_DEVICE_IF
-            step.update(
-                {
-                    "command": "\n".join([*isa_lines, column]),
-                    "agents": dict(ci.agents),
-                    "timeout_in_minutes": ci.timeout_minutes,
-                    "artifact_paths": [f"{results_folder(platform, shard)}/**/*"],
-                }
-            )
-            steps.append(step)
+        )
+        steps.append(step)
+    return steps
+
+
+def buildkite(matrix: Matrix) -> dict[str, Any]:
+    steps: list[Any] = [s for job in column_jobs(matrix) for s in _buildkite_steps(job)]
     steps.append(
         {
             "label": "emulated GPU columns (vLLM's code, no device)",
@@ -357,8 +412,9 @@ _HEADER = {
     "github": [
         "# Generated from matrix.yaml by `kvrig pipeline --format github --output",
         "# .github/workflows/kvrig.yml`; do not edit by hand.",
-        "# One job per platform column (runners: the platform's ci.runs_on), the emulated GPU",
-        "# columns on a CPU runner, then the release gate over the columns matrix.yaml's",
+        "# One job per column (runners: the platform's ci.runs_on; a CUDA job per GPU",
+        "# architecture in ci.archs, on runners also labelled with it: sm90), the emulated",
+        "# GPU columns on a CPU runner, then the release gate over the columns matrix.yaml's",
         "# release requires; nightly at " + NIGHTLY_CRON + " (UTC).",
         "# The column jobs are the nightly health signal: red on any failed cell (cpu jobs",
         "# also record the runner's CPU class in the job summary). The gate job is the",
@@ -374,8 +430,9 @@ _HEADER = {
     "buildkite": [
         "# Generated from matrix.yaml by `kvrig pipeline --format buildkite --output",
         "# ci/buildkite.yml`; do not edit by hand.",
-        "# One step per platform column (agents: the platform's ci.agents; each needs nox and a",
-        "# Docker or Podman engine), then the release gate over every column's results.",
+        "# One step per column (agents: the platform's ci.agents; a CUDA step per GPU",
+        "# architecture in ci.archs, on agents also tagged gpu_arch=sm90; each needs nox and",
+        "# a Docker or Podman engine), then the release gate over every column's results.",
         "# The column steps are the nightly health signal: red on any failed cell (cpu steps",
         "# also annotate the build with the agent's CPU class). The gate step is the release",
         "# decision: only `gate: true` cells, with their allowances; the wait lets it run",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kvrig.containers import plan
+from kvrig.define import column_names
 from kvrig.define.paths import results_folder
 from kvrig.provision.overlay import Manifest
 
@@ -24,8 +25,14 @@ def selector(cell_id: str) -> list[str]:
 
 
 def _column_args(column: str) -> list[str]:
-    platform, _, cls = column.partition("-")
-    return ["--kvrig-isa", cls] if platform == "cpu" and cls else []
+    """What names the column again: its CPU class, or its CUDA GPU's architecture (which
+    the rerun's GPU must be)."""
+    named = column_names.parse(column)
+    if named is None or named.device_emulated:
+        return []
+    if named.isa:
+        return ["--kvrig-isa", named.isa]
+    return ["--gpu-arch", named.gpu_arch] if named.gpu_arch else []
 
 
 def _overlay_args(overlay: Mapping[str, Any] | None) -> list[str]:
@@ -70,6 +77,14 @@ def lines(
 
     A cell that ran under an overlay is rerun under the same one: its image holds it."""
     column = column or cell_id.split("-", 1)[0]
+    named = column_names.parse(column)
+    if named is not None and named.device_emulated:
+        # An emulated device runs on this host, in the emulated columns' environment.
+        only = f"{named.platform}:{named.gpu_arch}"
+        return [
+            "host:      "
+            + shlex.join(["nox", "-s", "emulated", "--", "--only", only, *selector(cell_id)])
+        ]
     return [
         f"host:      {host_command(cell_id, column, overlay)}",
         f"container: {session_command(cell_id, column, overlay)}",

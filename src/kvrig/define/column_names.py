@@ -1,0 +1,82 @@
+"""A column's name, made and read in one place.
+
+A results column is a platform, and on the CPU a class the rig emulates (`cpu-avx2`); on
+CUDA the GPU architecture is part of it (`cuda-sm90`), since vLLM's CUDA code picks
+backends and prefill kernels by compute capability, so two architectures' runs of one
+case are two different cells; an emulated device's column says so (`cuda-sm90-emulated`).
+Cell ids, results folders, the gate's required columns and the report's headings are all
+built on these names, so they are parsed here and nowhere else.
+
+Pure: names in, names out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvrig.define import gpus
+from kvrig.define.matrix import PLATFORMS
+from kvrig.define.paths import column_name
+from kvrig.host import isa
+
+BY_ARCH = gpus.BY_ARCH
+
+
+@dataclass(frozen=True)
+class Column:
+    """What a column's name says: the platform, the CPU class the rig emulated, the GPU
+    architecture, and whether that GPU is emulated."""
+
+    platform: str
+    isa: str | None = None
+    gpu_arch: str | None = None
+    device_emulated: bool = False
+
+    @property
+    def name(self) -> str:
+        if self.gpu_arch and self.device_emulated:
+            return gpus.emulated_column(self.platform, self.gpu_arch)
+        if self.gpu_arch and self.platform in BY_ARCH:
+            return gpus.device_column(self.platform, self.gpu_arch)
+        return column_name(self.platform, self.isa)
+
+
+def device_columns(platform: str) -> list[str]:
+    """Every real device column kvrig knows on `platform` (none off BY_ARCH)."""
+    if platform not in BY_ARCH:
+        return []
+    return [gpus.device_column(platform, a) for a in gpus.GPUS[platform]]
+
+
+def parse(name: str) -> Column | None:
+    """The column `name` is, or None for a name that is no column (a side run's folder)."""
+    for platform, arch in gpus.EMULATED:
+        if name == gpus.emulated_column(platform, arch):
+            return Column(platform, gpu_arch=arch, device_emulated=True)
+    for platform in BY_ARCH:
+        for arch in gpus.GPUS[platform]:
+            if name == gpus.device_column(platform, arch):
+                return Column(platform, gpu_arch=arch)
+    if name in PLATFORMS:
+        return Column(name)
+    platform, _, cls = name.partition("-")
+    if platform == "cpu" and cls in isa.CLASSES:
+        return Column("cpu", isa=cls)
+    return None
+
+
+def platform_columns(platform: str) -> list[str]:
+    """A platform's hardware columns, its CPU classes aside: `cuda-sm80` ... `cuda-sm120`
+    on CUDA (a device's column always carries its architecture), the platform elsewhere."""
+    return device_columns(platform) or [platform]
+
+
+def hardware_columns() -> list[str]:
+    """The columns whose results are hardware's: what the release gate reads."""
+    out = [c for platform in PLATFORMS for c in platform_columns(platform)]
+    return [*out, *(f"cpu-{cls}" for cls in isa.CLASSES)]
+
+
+def columns() -> list[str]:
+    """Every column a results folder can hold: hardware's and the emulated devices'."""
+    return [*hardware_columns(), *gpus.emulated_columns()]
