@@ -8,8 +8,8 @@
 the order `nox -l -s tests` shows, `unit` (no vLLM), `faults`, `cpu_column` (natively
 and under every lesser CPU class the host can emulate), `container_cpu`, `mutation` and
 `emulated` (vLLM's CUDA and XPU platform code per GPU architecture, on this host).
-`cpu`/`cuda`/`xpu` run a column in its container, `base_image` builds a local Debian
-base, `lint` checks code, layers and Dockerfiles, `report`/`gate` read results, `bench`
+`cpu`/`cuda`/`xpu` run a column in its container, `cuda_image` proves the CUDA image
+without a GPU, `base_image` builds a local Debian base, `lint` checks code, layers and Dockerfiles, `report`/`gate` read results, `bench`
 prints the speed and memory figures.
 """
 
@@ -138,6 +138,17 @@ def emulated(session: nox.Session) -> None:
     if not session.posargs:
         # With the early check patched out, every CUDA early_error cell must turn red here too.
         session.run("kvrig", "check", "mutation", "--emulate", "9.0", env=NOX_UV)
+
+
+@nox.session(python=PYTHON, default=False)
+def cuda_image(session: nox.Session) -> None:
+    """The CUDA image's software proven without a GPU: the image is built (on a local
+    Debian base where no registry answers) and the emulated CUDA 9.0 column runs inside it
+    with no device passed in, each cell checked against the host's emulated run
+    (results/cuda-sm90-emulated, when there is one). About 10 GB of image; not in `tests`."""
+    _install_rig(session)
+    _container_engine(session, "debootstrap")
+    session.run("kvrig", "check", "container", "--emulate", "9.0", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)

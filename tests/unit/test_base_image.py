@@ -14,7 +14,9 @@ from kvrig.containers import base_image as b
     [
         ("python:3.12-slim-bookworm", "bookworm"),
         ("docker.io/library/python:3.11-slim-bookworm", "bookworm"),
-        ("nvidia/cuda:13.0.2-runtime-ubuntu24.04", None),
+        # The PyPI wheels bring their CUDA libraries, the host its driver.
+        ("nvidia/cuda:13.0.2-runtime-ubuntu24.04", "bookworm"),
+        ("nvidia/cuda:13.0.2-devel-ubuntu24.04", None),
         ("intel/deep-learning-essentials:2025.3.2-0-devel-ubuntu24.04", None),
         ("python:3.12-slim-trixie", None),
     ],

@@ -57,8 +57,10 @@ def test_the_container_takes_what_means_something_in_a_container() -> None:
     assert args.results == Path("r")  # the host's folder, mounted: not handed on
     assert args.column_args == ("--isa=avx2", "--rerun", "--shard=1/2")
     assert args.pytest_args == ["-k", "x"]
-    # A GPU is not emulated in a container, and the platform is its first argument.
-    assert plan.parse_args(["cpu", "--emulate", "9.0"], {}).pytest_args == ["--emulate", "9.0"]
+    # The platform is its first argument; an emulated GPU is handed on to the column.
+    assert plan.parse_args(["cpu", "--platform", "cuda"], {}).pytest_args == ["--platform", "cuda"]
+    emulated = plan.parse_args(["cuda", "--emulate", "9.0"], {})
+    assert (emulated.emulate, emulated.column_args) == ("9.0", ("--emulate=9.0",))
 
 
 def test_a_forwarded_class_names_the_hosts_folder_and_reaches_the_column(

@@ -151,3 +151,40 @@ def test_a_known_defect_showing_as_recorded_counts_as_passing() -> None:
     rows, records = good()
     rows[0]["status"] = "xfail"
     assert cc.check(CELLS, rows, records, (), "kvrig-cpu:") == []
+
+
+def test_the_emulated_cuda_column_runs_in_the_cuda_image_and_is_held_to_the_hosts(
+    tmp_path: Path, write_matrix: Any, monkeypatch: Any, capsys: Any
+) -> None:
+    from .test_emulation import gpu_matrix
+
+    monkeypatch.chdir(tmp_path)
+    data = gpu_matrix()
+    matrix = write_matrix(data)
+    cuda_image = {"image": "kvrig-cuda:0.1.0-abc", "image_digest": "sha256:9"}
+    ids = ["cuda-sm90-emulated-granite_hybrid-c"]
+    launched: list[list[str]] = []
+
+    def launch(argv: list[str]) -> int:
+        launched.append(list(argv))
+        folder = Path(argv[argv.index("--results") + 1])
+        for cell_id in ids:
+            results_mod.append(folder, row(cell_id))
+            (folder / "records").mkdir(exist_ok=True)
+            record = {"cell_id": cell_id, "host": dict(cuda_image)}
+            (folder / "records" / f"{cell_id}.json").write_text(json.dumps(record))
+        return 0
+
+    assert cc.in_container([], matrix, run=launch, emulate="9.0") == 0
+    folder = (tmp_path / "results" / "cuda-sm90-emulated-container").resolve()
+    assert launched == [
+        ["cuda", "--matrix", str(matrix), "--emulate", "9.0", "--results", str(folder)]
+    ]
+    assert "1 cuda cells passed in the container" in capsys.readouterr().out
+    # The host's own emulated run is what the image's must agree with.
+    host = tmp_path / "results" / "cuda-sm90-emulated"
+    results_mod.append(host, row(ids[0], engine_block_size=144))
+    assert cc.in_container([], matrix, run=launch, emulate="9.0") == 1
+    assert "differs from the host's run in engine_block_size (144" in capsys.readouterr().out
+    ids.clear()  # a cell that never came back
+    assert cc.in_container([], matrix, run=launch, emulate="9.0") == 1

@@ -261,7 +261,7 @@ def test_build_args_follow_the_vllm_source(
     source: dict[str, str], expected: dict[str, str]
 ) -> None:
     args = c.build_args("cuda", spec(**source))
-    assert {k: v for k, v in args.items() if k != "TORCH_INDEX"} == expected
+    assert {k: v for k, v in args.items() if k not in ("TORCH_INDEX", "EXTRA_PACKAGES")} == expected
 
 
 def test_base_image_override_does_not_replace_a_vllm_image() -> None:
@@ -464,9 +464,7 @@ def test_unpullable_local_base_is_built_first(monkeypatch: pytest.MonkeyPatch) -
 def test_unpullable_base_without_a_local_stand_in_stops() -> None:
     probe, _ = base_probe({"localhost/kvrig-base:bookworm"})
     with pytest.raises(preflight.PreflightError, match="KVRIG_BASE_IMAGE"):
-        launch.resolve_base(
-            "podman", "nvidia/cuda:13.0.2-runtime-ubuntu24.04", es.NO_SETTINGS, probe
-        )
+        launch.resolve_base("podman", "nvidia/cuda:13.0.2-devel-ubuntu24.04", es.NO_SETTINGS, probe)
 
 
 def test_local_base_changes_the_tag(checkout: Path) -> None:
@@ -750,3 +748,31 @@ def test_a_dry_run_names_the_architecture_it_is_given(
     assert str((checkout / "results" / "cuda-sm100").resolve()) in out
     run = next(ln for ln in out.splitlines() if " run " in ln and not ln.startswith("#"))
     assert flag_values(shlex.split(run), "--gpu-arch") == ["10.0"]
+
+
+def test_an_emulated_cuda_column_in_the_image_gets_no_device(checkout: Path) -> None:
+    plan = plan_for(checkout, ["cuda", "--emulate", "9.0"])
+    assert "--gpus" not in plan.run and "nvidia.com/gpu=all" not in plan.run
+    assert "--emulate=9.0" in plan.run
+    assert plan.results == (checkout / "results" / "cuda-sm90-emulated").resolve()
+    # The same image as the device's column: the emulation changes only the run.
+    assert plan.image == plan_for(checkout, ["cuda"]).image
+
+
+def test_the_cuda_image_takes_the_pins_the_host_install_takes() -> None:
+    from kvrig.provision import install
+
+    args = c.build_args("cuda", spec(kind="pypi", version="1"))
+    assert set(install.CUDA_PINS) <= set(args["EXTRA_PACKAGES"].split())
+    assert "EXTRA_PACKAGES" not in c.build_args("cuda", spec(kind="image", image="rc:1"))
+    assert "EXTRA_PACKAGES" not in c.build_args("cpu", spec(kind="pypi", version="1"))
+
+
+def test_a_debian_base_stands_in_for_the_cuda_runtime_image() -> None:
+    from kvrig.containers import base_image
+
+    assert base_image.can_stand_in("nvidia/cuda:13.0.2-runtime-ubuntu24.04") == "bookworm"
+    assert base_image.can_stand_in("docker.io/nvidia/cuda:12.8.1-base-ubuntu22.04") == "bookworm"
+    # A devel image brings a CUDA toolkit a Debian base lacks; a vLLM image brings vLLM.
+    assert base_image.can_stand_in("nvidia/cuda:13.0.2-devel-ubuntu24.04") is None
+    assert base_image.can_stand_in("vllm/vllm-openai:v0.33.0") is None

@@ -31,7 +31,8 @@ def cmd_host(ns: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_container(ns: argparse.Namespace, extra: list[str]) -> int:
-    return container_check.in_container(extra, Path(ns.matrix) if ns.matrix else None)
+    matrix = Path(ns.matrix) if ns.matrix else None
+    return container_check.in_container(extra, matrix, emulate=ns.emulate)
 
 
 def cmd_mutation(ns: argparse.Namespace, extra: list[str]) -> int:
@@ -105,6 +106,13 @@ def register(sub: Any) -> None:
         help="the CPU column in its container (results/cpu-container), checked against the"
         " matrix and the host's run in results/cpu (extra args go to the column's pytest)",
         allow_abbrev=False,
+    )
+    ct.add_argument(
+        "--emulate",
+        metavar="ARCH",
+        help="instead: the emulated CUDA column of this architecture in the CUDA image, no"
+        " device passed in (results/cuda-<arch>-emulated-container), checked against the"
+        " host's results/cuda-<arch>-emulated",
     )
     ct.set_defaults(run=cmd_container, pytest_args=True)
     m = what.add_parser(

@@ -11,6 +11,7 @@ their base as a build argument, so `--build-arg BASE_IMAGE=localhost/kvrig-base:
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -34,8 +35,16 @@ def local_tag(suite: str = SUITE) -> str:
     return LOCAL_TAG.format(suite=suite)
 
 
+# NVIDIA's CUDA runtime images, which the CUDA image builds on: the PyPI wheels it
+# installs (torch, vLLM) bring their own CUDA libraries and the driver comes from the host,
+# so a Debian base with Python stands in where no registry answers.
+CUDA_RUNTIME = re.compile(r"^(docker\.io/)?nvidia/cuda:[\d.]+-(base|runtime)-")
+
+
 def can_stand_in(public: str) -> str | None:
     """The Debian suite whose local image can replace `public`, if any (pure)."""
+    if CUDA_RUNTIME.match(public):
+        return SUITE
     name = public.rsplit("/", 1)[-1]
     for suite, images in STANDS_IN_FOR.items():
         if name in images or (name.startswith("python:") and name.endswith(f"-{suite}")):

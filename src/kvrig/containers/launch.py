@@ -207,8 +207,9 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
         settings = es.decide(engine, facts, env, cache_dir(env), args.host_settings)
         for reason in settings.reasons:
             print(f"kvrig.containers: {engine} setting: {reason}", flush=True)
-        preflight.check_device(args.platform, probe)
-        args = on_device(args, probe)
+        if args.emulate is None:  # an emulated GPU's column needs no device
+            preflight.check_device(args.platform, probe)
+            args = on_device(args, probe)
         es.write_containers_conf(settings)
         host = host_facts(engine)
         plan = make_plan(args, root, host, engine, env, name, settings)

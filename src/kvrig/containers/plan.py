@@ -43,7 +43,7 @@ from pathlib import Path
 
 from kvrig.containers import settings as es
 from kvrig.define import column_choice, column_options
-from kvrig.define.matrix import PLATFORMS, MatrixError, PlatformSpec
+from kvrig.define.matrix import PLATFORMS, MatrixError, PlatformSpec, VllmSource
 from kvrig.define.matrix import load as load_matrix
 from kvrig.define.paths import results_folder
 from kvrig.host import isa
@@ -155,6 +155,22 @@ def image_tag(
 # --- build ---------------------------------------------------------------------------------
 
 
+def _source_args(src: VllmSource) -> dict[str, str]:
+    """Where the image's vLLM comes from, as the Dockerfile's VLLM_* arguments."""
+    args = {"VLLM_SOURCE": src.kind}
+    if src.kind == "pypi":
+        args.update(VLLM_PACKAGE=str(src.package), VLLM_VERSION=str(src.version))
+    elif src.kind == "image":
+        # A prebuilt vLLM image is the base; the Dockerfile only adds the rig to it.
+        args["BASE_IMAGE"] = str(src.image)
+    elif src.kind == "wheel":
+        wheel = Path(str(src.wheel))
+        args.update(VLLM_WHEEL=wheel.name, VLLM_WHEEL_DIR=str(wheel.parent))
+    elif src.kind == "git":
+        args.update(VLLM_GIT_URL=str(src.git_url), VLLM_GIT_REF=str(src.git_ref))
+    return args
+
+
 def build_args(
     platform: str,
     spec: PlatformSpec,
@@ -163,23 +179,17 @@ def build_args(
 ) -> dict[str, str]:
     """The Dockerfile's build arguments for a platform of matrix.yaml."""
     src = spec.vllm.installed  # an overlay's base; the overlay itself is built on top
-    args = {"VLLM_SOURCE": src.kind, "BASE_IMAGE": base_override or spec.base_image}
-    if src.kind == "pypi":
-        args.update(VLLM_PACKAGE=src.package, VLLM_VERSION=str(src.version))
-    elif src.kind == "image":
-        # A prebuilt vLLM image is the base; the Dockerfile only adds the rig to it.
-        args["BASE_IMAGE"] = str(src.image)
-    elif src.kind == "wheel":
-        wheel = Path(str(src.wheel))
-        args.update(VLLM_WHEEL=wheel.name, VLLM_WHEEL_DIR=str(wheel.parent))
-    elif src.kind == "git":
-        args.update(VLLM_GIT_URL=src.git_url, VLLM_GIT_REF=str(src.git_ref))
+    args = {"BASE_IMAGE": base_override or spec.base_image, **_source_args(src)}
     args["TORCH_INDEX"] = spec.torch_index or ""
     if platform == "cpu":
         # PyPI's CUDA builds kept out of a CPU vLLM (kvrig.provision.install).
         args["EXCLUDED_PACKAGES"] = " ".join(install.CPU_EXCLUDED)
-    if spec.extra_packages:
-        args["EXTRA_PACKAGES"] = " ".join(spec.extra_packages)
+    extra = [*spec.extra_packages]
+    if platform == "cuda" and src.kind != "image":
+        # The pins that keep the CUDA wheel's resolution importable, as on the host.
+        extra = [*install.CUDA_PINS, *extra]
+    if extra:
+        args["EXTRA_PACKAGES"] = " ".join(extra)
     if settings.ca_bundle:
         args.update(PIP_CERT=settings.ca_bundle, SSL_CERT_FILE=settings.ca_bundle)
     if settings.find_links:
@@ -293,7 +303,10 @@ def run_command(
     pytest_args: Sequence[str] = (),
     matrix: Path | None = None,
     settings: es.EngineSettings = es.NO_SETTINGS,
+    device: bool = True,
 ) -> list[str]:
+    """The column's container; `device` False for an emulated GPU's column, which needs
+    none (and proves the image's software on a host without one)."""
     cmd = [
         engine,
         *es.global_flags(settings),
@@ -312,7 +325,7 @@ def run_command(
         # get the host network.
         "--network",
         "host" if settings.host_network else "none",
-        *device_args(platform, engine, host),
+        *(device_args(platform, engine, host) if device else []),
         "--volume",
         f"{results}:{CONTAINER_RESULTS}",
     ]
@@ -362,6 +375,8 @@ class Args:
     cpu_class: str = isa.NATIVE  # --isa
     # The CUDA GPU's architecture (--gpu-arch, or the host's GPU's): it names the column.
     gpu_arch: str | None = None
+    # The GPU the column emulates in the image (--emulate): no device is passed in.
+    emulate: str | None = None
 
 
 def with_gpu_arch(args: Args, arch: str) -> Args:
@@ -432,6 +447,7 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
         tuple(column_options.command_line(handed_on, column_options.CLI)),
         ns.isa,
         ns.gpu_arch,
+        ns.emulate,
     )
 
 
@@ -541,7 +557,9 @@ def make_plan(
     # An emulated CPU class (--isa avx2, or pytest's --kvrig-isa) writes its own column's folder.
     cls, _ = isa.take_arg(args.cpu_class, args.pytest_args)
     try:
-        column = column_choice.requested(args.platform, cls, gpu_arch=args.gpu_arch).column
+        column = column_choice.requested(
+            args.platform, cls, args.emulate, gpu_arch=args.gpu_arch
+        ).column
     except column_choice.ChoiceError as exc:
         raise UsageError(str(exc)) from None
     if staged is not None and (args.vllm_source or args.vllm_patch):
@@ -571,6 +589,7 @@ def make_plan(
             [*args.column_args, *args.pytest_args],
             custom_matrix,
             settings,
+            device=args.emulate is None,
         ),
         remove=remove_command(engine, name, flags),
         digest=digest_command(engine, tag, flags),

@@ -65,9 +65,9 @@ OPTIONS: tuple[ColumnOption, ...] = (
         "emulate",
         "decide the cuda or xpu cells with vLLM's own platform code for this GPU"
         " architecture, on this host (cuda: 8.0, 8.9, 9.0, 10.0, 12.0; xpu: bmg):"
-        " configuration only, into results/<platform>-<arch>-emulated",
+        " configuration only, into results/<platform>-<arch>-emulated (kvrig container:"
+        " in the platform's image, no device passed in)",
         metavar="ARCH",
-        where=_NOT_IN_A_CONTAINER,
     ),
     ColumnOption(
         "gpu-arch",

@@ -1,6 +1,7 @@
 """Checks a column run inside a container against the matrix and the host's own run.
 
     kvrig check container [pytest args]     # the CPU column in its container, then this
+    kvrig check container --emulate 9.0     # the emulated CUDA column in the CUDA image
 
 A container run can fail quietly in ways a host run cannot: results that never reach the
 host's folder, a column that stopped early, an image that is not the one the records name.
@@ -21,6 +22,7 @@ from typing import Any
 
 from kvrig.containers import launch
 from kvrig.define.cells import Cell, expand
+from kvrig.define.gpus import emulated_column
 from kvrig.define.matrix import Matrix, default_matrix
 from kvrig.define.matrix import load as load_matrix
 from kvrig.define.paths import CONTAINER, results_folder
@@ -90,10 +92,15 @@ def check_folder(
     host: Path | None = None,
     platform: str = "cpu",
     partial: bool = False,
+    emulate: str | None = None,
 ) -> int:
     """Prints the problems of a container run's results folder; 1 when there are any.
-    `partial`: only the cells that ran are held to it (pytest arguments chose them)."""
-    cells = expand(matrix, platform)
+    `partial`: only the cells that ran are held to it (pytest arguments chose them);
+    `emulate`: the GPU architecture an emulated column in the image faked."""
+    if emulate:
+        cells = expand(matrix, platform, gpu_arch=emulate, device_emulated=True)
+    else:
+        cells = expand(matrix, platform)
     host_rows = results_mod.read(host) if host is not None else []
     rows = results_mod.read(results)
     if partial:
@@ -121,22 +128,32 @@ Launch = Callable[[Sequence[str]], int]
 
 
 def in_container(
-    pytest_args: Sequence[str] = (), matrix: Path | None = None, run: Launch = launch.main
+    pytest_args: Sequence[str] = (),
+    matrix: Path | None = None,
+    run: Launch = launch.main,
+    emulate: str | None = None,
 ) -> int:
-    """The CPU column in its container, into results/cpu-container, then checked: against
-    the host's own run where results/cpu holds one, and (when pytest arguments chose
-    cells, so that only those ran) on the cells that ran."""
-    folder = results_folder(CONTAINER).resolve()
+    """A column in its container, into results/<column>-container, then checked: against
+    the host's own run where results/<column> holds one, and (when pytest arguments chose
+    cells, so that only those ran) on the cells that ran. The CPU column by default;
+    `emulate` an emulated CUDA device's, in the CUDA image with no device passed in (the
+    image's vLLM, torch and pins proven without a GPU)."""
+    platform = "cuda" if emulate else "cpu"
+    column = emulated_column(platform, emulate) if emulate else "cpu"
+    folder = results_folder(f"{column}-container" if emulate else CONTAINER).resolve()
     # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
     shutil.rmtree(folder, ignore_errors=True)
     given = ["--matrix", str(matrix)] if matrix else []
-    code = run(["cpu", *given, "--results", str(folder), *pytest_args])
+    device = ["--emulate", emulate] if emulate else []
+    code = run([platform, *given, *device, "--results", str(folder), *pytest_args])
     if code != 0:
         return code
-    host = results_folder("cpu")
+    host = results_folder(column)
     return check_folder(
         folder,
         load_matrix(matrix or default_matrix()),
         host if (host / "results.jsonl").is_file() else None,
+        platform,
         partial=bool(pytest_args),
+        emulate=emulate,
     )
