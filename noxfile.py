@@ -9,8 +9,8 @@ the order `nox -l -s tests` shows, `unit` (no vLLM), `faults`, `cpu_column` (nat
 and under every lesser CPU class the host can emulate), `container_cpu`, `mutation` and
 `emulated` (vLLM's CUDA and XPU platform code per GPU architecture, on this host).
 `cpu`/`cuda`/`xpu` run a column in its container, `cuda_image` proves the CUDA image
-without a GPU, `base_image` builds a local Debian base, `lint` checks code, layers and Dockerfiles, `report`/`gate` read results, `bench`
-prints the speed and memory figures.
+without a GPU, `base_image` builds a local Debian base, `lint` checks code, layers and
+Dockerfiles, `report`/`gate` read results, `bench` prints the speed and memory figures.
 """
 
 from __future__ import annotations

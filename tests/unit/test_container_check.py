@@ -121,7 +121,8 @@ def test_the_container_run_goes_to_a_fresh_folder_and_is_held_to_the_hosts(
 
     assert cc.in_container([], matrix, run=launch) == 0
     assert launched == [["cpu", "--matrix", str(matrix), "--results", str(stale.resolve())]]
-    assert "the same as the host's" not in capsys.readouterr().out  # no host run: not compared
+    # No host run: said so, never read as a comparison that passed.
+    assert "NOT compared with a host run" in capsys.readouterr().out
     # With the host's own run in results/cpu, a cell judged otherwise there is red.
     _container_run(tmp_path / "results" / "cpu", [c.id for c in CELLS], engine_block_size=288)
     assert cc.in_container([], matrix, run=launch) == 1
@@ -188,3 +189,19 @@ def test_the_emulated_cuda_column_runs_in_the_cuda_image_and_is_held_to_the_host
     assert "differs from the host's run in engine_block_size (144" in capsys.readouterr().out
     ids.clear()  # a cell that never came back
     assert cc.in_container([], matrix, run=launch, emulate="9.0") == 1
+
+
+def test_a_host_run_of_only_some_cells_says_how_many_were_compared(
+    tmp_path: Path, write_matrix: Any, monkeypatch: Any, capsys: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    matrix = write_matrix(BASE)
+
+    def launch(argv: list[str]) -> int:
+        _container_run(Path(argv[argv.index("--results") + 1]), [c.id for c in CELLS])
+        return 0
+
+    _container_run(tmp_path / "results" / "cpu", [CELLS[0].id])
+    assert cc.in_container([], matrix, run=launch) == 0
+    out = capsys.readouterr().out
+    assert f"for 1 of them ({len(CELLS) - 1} not run on the host, so not compared)" in out

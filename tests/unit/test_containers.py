@@ -494,7 +494,7 @@ def test_dry_run_prints_runnable_commands_and_needs_no_engine(
     assert launch.main(["cuda", "--dry-run", "-k", "qwen3_next"], probe=probe) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("#")]
     build = next(ln for ln in lines if " build " in ln)
-    run = next(ln for ln in lines if " run " in ln)
+    run = next(ln for ln in lines if " run " in ln and " column " in ln)
     assert shlex.split(build)[0] == "DOCKER_BUILDKIT=1"
     assert shlex.split(build)[1:3] == ["docker", "build"]
     argv = shlex.split(run)
@@ -746,7 +746,7 @@ def test_a_dry_run_names_the_architecture_it_is_given(
     assert launch.main(["cuda", "--dry-run", "--gpu-arch", "10.0"], probe=probe) == 0
     out = capsys.readouterr().out
     assert str((checkout / "results" / "cuda-sm100").resolve()) in out
-    run = next(ln for ln in out.splitlines() if " run " in ln and not ln.startswith("#"))
+    run = next(ln for ln in out.splitlines() if " column " in ln and not ln.startswith("#"))
     assert flag_values(shlex.split(run), "--gpu-arch") == ["10.0"]
 
 
@@ -776,3 +776,50 @@ def test_a_debian_base_stands_in_for_the_cuda_runtime_image() -> None:
     # A devel image brings a CUDA toolkit a Debian base lacks; a vLLM image brings vLLM.
     assert base_image.can_stand_in("nvidia/cuda:13.0.2-devel-ubuntu24.04") is None
     assert base_image.can_stand_in("vllm/vllm-openai:v0.33.0") is None
+
+
+def test_the_device_is_passed_into_a_small_container_as_the_columns_gets_it(
+    checkout: Path,
+) -> None:
+    plan = plan_for(checkout, ["cuda"])
+    assert plan.passthrough is not None
+    assert plan.passthrough[-3:] == [plan.base_image, "nvidia-smi", "-L"]
+    assert "--gpus" in plan.passthrough and "--network" in plan.passthrough
+    # The column's own user, so a device only root may open fails here too.
+    assert c.user_args("docker", USER)[-1] in plan.passthrough
+    assert plan_for(checkout, ["cuda", "--emulate", "9.0"]).passthrough is None
+    assert plan_for(checkout, ["cpu"]).passthrough is None
+    xpu = plan_for(checkout, ["xpu"])
+    assert xpu.passthrough is not None and "/dev/dri" in xpu.passthrough
+    assert "renderD" in xpu.passthrough[-1]
+
+
+def test_a_dry_run_shows_the_pass_through_before_the_build(checkout: Path) -> None:
+    lines = c.dry_run_lines(plan_for(checkout, ["cuda"]))
+    smoke = next(i for i, ln in enumerate(lines) if ln.endswith("nvidia-smi -L"))
+    build = next(i for i, ln in enumerate(lines) if " build " in ln)
+    assert smoke < build
+
+
+def test_a_gpu_no_container_sees_stops_before_any_build(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The host lists the GPU, but the engine cannot pass it in (no toolkit): one
+    paragraph naming the toolkit's fix, exit 2, and nothing built."""
+    monkeypatch.chdir(checkout)
+    monkeypatch.delenv("KVRIG_PODMAN_COMPAT", raising=False)
+    calls: list[list[str]] = []
+    gpu = _gpu("9.0", calls)
+
+    def run(cmd: list[str]) -> tuple[int, str]:
+        if "run" in cmd and "nvidia-smi" in cmd:
+            calls.append(list(cmd))
+            return 125, 'could not select device driver "" with capabilities: [[gpu]]'
+        return gpu.run(cmd)
+
+    probe = preflight.Probe(which=gpu.which, run=run)
+    assert launch.main(["cuda", "--gpu-arch", "9.0"], probe=probe) == 2
+    err = capsys.readouterr().err
+    assert "a container does not" in err and "nvidia-ctk runtime configure" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not [cmd for cmd in calls if "build" in cmd]

@@ -28,6 +28,7 @@ from kvrig.define import column_choice, column_options
 from kvrig.define.cells import Cell, expand
 from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import results_folder
+from kvrig.host import device
 from kvrig.provision import libcuda_stub
 from kvrig.publish import pipeline, report
 from kvrig.publish import results as results_mod
@@ -311,6 +312,26 @@ def _slow_first(item: pytest.Item) -> int:
     if cell.multiprocessing:
         return 0
     return 1 if cell.model.checkpoint else 2
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A real GPU's column ends at the first cell its device would fail for the rig's own
+    reason (gone, or never passed into the container), rather than recording every
+    remaining cell as vLLM's failure. The run stays unfinished: rerun it once the device
+    is back and it resumes at that cell."""
+    run = item.config.stash.get(COLUMN_KEY, None)
+    if run is None or not isinstance(item, CellItem) or run.device is not None:
+        return
+    if item.cell.expect.outcome == "skip":
+        return
+    reason = device.missing(run.platform)
+    if reason is not None:
+        pytest.exit(
+            f"kvrig: the {run.column} column stops before {item.cell.id}: {reason}. The cells"
+            " before it are kept; check the device on the host (`kvrig check host"
+            f" {run.platform}`), then run the same command again to resume here.",
+            returncode=pytest.ExitCode.INTERRUPTED,
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

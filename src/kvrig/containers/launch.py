@@ -229,6 +229,10 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
             settings = es.with_host_network(settings)
             print(f"kvrig.containers: {engine} setting: {settings.reasons[-1]}", flush=True)
             plan = make_plan(args, root, host, engine, env, name, settings, local, plan.overlay)
+        if plan.passthrough is not None:
+            preflight.check_passthrough(
+                plan.platform, engine, plan.passthrough, es.engine_env(settings), probe
+            )
         return execute(plan, probe)
     except (preflight.PreflightError, UsageError, es.SettingsError) as exc:
         print(f"kvrig.containers: {exc}", file=sys.stderr)

@@ -104,6 +104,8 @@ class Plan:
     results_owner: int | None = None
     overlay: overlay_image.Staged | None = None
     stage: Path | None = None  # the build context's overlay folder, filled before a build
+    # The device passed into a small container before any build (None: no device).
+    passthrough: list[str] | None = None
 
 
 # --- image tag ---------------------------------------------------------------------------
@@ -291,6 +293,49 @@ def device_args(platform: str, engine: str, host: Host) -> list[str]:
             args += ["--group-add", str(gid)]
         return args
     return []
+
+
+# Inside the pass-through container: a render node the column's user may open.
+_RENDER_NODE_USABLE = (
+    'for n in /dev/dri/renderD*; do [ -r "$n" ] && [ -w "$n" ] && exit 0; done;'
+    " ls -ln /dev/dri >&2; echo no render node is readable and writable by uid $(id -u) >&2;"
+    " exit 3"
+)
+
+
+def passthrough_command(
+    engine: str,
+    platform: str,
+    image: str,
+    host: Host,
+    settings: es.EngineSettings = es.NO_SETTINGS,
+) -> list[str] | None:
+    """The device passed into a container of the base image, as the column's container
+    gets it and as its user: a missing toolkit, CDI spec or render group fails here in
+    seconds, with its fix named, instead of after an image build."""
+    if platform not in ("cuda", "xpu"):
+        return None
+    cmd = [
+        engine,
+        *es.global_flags(settings),
+        "run",
+        "--rm",
+        *user_args(engine, host),
+        "--network",
+        "none",
+        *device_args(platform, engine, host),
+    ]
+    if platform == "cuda":
+        # The driver's tools are mounted in only for the utility capability.
+        return [
+            *cmd,
+            "--env",
+            "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+            image,
+            "nvidia-smi",
+            "-L",
+        ]
+    return [*cmd, image, "sh", "-c", _RENDER_NODE_USABLE]
 
 
 def run_command(
@@ -600,6 +645,11 @@ def make_plan(
         results_owner=results_owner(engine, host),
         overlay=staged,
         stage=root / OVERLAY_STAGE,
+        passthrough=(
+            passthrough_command(engine, args.platform, bargs["BASE_IMAGE"], host, settings)
+            if args.emulate is None
+            else None
+        ),
     )
 
 
@@ -632,6 +682,10 @@ def dry_run_lines(plan: Plan) -> list[str]:
             f" printf '%s\\n' {conf_lines} > {shlex.quote(str(conf))}"
         )
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.build_env.items())
+    env_prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in es.engine_env(plan.settings).items())
+    if plan.passthrough is not None:
+        lines.append("# the device passed into a container of the base image, before any build:")
+        lines.append(env_prefix + q(plan.passthrough))
     lines.append(f"# built only when {plan.image} is absent:")
     if plan.overlay is not None:
         lines.append(f"# with {plan.overlay.describe()}, staged in {plan.stage}")
@@ -641,7 +695,6 @@ def dry_run_lines(plan: Plan) -> list[str]:
         owner = f"{plan.results_owner}:{plan.results_owner}"
         lines.append(f"chown {owner} {shlex.quote(str(plan.results))}")
     lines.append(f'export KVRIG_IMAGE_DIGEST="$({q(plan.digest)})"')
-    env_prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in es.engine_env(plan.settings).items())
     lines.append(env_prefix + q(plan.run))
     return lines
 

@@ -321,3 +321,50 @@ def check_engine_runs(
         " or set the one named (docs/containers.md, Hosts that need special engine settings)."
         f" {ALTERNATIVES}"
     )
+
+
+_PASSTHROUGH_FIX = {
+    ("cuda", "docker"): (
+        "Docker reaches the GPU through the NVIDIA Container Toolkit: install"
+        " nvidia-container-toolkit, run `sudo nvidia-ctk runtime configure --runtime=docker`"
+        " and restart the daemon (`sudo systemctl restart docker`)"
+    ),
+    ("cuda", "podman"): (
+        "Podman reaches the GPU through a CDI spec: install nvidia-container-toolkit and"
+        " generate it with `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`"
+        " (again after every driver update); `nvidia-ctk cdi list` must name nvidia.com/gpu=all"
+    ),
+    ("xpu", "docker"): (
+        "the container's user must be in the group owning /dev/dri/renderD* (usually"
+        " `render`): add the runner's user to it (`sudo usermod -aG render $USER`, then log in"
+        " again) and check the node with `ls -ln /dev/dri`"
+    ),
+    ("xpu", "podman"): (
+        "the container's user must be in the group owning /dev/dri/renderD* (usually"
+        " `render`): add the runner's user to it (`sudo usermod -aG render $USER`, then log in"
+        " again); rootless Podman keeps it only with a runtime that supports keep-groups"
+        " (crun, or runc 1.1 and newer)"
+    ),
+}
+
+
+def check_passthrough(
+    platform: str,
+    engine: str,
+    cmd: Sequence[str],
+    engine_env: Mapping[str, str],
+    probe: Probe,
+) -> None:
+    """The device reaches a container of the base image as the column's will get it, so
+    a missing toolkit, CDI spec or render group costs seconds, not an image build."""
+    prefix = ["env", *(f"{k}={v}" for k, v in engine_env.items())] if engine_env else []
+    code, last = probe.run([*prefix, *cmd])
+    if code == 0:
+        return
+    device = "the NVIDIA GPU" if platform == "cuda" else "the Intel GPU's render node"
+    raise PreflightError(
+        f"The host sees {device}, but a container does not: `{' '.join(cmd)}` failed"
+        f" ({last or f'exit {code}'}). {_PASSTHROUGH_FIX[(platform, engine)]}. Then run"
+        f" `kvrig check host {platform}` and this command again; nothing was built."
+        f" {ALTERNATIVES}"
+    )

@@ -86,6 +86,21 @@ def read_records(folder: Path) -> dict[str, dict[str, Any]]:
     return records
 
 
+def _compared(
+    cells: Sequence[Cell], host_rows: Sequence[Mapping[str, Any]], host: Path | None
+) -> str:
+    """What the host's run covered, said even when it covered nothing: a comparison that
+    could not be made must not read as one that passed."""
+    if host is None:
+        return "; not compared with a host run (none asked for)"
+    on_host = {r["cell_id"] for r in host_rows} & {c.id for c in cells}
+    if not on_host:
+        return f"; NOT compared with a host run: {host} holds none of these cells' results"
+    left = len(cells) - len(on_host)
+    unrun = f" ({left} not run on the host, so not compared)" if left else ""
+    return f", the same as the host's run in {host} for {len(on_host)} of them{unrun}"
+
+
 def check_folder(
     results: Path,
     matrix: Matrix,
@@ -101,7 +116,7 @@ def check_folder(
         cells = expand(matrix, platform, gpu_arch=emulate, device_emulated=True)
     else:
         cells = expand(matrix, platform)
-    host_rows = results_mod.read(host) if host is not None else []
+    host_rows = results_mod.read(host) if host and (host / "results.jsonl").is_file() else []
     rows = results_mod.read(results)
     if partial:
         ran = {r["cell_id"] for r in rows}
@@ -109,7 +124,7 @@ def check_folder(
     problems = check(cells, rows, read_records(results), host_rows, f"kvrig-{platform}:")
     for line in problems:
         print(f"FAIL {line}")
-    compared = f", the same as the host's {len(host_rows)} rows" if host_rows else ""
+    compared = _compared(cells, host_rows, host)
     if problems:
         print(
             f"kvrig container check: {len(problems)} problem(s) in {results} ({len(cells)}"
@@ -152,7 +167,7 @@ def in_container(
     return check_folder(
         folder,
         load_matrix(matrix or default_matrix()),
-        host if (host / "results.jsonl").is_file() else None,
+        host,
         platform,
         partial=bool(pytest_args),
         emulate=emulate,

@@ -1,0 +1,81 @@
+"""Whether a column's accelerator is still there, asked inside its container before each cell.
+
+A GPU that falls off the bus, a driver reset or a container started without the device
+turns every remaining cell into the same raw CUDA or Level Zero error, an hour of CI later
+and under each cell's name as if vLLM had failed it. Asked before each cell, the column
+instead stops at the first cell it would have lost and says what went (kvrig.column.plugin).
+The looks at the system are passed in, so each answer is testable without a device.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+def _run(cmd: Sequence[str], timeout: float = 30) -> tuple[int, str]:
+    try:
+        done = subprocess.run(
+            list(cmd), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except OSError as exc:
+        return 127, str(exc)
+    except subprocess.TimeoutExpired:
+        return 124, f"no answer within {timeout:.0f} s"
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+@dataclass(frozen=True)
+class Looks:
+    """How the check looks at the system: swapped for fakes in tests."""
+
+    glob: Callable[[str], list[str]] = lambda pattern: sorted(glob.glob(pattern))
+    usable: Callable[[str], bool] = lambda path: os.access(path, os.R_OK | os.W_OK)
+    which: Callable[[str], str | None] = shutil.which
+    run: Callable[[Sequence[str]], tuple[int, str]] = _run
+
+
+def _cuda(looks: Looks) -> str | None:
+    # Both Docker's toolkit and a CDI spec create /dev/nvidiaN for each GPU passed in.
+    if not looks.glob("/dev/nvidia[0-9]*"):
+        return (
+            "no /dev/nvidiaN device node is here: the container was started without the GPU"
+            " (docker --gpus all, podman --device nvidia.com/gpu=all) or the GPU has gone"
+        )
+    if looks.which("nvidia-smi") is None:  # not every image gets the driver's tools
+        return None
+    code, out = looks.run(["nvidia-smi", "-L"])
+    if code != 0 or "GPU" not in out:
+        last = out.splitlines()[-1] if out else f"exit {code}"
+        return f"`nvidia-smi -L` lists no GPU ({last}): the driver has lost the device"
+    return None
+
+
+def _xpu(looks: Looks) -> str | None:
+    nodes = looks.glob("/dev/dri/renderD*")
+    if not nodes:
+        return (
+            "no /dev/dri/renderD* node is here: the container was started without the GPU"
+            " (--device /dev/dri) or the GPU has gone"
+        )
+    if not any(looks.usable(node) for node in nodes):
+        return (
+            f"{', '.join(nodes)} cannot be opened for reading and writing by uid"
+            f" {os.getuid()}: the container lacks the render group (--group-add, or"
+            " keep-groups for rootless Podman)"
+        )
+    return None
+
+
+def missing(platform: str, looks: Looks | None = None) -> str | None:
+    """Why the platform's device is not usable here, or None when it is (and off GPUs)."""
+    looks = looks or Looks()
+    if platform == "cuda":
+        return _cuda(looks)
+    if platform == "xpu":
+        return _xpu(looks)
+    return None
