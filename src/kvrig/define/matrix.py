@@ -1171,8 +1171,8 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
     matrix._path = path
     for i, case in enumerate(data.get("cases") or []):
         lines = case.get("__lines__", {}) if isinstance(case, dict) else {}
-        if lines:
-            matrix._case_lines[i] = min(lines.values())
+        if lines:  # its id's: a group's shared keys are written above it
+            matrix._case_lines[i] = lines.get("id") or min(lines.values())
     for i, entry in enumerate(data.get("allowances") or []):
         lines = entry.get("__lines__", {}) if isinstance(entry, dict) else {}
         if lines:
@@ -1237,7 +1237,7 @@ def _expanded(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     except shorthands.ShorthandError as exc:
         field = str(exc).split(":", 1)[0]
         parts = [int(p) if p.isdigit() else p for p in field.split(".")]
-        line = _line_of(data, parts)
+        line = _line_of(data if exc.cases is None else {"cases": exc.cases}, parts)
         where = f"{path}:{line}" if line else str(path)
         raise MatrixError(
             f"{where}: the matrix is invalid at {exc}. Nothing was run; fix the file and"

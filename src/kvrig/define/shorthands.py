@@ -6,9 +6,17 @@ They are expanded before validation, on the parsed file itself (every mapping ke
 line each of its keys came from), so an error in an expanded case still points at the
 line it is written on, and every cell is exactly what the long form would give:
 
+- a group of cases, `{shared: {model: llama, review: dsa}, cases: [...]}`: each case of
+  it with the shared keys, a key of its own replacing a shared one whole;
 - `models: [a, b]` in a case: one case per model, in that order (cell ids unchanged);
-- an `expect:` (or `known_defect.shows:`) key naming several platforms, "cuda, xpu":
-  the same expectation for each;
+- `models: {a: ~, b: {cuda: 144, xpu: ~}}`: the same, each model with the expectations
+  where it differs from the case's (an expectation of its own, or `~`: no cell there);
+- an `expect:` (or `known_defect.shows:`, or a `models:` entry's) key naming several
+  platforms, "cuda, xpu": the same expectation for each;
+- a running cell's expectation written short, wherever an expectation is written:
+  `runs` for `{outcome: runs}`, a size `144` for `{outcome: runs, invariants:
+  {block_size: 144}}`, and a mapping of invariants only (`{block_size: 192,
+  backends_include: [FLASH_ATTN]}`) for `{outcome: runs, invariants: <it>}`;
 - `review: <key>` naming an entry of the top-level `reviews:` table: that statement;
 - the top-level `presets:` holds YAML anchors only (crafted backends, knob sets,
   expectations the cases alias); it is dropped before validation.
@@ -19,13 +27,40 @@ Pure: parsed data in, parsed data out (nothing read or written).
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
 
 LINES = "__lines__"  # the loader's record of each key's line (kvrig.define.matrix)
+# kvrig.define.matrix.Invariants' fields (a unit test holds the two equal): the keys a
+# running cell's short expectation may list.
+INVARIANTS = frozenset(
+    ("block_size", "block_size_in", "kernel_block_sizes_include", "backends_include", "rejected_by")
+)
+_SHORT = TypeAdapter(Literal["runs"] | Annotated[StrictInt, Field(gt=0)])
+_PER_MODEL = TypeAdapter(dict[str, dict[str, Any] | None])
 
 
 class ShorthandError(ValueError):
-    """A shorthand that cannot be expanded; its message names the field, as the schema's do."""
+    """A shorthand that cannot be expanded; its message names the field, as the schema's do.
+
+    `cases`, when set, is the case list the field's index counts in (the groups written
+    out), where the loader finds its line; else the index is the parsed file's."""
+
+    cases: list[Any] | None = None
+
+
+class _Group(BaseModel):
+    """A group of cases in `cases:`: the keys its cases share, and the cases."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shared: dict[str, Any] = Field(min_length=1)
+    cases: list[dict[str, Any]] = Field(min_length=1)
+
+
+# What a group cannot share: each case names itself, and groups do not nest.
+_UNSHARED = ("id", "shared", "cases")
 
 
 def expand(data: dict[str, Any]) -> dict[str, Any]:
@@ -38,9 +73,51 @@ def expand(data: dict[str, Any]) -> dict[str, Any]:
         raise ShorthandError("reviews: must be a mapping of names to review statements")
     cases = data.get("cases")
     if isinstance(cases, list):
-        out["cases"] = [
-            expanded for i, case in enumerate(cases) for expanded in _case(i, case, reviews)
-        ]
+        flat = [one for i, case in enumerate(cases) for one in _ungrouped(i, case)]
+        try:
+            out["cases"] = [
+                expanded for i, case in enumerate(flat) for expanded in _case(i, case, reviews)
+            ]
+        except ShorthandError as exc:
+            exc.cases = flat
+            raise
+    return out
+
+
+def _ungrouped(index: int, item: Any) -> list[Any]:
+    """A group's cases, each with the keys the group shares (its own lines kept, the
+    shared keys' at the group); any other item as it is."""
+    if not isinstance(item, dict) or "shared" not in item:
+        return [item]
+    plain = {k: v for k, v in item.items() if k != LINES}
+    if isinstance(plain["shared"], dict):
+        plain["shared"] = dict(_items(plain["shared"]))
+    try:
+        group = _Group.model_validate(plain)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"][:2])
+        raise ShorthandError(
+            f"cases.{index}.{field}: a group of cases is `shared:` (a mapping of the keys its"
+            " cases share, one or more) and `cases:` (a list of cases, one or more), nothing"
+            f" else ({first['msg'].lower()})"
+        ) from None
+    bad = [k for k in _UNSHARED if k in group.shared]
+    nested = [j for j, case in enumerate(group.cases) if "shared" in case]
+    if bad or nested:
+        field = f"shared.{bad[0]}" if bad else f"cases.{nested[0]}"
+        raise ShorthandError(
+            f"cases.{index}.{field}: a group shares neither a case's `id` nor another group;"
+            " give each case its own id, and write groups one after another"
+        )
+    shared_lines = item["shared"].get(LINES, {})
+    out = []
+    for case in item["cases"]:
+        one = {**copy.deepcopy(group.shared), **case}
+        one.pop(LINES, None)
+        if LINES in case:
+            one[LINES] = {**shared_lines, **case[LINES]}
+        out.append(one)
     return out
 
 
@@ -53,22 +130,82 @@ def _case(index: int, case: Any, reviews: dict[str, Any]) -> list[Any]:
 
 
 def _written_out(index: int, case: dict[str, Any], reviews: dict[str, Any]) -> None:
-    """The case's review quoted and its platform keys split, in place (on its own copy)."""
+    """The case's review quoted, its platform keys split and its short expectations
+    written out, in place (on its own copy)."""
+    where = f"cases.{index}"
     if isinstance(case.get("review"), str) and case["review"] in reviews:
         case["review"] = reviews[case["review"]]
     if isinstance(case.get("expect"), dict):
-        case["expect"] = _platforms(f"cases.{index}.expect", case["expect"])
+        case["expect"] = _each(f"{where}.expect", _platforms(f"{where}.expect", case["expect"]))
     defect = case.get("known_defect")
     if isinstance(defect, dict) and isinstance(defect.get("shows"), dict):
-        defect["shows"] = _platforms(f"cases.{index}.known_defect.shows", defect["shows"])
+        shows = _platforms(f"{where}.known_defect.shows", defect["shows"])
+        defect["shows"] = _each(f"{where}.known_defect.shows", shows)
+    if isinstance(case.get("expect_by_isa"), dict):
+        case["expect_by_isa"] = _each(f"{where}.expect_by_isa", case["expect_by_isa"])
+    for key, entry in _items(case.get("expect_by_arch")):
+        if isinstance(entry, dict) and "expect" in entry:
+            entry["expect"] = expectation(f"{where}.expect_by_arch.{key}.expect", entry["expect"])
+
+
+def _items(mapping: Any) -> list[tuple[Any, Any]]:
+    """A parsed mapping's entries without the loader's line record (none of a non-mapping)."""
+    return [(k, v) for k, v in mapping.items() if k != LINES] if isinstance(mapping, dict) else []
+
+
+def _each(where: str, mapping: dict[str, Any]) -> dict[str, Any]:
+    """Every value of a mapping of expectations written out (the mapping itself, changed)."""
+    for key, value in _items(mapping):
+        mapping[key] = expectation(f"{where}.{key}", value)
+    return mapping
+
+
+def expectation(where: str, value: Any) -> Any:
+    """One expectation in its long form: `runs`, a block size, or a mapping of invariants
+    only, as the running cell they stand for; any other mapping as it is written (the
+    schema judges it)."""
+    if isinstance(value, dict):
+        return value if "outcome" in value else _runs_with(where, value)
+    try:
+        short = _SHORT.validate_python(value)
+    except ValidationError:
+        raise ShorthandError(
+            f"{where}: {value!r} is no expectation; write `runs`, the block size a running"
+            " cell must choose (a whole number of at least 1), a mapping of its invariants,"
+            " or a mapping with an `outcome` (docs/matrix.md)"
+        ) from None
+    return {"outcome": "runs"} if short == "runs" else _runs_with(where, {"block_size": short})
+
+
+def _runs_with(where: str, invariants: dict[str, Any]) -> dict[str, Any]:
+    """`{outcome: runs, invariants: <invariants>}`, the invariants at the line they are on."""
+    keys = [k for k, _ in _items(invariants)]
+    unknown = sorted(str(k) for k in keys if k not in INVARIANTS)
+    if unknown or not keys:
+        what = f"{', '.join(unknown)} is none" if unknown else "it lists none"
+        raise ShorthandError(
+            f"{where}: an expectation without `outcome` stands for a running cell and lists"
+            f" its invariants ({', '.join(sorted(INVARIANTS))}); {what}. Give it an"
+            " `outcome` (early_error, late_error, unsupported, skip) or list invariants only"
+        )
+    out: dict[str, Any] = {"outcome": "runs", "invariants": invariants}
+    if LINES in invariants:
+        out[LINES] = {"invariants": min(invariants[LINES].values(), default=None)}
+    return out
 
 
 def _per_model(index: int, case: dict[str, Any]) -> list[dict[str, Any]]:
-    """One case per model of `models:`, each pointing at the line the list is on."""
+    """One case per model of `models:`, each pointing at the line its model is named on."""
     names = case.pop("models")
-    lines = case.get(LINES, {})
     if "model" in case:
         raise ShorthandError(f"cases.{index}.models: a case names `model` or `models`, not both")
+    lines = case.get(LINES, {})
+    if isinstance(names, dict):
+        differs = _differences(index, names)
+        where = names.get(LINES, {})
+        names = list(differs)
+    else:
+        differs, where = {}, {}
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise ShorthandError(f"cases.{index}.models: must be a list of model names, one or more")
     if len(set(names)) != len(names):
@@ -77,10 +214,54 @@ def _per_model(index: int, case: dict[str, Any]) -> list[dict[str, Any]]:
     for name in names:
         one = copy.deepcopy(case)
         one["model"] = name
-        if LINES in one and "models" in lines:
-            one[LINES] = {**one[LINES], "model": lines["models"]}
+        if LINES in one and (name in where or "models" in lines):
+            one[LINES] = {**one[LINES], "model": where.get(name) or lines["models"]}
+        _differ(f"cases.{index}.models.{name}", one, differs.get(name) or {})
         out.append(one)
     return out
+
+
+def _differences(index: int, names: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    """`models:` as a mapping: each model's expectations where it differs from the case's."""
+    plain = {k: v for k, v in names.items() if k != LINES}
+    try:
+        differs = _PER_MODEL.validate_python(plain)
+    except ValidationError as exc:
+        bad = ".".join(str(p) for p in exc.errors()[0]["loc"][:1])
+        raise ShorthandError(
+            f"cases.{index}.models.{bad}: a model of `models:` written as a mapping takes the"
+            " expectations where it differs from the case's, by platform ({cuda: 144, xpu:"
+            " ~}), or `~` for none"
+        ) from None
+    if not differs:
+        raise ShorthandError(f"cases.{index}.models: must name one model or more")
+    return {name: copy.deepcopy(names[name]) for name in differs}
+
+
+def _differ(where: str, case: dict[str, Any], differs: dict[str, Any]) -> None:
+    """One model's differences put into its case's expectations: another expectation, or
+    none on a platform (`~`); only on platforms the case has a cell on."""
+    if not differs:
+        return
+    expect = case.get("expect")
+    if not isinstance(expect, dict):
+        raise ShorthandError(f"{where}: the case has no `expect:` for this model to differ from")
+    split = _platforms(where, differs)
+    for platform, value in _items(split):
+        if platform not in expect:
+            raise ShorthandError(
+                f"{where}.{platform}: the case expects nothing on {platform!r} for this model"
+                " to differ from; add it to the case's `expect:` (and `~` for the models"
+                " without a cell there)"
+            )
+        if value is None:
+            del expect[platform]
+            continue
+        expect[platform] = expectation(f"{where}.{platform}", value)
+        if LINES in expect and platform in split.get(LINES, {}):
+            expect[LINES] = {**expect[LINES], platform: split[LINES][platform]}
+    if not _items(expect):
+        raise ShorthandError(f"{where}: leaves the model no expectation on any platform")
 
 
 def _platforms(where: str, mapping: dict[str, Any]) -> dict[str, Any]:
