@@ -8,9 +8,10 @@
 the order `nox -l -s tests` shows, `unit` (no vLLM), `faults`, `cpu_column` (natively
 and under every lesser CPU class the host can emulate), `container_cpu`, `mutation` and
 `emulated` (vLLM's CUDA and XPU platform code per GPU architecture, on this host).
-`cpu`/`cuda`/`xpu` run a column in its container, `cuda_image` proves the CUDA image
-without a GPU, `base_image` builds a local Debian base, `lint` checks code, layers and
-Dockerfiles, `report`/`gate` read results, `bench` prints the speed and memory figures.
+`cpu`/`cuda`/`xpu` run a column in its container (`-- --build-only --push` builds and
+pushes its image, needing no device), `cuda_image` proves the CUDA image without a GPU,
+`base_image` builds a local Debian base, `lint` checks code, layers and Dockerfiles,
+`report`/`gate` read results, `bench` prints the speed and memory figures.
 """
 
 from __future__ import annotations
@@ -142,8 +143,9 @@ def emulated(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def cuda_image(session: nox.Session) -> None:
-    """The CUDA image's software proven without a GPU: the image is built (on a local
-    Debian base where no registry answers) and the emulated CUDA 9.0 column runs inside it
+    """The CUDA image's software proven without a GPU: the image is built from the
+    release's wheels (`--from-wheels`, on a local Debian base where no registry answers,
+    so not on vLLM's own image) and the emulated CUDA 9.0 column runs inside it
     with no device passed in, each cell checked against the host's emulated run
     (results/cuda-sm90-emulated, when there is one). About 10 GB of image; not in `tests`."""
     _install_rig(session)
@@ -184,7 +186,8 @@ def cpu(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def cuda(session: nox.Session) -> None:
-    """The CUDA column in its container (needs an NVIDIA GPU and Docker or Podman)."""
+    """The CUDA column in its container (needs an NVIDIA GPU and Docker or Podman; not for
+    `-- --build-only`, which builds and with `--push` pushes the image on any host)."""
     _install_rig(session)
     # The GPU, its driver, the container toolkit and the GPU's architecture (the one
     # --gpu-arch names, if given), before any engine is installed.

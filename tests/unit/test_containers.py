@@ -235,7 +235,12 @@ def spec(**vllm: str) -> PlatformSpec:
         ),
         (
             {"kind": "image", "image": "vllm/vllm-openai:v0.34.0rc1"},
-            {"VLLM_SOURCE": "image", "BASE_IMAGE": "vllm/vllm-openai:v0.34.0rc1"},
+            {
+                "VLLM_SOURCE": "image",
+                "BASE_IMAGE": "vllm/vllm-openai:v0.34.0rc1",
+                # The release its tag names, which the image's vLLM must be.
+                "VLLM_VERSION": "0.34.0rc1",
+            },
         ),
         (
             {"kind": "wheel", "wheel": "docker/wheels/vllm-0.34.0-cp38-abi3.whl"},

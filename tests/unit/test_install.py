@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from kvrig.define.matrix import PlatformSpec, load
+from kvrig.define.matrix import PlatformSpec, VllmSource, load
 from kvrig.provision.install import (
+    CUDA_PINS,
     InstallError,
     cpu_overrides,
     local_torch_wheel,
@@ -51,13 +52,22 @@ def test_overrides_keep_cuda_builds_out() -> None:
 
 
 def test_image_source_cannot_install_locally() -> None:
+    """An image whose tag names no release leaves the host nothing it could install."""
     spec = CPU.model_copy(
-        update={
-            "vllm": CPU.vllm.model_copy(update={"kind": "image", "image": "vllm/vllm-openai:rc"})
-        }
+        update={"vllm": VllmSource(kind="image", image="vllm/vllm-openai:nightly")}
     )
     with pytest.raises(InstallError, match="nox -s cuda"):
         plan(spec, "cuda", find_links=None, overrides=Path("/o"))
+
+
+def test_a_release_image_installs_that_releases_wheel_on_a_host() -> None:
+    """The CUDA column's default is vLLM's image of the release: a GPU host's own column
+    (nox -s local) installs the release's PyPI wheel, the same vLLM the image holds."""
+    spec = CPU.model_copy(
+        update={"vllm": VllmSource(kind="image", image="vllm/vllm-openai:v0.33.0")}
+    )
+    args = plan(spec, "cuda", find_links=None, overrides=Path("/o"))
+    assert "vllm==0.33.0" in args and set(CUDA_PINS) <= set(args)
 
 
 def test_git_and_wheel_sources() -> None:

@@ -51,7 +51,7 @@ def _index(steps: list[dict[str, Any]], name: str) -> int:
 def test_github_has_a_job_per_platform_and_a_gate_over_all() -> None:
     wf = yaml.safe_load(pipeline.render(_matrix(shards=3), "github"))
     jobs = wf["jobs"]
-    assert list(jobs) == ["cpu", "cuda-sm90", "emulated", "gate"]
+    assert list(jobs) == ["images-cuda", "cpu", "cuda-sm90", "emulated", "gate"]
     assert jobs["cuda-sm90"]["runs-on"] == ["self-hosted", "gpu", "sm90"]
     assert jobs["cpu"]["runs-on"] == "ubuntu-latest"
     assert jobs["cpu"]["strategy"]["matrix"]["shard"] == [1, 2, 3]
@@ -70,7 +70,16 @@ def test_github_has_a_job_per_platform_and_a_gate_over_all() -> None:
 def test_buildkite_has_a_step_per_shard_then_the_gate() -> None:
     steps = yaml.safe_load(pipeline.render(_matrix(shards=2), "buildkite"))["steps"]
     keys = [s.get("key") for s in steps]
-    assert keys == ["cpu-shard1", "cpu-shard2", "cuda-sm90", "emulated", None, "gate"]
+    assert keys == [
+        "images-cuda",
+        "cpu-shard1",
+        "cpu-shard2",
+        "cuda-sm90",
+        "emulated",
+        None,
+        "gate",
+    ]
+    steps = steps[1:]  # the column steps, as before the image was built once
     assert steps[1]["command"].splitlines() == [
         "python3 -m venv .venv && .venv/bin/python -m pip install -q .",
         ".venv/bin/kvrig isa --markdown | buildkite-agent annotate --style info"
@@ -112,7 +121,12 @@ def test_buildkite_column_steps_are_red_on_a_failed_cell_and_the_gate_still_deci
     """A soft_fail column step never turns the build red; the wait must still let the
     gate run after a red column."""
     steps = yaml.safe_load(pipeline.render(_matrix(shards=shards), "buildkite"))["steps"]
-    columns = [s for s in steps if s.get("key") not in (None, "gate", "emulated")]
+    columns = [
+        s
+        for s in steps
+        if s.get("key") not in (None, "gate", "emulated")
+        and not s["key"].startswith(pipeline.IMAGES_JOB)
+    ]
     assert len(columns) == shards + 1
     for step in columns:
         assert "soft_fail" not in step, step["key"]
@@ -311,3 +325,72 @@ def test_ci_archs_are_known_architectures_of_cuda(platform: str, archs: list, me
     }
     with pytest.raises((MatrixError, ValueError), match=message):
         Matrix.model_validate(data)
+
+
+# --- images built once on a CPU runner, pulled by the device jobs --------------------------
+
+DEVICE_JOBS = ("cuda-sm80", "cuda-sm90", "cuda-sm120", "xpu")
+
+
+def test_each_device_platforms_image_is_built_once_on_a_cpu_runner_and_pushed() -> None:
+    """A GPU runner that builds its own 20 GB image spends its time on a build a CPU
+    runner could do once for every architecture's column."""
+    jobs = _committed("github")["jobs"]
+    for platform in ("cuda", "xpu"):
+        job = jobs[f"images-{platform}"]
+        assert job["runs-on"] == "ubuntu-latest"
+        assert job["env"]["KVRIG_REGISTRY"] == "ghcr.io/${{ github.repository_owner }}"
+        runs = [s.get("run", "") for s in job["steps"]]
+        login = next(i for i, r in enumerate(runs) if "login ghcr.io" in r)
+        build = runs.index(f"nox -s {platform} -- --build-only --push")
+        assert login < build
+        assert "--password-stdin" in runs[login]
+        assert _step(job["steps"], "Log in to ghcr.io")["env"] == {
+            "REGISTRY_TOKEN": "${{ github.token }}"
+        }
+
+
+def test_the_images_job_alone_may_write_packages_and_runs_where_device_jobs_run() -> None:
+    """packages: write on a job that runs a pull request's code, or on the self-hosted
+    device jobs, would let that code overwrite the images every runner pulls."""
+    wf = _committed("github")
+    for name, job in wf["jobs"].items():
+        writes = job.get("permissions", {}).get("packages") == "write"
+        assert writes == name.startswith("images-"), name
+    assert wf["permissions"] == {"contents": "read"}
+    for platform in ("cuda", "xpu"):
+        assert wf["jobs"][f"images-{platform}"]["if"] == pipeline.DEVICE_JOBS_IF
+        assert wf["jobs"][f"images-{platform}"]["permissions"] == {
+            "contents": "read",
+            "packages": "write",
+        }
+
+
+def test_every_device_job_needs_its_image_and_pulls_it_read_only() -> None:
+    jobs = _committed("github")["jobs"]
+    for name in DEVICE_JOBS:
+        job = jobs[name]
+        platform = name.split("-")[0]
+        assert job["needs"] == f"images-{platform}", name
+        assert job["permissions"] == {"contents": "read", "packages": "read"}, name
+        assert job["env"]["KVRIG_REGISTRY"] == "ghcr.io/${{ github.repository_owner }}", name
+        login = _index(job["steps"], "Log in to ghcr.io")
+        assert login < _index(job["steps"], "Run the column"), name
+    for name in ("cpu", "emulated", "gate"):
+        assert "KVRIG_REGISTRY" not in jobs[name].get("env", {}), name
+        assert "packages" not in jobs[name].get("permissions", {}), name
+    # The gate waits for the columns, not for the images (a failed image is red there).
+    assert not [n for n in jobs["gate"]["needs"] if n.startswith("images-")]
+
+
+def test_buildkite_builds_each_image_on_a_cpu_agent_before_its_device_steps() -> None:
+    steps = {s.get("key"): s for s in _committed("buildkite")["steps"]}
+    for platform in ("cuda", "xpu"):
+        images = steps[f"images-{platform}"]
+        assert images["agents"] == {"queue": "cpu"}
+        assert images["command"] == f"nox -s {platform} -- --build-only --push"
+        assert images["if"] == pipeline.BUILDKITE_DEVICE_IF
+    for key in DEVICE_JOBS:
+        assert steps[key]["depends_on"] == f"images-{key.split('-')[0]}", key
+    for key in ("cpu-shard1", "emulated", "gate"):
+        assert "depends_on" not in steps[key], key

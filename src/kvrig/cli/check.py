@@ -25,6 +25,13 @@ BACKEND_FACTS = "backend-facts"
 
 
 def cmd_host(ns: argparse.Namespace, extra: list[str]) -> int:
+    if ns.build_only:
+        # A CPU runner builds (and pushes) the image that GPU runners pull: no device.
+        print(
+            f"kvrig: --build-only builds the {ns.platform} image and runs no column, so no"
+            " device is needed"
+        )
+        return 0
     host_check.check_host(ns.platform, matrix=ns.matrix, gpu_arch=ns.gpu_arch)
     print(f"kvrig: this host has what the {ns.platform} column needs before its container")
     return 0
@@ -99,7 +106,13 @@ def register(sub: Any) -> None:
         help="the CUDA architecture the column is for (a runner's sm90 label); the GPU must"
         " be one. The column's other arguments may follow, and are not read here",
     )
-    # `nox -s cuda -- ARGS` hands the column's arguments here too, for --gpu-arch.
+    h.add_argument(
+        "--build-only",
+        action="store_true",
+        help="the image is only built (kvrig container --build-only): nothing is checked",
+    )
+    # `nox -s cuda -- ARGS` hands the column's arguments here too, for --gpu-arch and
+    # --build-only.
     h.set_defaults(run=cmd_host, pytest_args=True)
     ct = what.add_parser(
         "container",

@@ -1,7 +1,8 @@
 """Builds a platform's image and runs its column inside it: `kvrig container`.
 
     kvrig container {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
-        [--matrix PATH] [--results DIR] [--podman-compat] [-- pytest args...]
+        [--matrix PATH] [--results DIR] [--podman-compat] [--registry REG] [--push]
+        [--build-only] [--from-wheels] [-- pytest args...]
 
 The commands come from kvrig.containers.plan (pure); this module is the edge that checks
 the host (kvrig.containers.preflight), runs them, and removes the container on Ctrl-C or
@@ -24,6 +25,7 @@ from kvrig.containers import base_image, preflight
 from kvrig.containers import settings as es
 from kvrig.containers.plan import (
     Args,
+    Host,
     Plan,
     UsageError,
     cache_dir,
@@ -32,6 +34,9 @@ from kvrig.containers.plan import (
     host_facts,
     make_plan,
     parse_args,
+    passthrough_command,
+    pull_failed_line,
+    push_failure,
     requested_engine,
     with_gpu_arch,
 )
@@ -80,17 +85,55 @@ def _run_teed(cmd: list[str], env: dict[str, str], keep: int = 400) -> tuple[int
     return code, "".join(tail)
 
 
+def pulled(plan: Plan) -> bool:
+    """Whether the image is here, pulled from the plan's registry when it was not: then
+    neither its base nor a build is needed. A failed pull is one line, and the image is
+    built here instead."""
+    if _image_present(plan.engine, plan.image, plan.settings):
+        return True
+    if not plan.pull:
+        return False
+    print("+ " + shlex.join(plan.pull), file=sys.stderr, flush=True)
+    code, output = _run_teed(plan.pull, _engine_env(plan.settings))
+    if code == 0:
+        return True
+    assert plan.registry is not None
+    print(pull_failed_line(plan.image, plan.registry, plan.engine, output), flush=True)
+    return False
+
+
+def _push(plan: Plan) -> None:
+    print("+ " + shlex.join(plan.push), file=sys.stderr, flush=True)
+    code, output = _run_teed(plan.push, _engine_env(plan.settings))
+    if code != 0:
+        assert plan.registry is not None
+        raise preflight.PreflightError(
+            push_failure(plan.image, plan.registry, plan.engine, code, output)
+        )
+
+
 def resolve_base(
-    engine: str, wanted: str, settings: es.EngineSettings, probe: preflight.Probe
+    engine: str,
+    wanted: str,
+    settings: es.EngineSettings,
+    probe: preflight.Probe,
+    vllm_image: str | None = None,
 ) -> str | None:
     """None when `wanted` is here or can be pulled; else the local image standing in for it,
-    built first when absent. Raises when no local image can stand in."""
+    built first when absent. Raises when no local image can stand in; for a release's
+    vLLM image (`vllm_image`), saying how to build from the release's wheels instead."""
     flags = es.global_flags(settings)
     try:
         preflight.check_base_image(engine, wanted, probe, flags)
         return None
-    except preflight.PreflightError:
+    except preflight.PreflightError as exc:
         suite = base_image.can_stand_in(wanted)
+        if suite is None and vllm_image:
+            raise preflight.PreflightError(
+                f"{exc} The platform's vLLM is the prebuilt image {vllm_image}; to build the"
+                " same release from the package index on the platform's base_image instead,"
+                " add --from-wheels."
+            ) from None
         if suite is None:
             raise
     local = base_image.local_tag(suite)
@@ -109,17 +152,26 @@ def resolve_base(
     return local
 
 
+def _build(plan: Plan) -> None:
+    if plan.stage is not None:  # the overlay's inputs, or an empty folder without one
+        overlay_image.stage(plan.overlay, plan.stage)
+    if plan.overlay is not None:
+        print(f"kvrig.containers: vLLM with {plan.overlay.describe()}", flush=True)
+    print("+ " + shlex.join(plan.build), file=sys.stderr, flush=True)
+    code, output = _run_teed(plan.build, {**_engine_env(plan.settings), **plan.build_env})
+    if code != 0:
+        raise preflight.PreflightError(preflight.build_failure(plan.image, code, output))
+
+
 def execute(plan: Plan, probe: preflight.Probe) -> int:
     es.write_containers_conf(plan.settings)
     if not _image_present(plan.engine, plan.image, plan.settings):
-        if plan.stage is not None:  # the overlay's inputs, or an empty folder without one
-            overlay_image.stage(plan.overlay, plan.stage)
-        if plan.overlay is not None:
-            print(f"kvrig.containers: vLLM with {plan.overlay.describe()}", flush=True)
-        print("+ " + shlex.join(plan.build), file=sys.stderr, flush=True)
-        code, output = _run_teed(plan.build, {**_engine_env(plan.settings), **plan.build_env})
-        if code != 0:
-            raise preflight.PreflightError(preflight.build_failure(plan.image, code, output))
+        _build(plan)
+    if plan.push:
+        _push(plan)
+    if plan.build_only:
+        print(f"kvrig.containers: {plan.image} is ready; --build-only runs no column", flush=True)
+        return 0
     digest = subprocess.run(
         plan.digest, capture_output=True, text=True, env=_engine_env(plan.settings), check=False
     ).stdout.strip()
@@ -187,6 +239,18 @@ def planned_device(args: Args) -> Args:
     return with_gpu_arch(args, choice.arch)
 
 
+def check_passage(plan: Plan, image: str, host: Host, probe: preflight.Probe) -> None:
+    """The device reaches a container of `image` (the base, or the image the registry
+    gave), before anything is built."""
+    if plan.passthrough is None:
+        return
+    cmd = passthrough_command(plan.engine, plan.platform, image, host, plan.settings)
+    assert cmd is not None  # a device platform's, as plan.passthrough is
+    preflight.check_passthrough(
+        plan.platform, plan.engine, cmd, es.engine_env(plan.settings), probe
+    )
+
+
 def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None) -> int:
     probe = probe or preflight.Probe()
     try:
@@ -207,19 +271,24 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
         settings = es.decide(engine, facts, env, cache_dir(env), args.host_settings)
         for reason in settings.reasons:
             print(f"kvrig.containers: {engine} setting: {reason}", flush=True)
-        if args.emulate is None:  # an emulated GPU's column needs no device
+        if args.emulate is None and not args.build_only:  # emulated, or a build: no device
             preflight.check_device(args.platform, probe)
             args = on_device(args, probe)
         es.write_containers_conf(settings)
         host = host_facts(engine)
         plan = make_plan(args, root, host, engine, env, name, settings)
-        local = resolve_base(engine, plan.base_image, settings, probe)
+        have = pulled(plan)  # from the registry: no base image, no build
+        local = (
+            None
+            if have
+            else resolve_base(engine, plan.base_image, settings, probe, plan.vllm_image)
+        )
         if local is not None:
             plan = make_plan(args, root, host, engine, env, name, settings, local, plan.overlay)
         preflight.check_wheel(root, plan.wheel, probe)
         if preflight.check_engine_runs(
             engine,
-            plan.base_image,
+            plan.image if have else plan.base_image,
             es.global_flags(settings),
             es.engine_env(settings),
             probe,
@@ -229,10 +298,7 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
             settings = es.with_host_network(settings)
             print(f"kvrig.containers: {engine} setting: {settings.reasons[-1]}", flush=True)
             plan = make_plan(args, root, host, engine, env, name, settings, local, plan.overlay)
-        if plan.passthrough is not None:
-            preflight.check_passthrough(
-                plan.platform, engine, plan.passthrough, es.engine_env(settings), probe
-            )
+        check_passage(plan, plan.image if have else plan.base_image, host, probe)
         return execute(plan, probe)
     except (preflight.PreflightError, UsageError, es.SettingsError) as exc:
         print(f"kvrig.containers: {exc}", file=sys.stderr)

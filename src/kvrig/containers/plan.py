@@ -2,12 +2,23 @@
 
     kvrig container {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
         [--matrix PATH] [--results DIR] [--podman-compat] [--isa CLASS] [--cold] [--rerun]
-        [--shard I/N] [--vllm-source PATH | --vllm-patch FILE] [-- pytest args...]
+        [--shard I/N] [--vllm-source PATH | --vllm-patch FILE] [--from-wheels]
+        [--registry REG] [--push] [--build-only] [-- pytest args...]
 
 The column's own options are kvrig column's (kvrig.define.column_options): --results and
 an overlay's are the host's side, the others are handed to the `kvrig column` inside.
 Arguments it does not know (e.g. `-k qwen3_next`) go to the column's pytest, as does
 everything after `--`.
+
+Images are built once and shared through a registry (--registry REG, or KVRIG_REGISTRY):
+the image is then REG/kvrig-<platform>:<tag>, pulled when it is not here and built only
+when the pull fails; --push pushes it, and --build-only (a CPU runner's job in CI) builds
+and pushes it and runs no column, so it needs no device. The tag keys what the image
+installs, so the host that builds it and the GPU host that pulls it compute the same one.
+
+A platform whose vLLM is a release's image (vllm/vllm-openai:v0.33.0) gets that image
+with the rig layered on; --from-wheels builds the same release from the package index on
+the platform's base_image instead (where no registry serves vLLM's image).
 
 An overlay (--vllm-source, --vllm-patch, or matrix.yaml's kind: overlay) is checked on
 the host, its inputs staged in docker/overlay/ and built into the image over the image's
@@ -26,6 +37,7 @@ and printed one line each; `--host-settings on|off` (KVRIG_HOST_SETTINGS) forces
         base cannot be pulled and a local Debian image can stand in for it, that image is
         built with debootstrap (kvrig.containers.base_image) and used, with a line saying so.
     KVRIG_CACHE_FROM=REF: an image to take BuildKit layer cache from (a CI registry).
+    KVRIG_REGISTRY=REG: the registry images are pulled from and pushed to, as --registry.
 """
 
 from __future__ import annotations
@@ -42,7 +54,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kvrig.containers import settings as es
-from kvrig.define import column_choice, column_options
+from kvrig.define import column_choice, column_options, releases
 from kvrig.define.matrix import PLATFORMS, MatrixError, PlatformSpec, VllmSource
 from kvrig.define.matrix import load as load_matrix
 from kvrig.define.paths import results_folder
@@ -106,6 +118,13 @@ class Plan:
     stage: Path | None = None  # the build context's overlay folder, filled before a build
     # The device passed into a small container before any build (None: no device).
     passthrough: list[str] | None = None
+    # With a registry: the image is pulled before it is built, and pushed with --push.
+    registry: str | None = None
+    pull: list[str] = field(default_factory=list)
+    push: list[str] = field(default_factory=list)
+    build_only: bool = False  # the image, then no column
+    # The prebuilt vLLM image the build starts from (a source of kind image), if any.
+    vllm_image: str | None = None
 
 
 # --- image tag ---------------------------------------------------------------------------
@@ -140,18 +159,63 @@ def inputs_digest(root: Path, files: Iterable[Path]) -> str:
 
 
 def image_tag(
-    platform: str, dockerfile: bytes, version: str, rig_digest: str, build_args: dict[str, str]
+    platform: str,
+    dockerfile: bytes,
+    version: str,
+    rig_digest: str,
+    build_args: dict[str, str],
+    registry: str | None = None,
 ) -> str:
-    """kvrig-<platform>:<version>-<hash>, the hash over every input of the build.
+    """[REG/]kvrig-<platform>:<version>-<hash>, the hash over every input of the build.
 
     The build args carry the vLLM source (kind, version, image, wheel, git ref) and the base
-    image, so a new vLLM gives a new tag even when no file of the checkout changed.
+    image, so a new vLLM gives a new tag even when no file of the checkout changed; nothing
+    host-specific is in it, so a CPU runner that builds and a GPU runner that pulls name
+    the same image.
     """
     h = hashlib.sha256()
     h.update(dockerfile)
     h.update(b"\0" + version.encode() + b"\0" + rig_digest.encode() + b"\0")
     h.update(json.dumps(build_args, sort_keys=True).encode())
-    return f"{IMAGE_REPO.format(platform=platform)}:{version}-{h.hexdigest()[:12]}"
+    repo = IMAGE_REPO.format(platform=platform)
+    prefix = f"{registry}/" if registry else ""
+    return f"{prefix}{repo}:{version}-{h.hexdigest()[:12]}"
+
+
+def registry_name(text: str) -> str:
+    """A registry and namespace as an image name's prefix (ghcr.io/owner), lower-cased:
+    image names must be, and GitHub's owner names need not be."""
+    name = text.strip().rstrip("/").lower()
+    if not name or "://" in name or any(ch.isspace() for ch in name) or ":" in name.split("/")[-1]:
+        raise UsageError(
+            f"--registry {text!r} is not a registry: give its host and namespace, without a"
+            " scheme or an image tag (for example --registry ghcr.io/my-org, or"
+            " KVRIG_REGISTRY=registry.example.com:5000/ci); the image is then"
+            " <registry>/kvrig-<platform>:<tag>."
+        )
+    return name
+
+
+def pull_failed_line(image: str, registry: str, engine: str, output: str) -> str:
+    """One line: the pull failed, so the image is built here; what would have let it pull."""
+    last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()), "")
+    host = registry.split("/")[0]
+    return (
+        f"kvrig.containers: {image} could not be pulled ({last or 'no output'}); building it"
+        f" here (if it was pushed, log in first: `{engine} login {host}`)"
+    )
+
+
+def push_failure(image: str, registry: str, engine: str, code: int, output: str) -> str:
+    last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()), "")
+    host = registry.split("/")[0]
+    return (
+        f"Pushing {image} failed (exit {code}: {last or 'no output'}), so the image is here"
+        f" but no other host can pull it. Log in to the registry first (`{engine} login"
+        f" {host}`; in GitHub Actions with the job's GITHUB_TOKEN and `permissions:"
+        " packages: write`), check that the registry's namespace is one you may push to, or"
+        " run without --push."
+    )
 
 
 # --- build ---------------------------------------------------------------------------------
@@ -163,8 +227,11 @@ def _source_args(src: VllmSource) -> dict[str, str]:
     if src.kind == "pypi":
         args.update(VLLM_PACKAGE=str(src.package), VLLM_VERSION=str(src.version))
     elif src.kind == "image":
-        # A prebuilt vLLM image is the base; the Dockerfile only adds the rig to it.
+        # A prebuilt vLLM image is the base; the Dockerfile only adds the rig to it, and
+        # checks that its vLLM is the release the tag names (the rules judging the column).
         args["BASE_IMAGE"] = str(src.image)
+        # (empty: the tag names no release, and nothing is checked).
+        args["VLLM_VERSION"] = releases.source_version(src) or ""
     elif src.kind == "wheel":
         wheel = Path(str(src.wheel))
         args.update(VLLM_WHEEL=wheel.name, VLLM_WHEEL_DIR=str(wheel.parent))
@@ -182,7 +249,8 @@ def build_args(
     """The Dockerfile's build arguments for a platform of matrix.yaml."""
     src = spec.vllm.installed  # an overlay's base; the overlay itself is built on top
     args = {"BASE_IMAGE": base_override or spec.base_image, **_source_args(src)}
-    args["TORCH_INDEX"] = spec.torch_index or ""
+    # A prebuilt vLLM image brings its own torch: the index would key nothing it installs.
+    args["TORCH_INDEX"] = (spec.torch_index or "") if src.kind != "image" else ""
     if platform == "cpu":
         # PyPI's CUDA builds kept out of a CPU vLLM (kvrig.provision.install).
         args["EXCLUDED_PACKAGES"] = " ".join(install.CPU_EXCLUDED)
@@ -422,6 +490,10 @@ class Args:
     gpu_arch: str | None = None
     # The GPU the column emulates in the image (--emulate): no device is passed in.
     emulate: str | None = None
+    registry: str | None = None  # --registry / KVRIG_REGISTRY
+    push: bool = False
+    build_only: bool = False
+    from_wheels: bool = False  # the release's wheels, not its prebuilt vLLM image
 
 
 def with_gpu_arch(args: Args, arch: str) -> Args:
@@ -472,8 +544,16 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
         const="on",
         help="same as --host-settings on (also KVRIG_PODMAN_COMPAT=1)",
     )
+    _declare_image_options(parser, env)
     column_options.declare(parser.add_argument, column_options.CONTAINER)
     ns, unknown = parser.parse_known_args(argv)
+    registry = registry_name(ns.registry) if ns.registry else None
+    if ns.push and registry is None:
+        raise UsageError(
+            "--push pushes the image to a registry, and none is named. Pass --registry REG"
+            " (for example --registry ghcr.io/my-org) or set KVRIG_REGISTRY, and log in to it"
+            " first (`docker login ghcr.io`)."
+        )
     handed_on = {
         o.dest: getattr(ns, o.dest)
         for o in column_options.options(column_options.CONTAINER)
@@ -493,6 +573,35 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
         ns.isa,
         ns.gpu_arch,
         ns.emulate,
+        registry,
+        ns.push,
+        ns.build_only,
+        ns.from_wheels,
+    )
+
+
+def _declare_image_options(parser: argparse.ArgumentParser, env: dict[str, str]) -> None:
+    """Where the image comes from: a registry shared by the hosts, or the release's wheels."""
+    parser.add_argument(
+        "--registry",
+        default=env.get("KVRIG_REGISTRY") or None,
+        metavar="REG",
+        help="pull REG/kvrig-<platform>:<tag> when absent, build only when that fails"
+        " (also KVRIG_REGISTRY)",
+    )
+    parser.add_argument(
+        "--push", action="store_true", help="push the image to the registry (built or found)"
+    )
+    parser.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build (and with --push push) the image, run no column: no device needed",
+    )
+    parser.add_argument(
+        "--from-wheels",
+        action="store_true",
+        help="build the platform's vLLM release from the package index on its base_image,"
+        " not on the release's vLLM image (where no registry serves it)",
     )
 
 
@@ -558,7 +667,22 @@ def load_spec(args: Args, root: Path) -> PlatformSpec:
             f" {', '.join(matrix.platforms) or 'none'}). Add it under platforms, or pick one"
             " of those."
         )
-    return spec
+    return from_wheels(spec, args.platform) if args.from_wheels else spec
+
+
+def from_wheels(spec: PlatformSpec, platform: str) -> PlatformSpec:
+    """The platform with its vLLM installed from the index on its base_image: a release's
+    image gives way to that release's wheel (kvrig.define.matrix.VllmSource.wheels)."""
+    if spec.vllm.kind != "image":
+        return spec  # already installed from the index, a wheel or a git ref
+    wheels = spec.vllm.wheels
+    if wheels is None:
+        raise UsageError(
+            f"--from-wheels installs the release {platform}'s vLLM image is of, and the image"
+            f" {spec.vllm.image} names none in its tag. Give it"
+            f" (platforms.{platform}.vllm.version), or drop --from-wheels."
+        )
+    return spec.model_copy(update={"vllm": wheels})
 
 
 def cache_dir(env: dict[str, str]) -> Path:
@@ -598,6 +722,7 @@ def make_plan(
         rig_version((root / "pyproject.toml").read_text()),
         inputs_digest(root, files),
         bargs,
+        args.registry,
     )
     # An emulated CPU class (--isa avx2, or pytest's --kvrig-isa) writes its own column's folder.
     cls, _ = isa.take_arg(args.cpu_class, args.pytest_args)
@@ -647,9 +772,14 @@ def make_plan(
         stage=root / OVERLAY_STAGE,
         passthrough=(
             passthrough_command(engine, args.platform, bargs["BASE_IMAGE"], host, settings)
-            if args.emulate is None
+            if args.emulate is None and not args.build_only
             else None
         ),
+        registry=args.registry,
+        pull=[engine, *flags, "pull", tag] if args.registry else [],
+        push=[engine, *flags, "push", tag] if args.push else [],
+        build_only=args.build_only,
+        vllm_image=spec.vllm.image if spec.vllm.kind == "image" else None,
     )
 
 
@@ -681,21 +811,39 @@ def dry_run_lines(plan: Plan) -> list[str]:
             f"mkdir -p {shlex.quote(str(conf.parent))} &&"
             f" printf '%s\\n' {conf_lines} > {shlex.quote(str(conf))}"
         )
-    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.build_env.items())
     env_prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in es.engine_env(plan.settings).items())
     if plan.passthrough is not None:
         lines.append("# the device passed into a container of the base image, before any build:")
         lines.append(env_prefix + q(plan.passthrough))
-    lines.append(f"# built only when {plan.image} is absent:")
-    if plan.overlay is not None:
-        lines.append(f"# with {plan.overlay.describe()}, staged in {plan.stage}")
-    lines.append(f"{prefix} {q(plan.build)}".strip())
+    lines += image_lines(plan)
+    if plan.build_only:
+        lines.append("# --build-only: no column is run")
+        return lines
     lines.append(f"mkdir -p {shlex.quote(str(plan.results))}")
     if plan.results_owner is not None:
         owner = f"{plan.results_owner}:{plan.results_owner}"
         lines.append(f"chown {owner} {shlex.quote(str(plan.results))}")
     lines.append(f'export KVRIG_IMAGE_DIGEST="$({q(plan.digest)})"')
     lines.append(env_prefix + q(plan.run))
+    return lines
+
+
+def image_lines(plan: Plan) -> list[str]:
+    """The image's commands: pulled from the registry, else built; pushed with --push."""
+    q = shlex.join
+    lines = []
+    if plan.pull:
+        lines.append(f"# pulled when {plan.image} is absent here:")
+        lines.append(q(plan.pull))
+        lines.append("# built only when the pull fails:")
+    else:
+        lines.append(f"# built only when {plan.image} is absent:")
+    if plan.overlay is not None:
+        lines.append(f"# with {plan.overlay.describe()}, staged in {plan.stage}")
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.build_env.items())
+    lines.append(f"{prefix} {q(plan.build)}".strip())
+    if plan.push:
+        lines.append(q(plan.push))
     return lines
 
 

@@ -244,6 +244,24 @@ class VllmSource(_Strict):
         for name in ("base", "source", "patch"):
             if getattr(self, name) is not None:
                 raise ValueError(f"{name!r} belongs to a vLLM source of kind 'overlay' only")
+        if self.kind == "image":
+            return self._an_image_of_one_release()
+        return self
+
+    def _an_image_of_one_release(self) -> VllmSource:
+        """An image's tag names its release (vllm/vllm-openai:v0.33.0), or `version` does
+        for a tag that names none; both naming one must name the same, or the column would
+        be judged by one release's rules while running another."""
+        tagged = releases.image_version(str(self.image))
+        if (
+            self.version is not None
+            and tagged is not None
+            and releases.parse(self.version) != releases.parse(tagged)
+        ):
+            raise ValueError(
+                f"the image {self.image} is tagged {tagged} and 'version' says"
+                f" {self.version}: drop 'version' (the tag names the release) or fix one"
+            )
         return self
 
     def _a_good_overlay(self) -> VllmSource:
@@ -260,6 +278,23 @@ class VllmSource(_Strict):
     def installed(self) -> VllmSource:
         """The source that is installed: an overlay's base, else the source itself."""
         return self.base if self.kind == "overlay" and self.base else self
+
+    @property
+    def wheels(self) -> VllmSource | None:
+        """The vLLM this source installs, as a package index or wheel file serves it: what
+        a host (`kvrig setup vllm`), the emulated GPU columns and an image built from wheels
+        (`kvrig container cuda --from-wheels`) install, since none of them can use a
+        prebuilt image. An image of a release gives that release's `package` from the
+        index (vLLM's release images install the release's wheel); None for a source no
+        index serves (a git ref, an image whose tag names no release)."""
+        src = self.installed
+        if src.kind in ("pypi", "wheel"):
+            return src
+        if src.kind == "image":
+            release = releases.source_version(src)
+            if release is not None:
+                return VllmSource(kind="pypi", package=src.package, version=release)
+        return None
 
     def describe(self) -> str:
         if self.kind == "overlay":
@@ -804,7 +839,11 @@ class Matrix(_Strict):
             unknown = releases.unknown_at(p, releases.parse(release))
             if not unknown:
                 continue
-            field = "version" if spec.vllm.version == release else "git_ref"
+            field = (
+                "version"
+                if spec.vllm.version == release
+                else ("image" if spec.vllm.kind == "image" else "git_ref")
+            )
             older, newest = releases.known_releases(p)
             known = [releases.shown(v) for v in older] + [f"{releases.shown(newest)} or later"]
             what = "; ".join(f"{s.name} ({s.where}) is {s.known_text()}" for s in unknown)

@@ -175,13 +175,36 @@ SWITCHES = (
 )
 
 
+# An image tag that names a release: v0.33.0, 0.33.0, v0.34.0rc1 (vllm/vllm-openai's).
+_RELEASE_TAG = re.compile(r"v?(\d+\.\d+\.\d+(?:rc\d+)?)")
+
+
+def image_version(image: str) -> str | None:
+    """The release an image's tag names (vllm/vllm-openai:v0.33.0: 0.33.0), or None for a
+    tag that names none (latest, nightly) or an image pinned by digest.
+
+    vLLM's release images are tagged with the release they install, so the tag says which
+    release's rules judge the column, as a PyPI pin does."""
+    if "@" in image:
+        return None
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:  # no tag, or the colon was a registry's port
+        return None
+    m = _RELEASE_TAG.fullmatch(tag)
+    return m.group(1) if m else None
+
+
 def source_version(source: object) -> str | None:
     """The release a matrix platform's vLLM source installs: a pinned version, else a
-    git tag that reads as one; None when it names neither (an image, a wheel file)."""
+    git tag or an image's tag that reads as one; None when it names none (an image
+    tagged latest, a wheel file)."""
     for field in ("version", "git_ref"):
         value = getattr(source, field, None)
         if isinstance(value, str) and _VERSION.match(value.strip()):
             return value
+    image = getattr(source, "image", None)
+    if getattr(source, "kind", None) == "image" and isinstance(image, str):
+        return image_version(image)
     return None
 
 

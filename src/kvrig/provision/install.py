@@ -56,11 +56,16 @@ def plan(
     """The arguments to `uv pip install` for this platform's vLLM."""
     src = spec.vllm.installed
     if src.kind == "image":
-        raise InstallError(
-            f"The {platform} platform takes vLLM from the image {src.image}, which only a"
-            f" container can use. Run nox -s {platform}, or point matrix.yaml's"
-            f" platforms.{platform}.vllm at a PyPI version, a wheel or a git ref."
-        )
+        # A host cannot install an image: it installs the release the image is of, from
+        # the index, as `kvrig container --from-wheels` builds it.
+        if src.wheels is None:
+            raise InstallError(
+                f"The {platform} platform takes vLLM from the image {src.image}, whose tag"
+                " names no release, and only a container can use an image. Run nox -s"
+                f" {platform}, give the image's release (platforms.{platform}.vllm.version),"
+                f" or point platforms.{platform}.vllm at a PyPI version, a wheel or a git ref."
+            )
+        src = src.wheels
     target = {
         "pypi": f"{src.package}=={src.version}",
         "wheel": str(src.wheel),
@@ -90,12 +95,13 @@ def emulated_plan(cuda: PlatformSpec) -> list[str]:
     """The emulated GPU columns' environment: the CUDA platform's PyPI wheel with PyPI's
     torch (which imports on a CPU host; the matrix's CUDA index would cost the same and
     add nothing a configuration reads), with the pins that keep it importable."""
-    src = cuda.vllm.installed
+    src = cuda.vllm.wheels or cuda.vllm.installed  # an image's: its release's wheel
     if src.kind != "pypi" or not src.version:
         raise InstallError(
             "The emulated GPU columns install the CUDA platform's PyPI wheel, and"
             f" matrix.yaml's cuda platform takes vLLM from {src.describe()}. Pin a PyPI"
-            " release there (platforms.cuda.vllm: {kind: pypi, package: vllm, version: ...})."
+            " release there (platforms.cuda.vllm: {kind: pypi, package: vllm, version: ...},"
+            " or vLLM's image of a release: {kind: image, image: vllm/vllm-openai:v0.33.0})."
         )
     return [f"{src.package}=={src.version}", *CUDA_PINS]
 

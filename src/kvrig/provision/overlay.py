@@ -156,7 +156,12 @@ def requested(
             f"The {platform} platform's vLLM is {base.describe()} in matrix.yaml, and an"
             " overlay needs a released wheel under it for its compiled kernels. Point"
             f" platforms.{platform}.vllm at a PyPI version or a wheel, or at an overlay"
-            " with such a base."
+            " with such a base"
+            + (
+                "; or, in a container, add --from-wheels (the image's release from the index)."
+                if base.kind == "image"
+                else "."
+            )
         )
     return VllmSource(kind="overlay", base=base, source=source, patch=patch)
 

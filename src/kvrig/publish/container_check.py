@@ -58,7 +58,8 @@ def check(
             problems.append(f"{cell.id}: {row['status']} in the container: {row.get('reason')}")
         host = records.get(cell.id, {}).get("host", {})
         image, digest = host.get("image") or "", host.get("image_digest") or ""
-        if not image.startswith(image_repo) or not digest:
+        # The image's own name, whatever registry it was pulled from (REG/kvrig-cuda:...).
+        if not image.rsplit("/", 1)[-1].startswith(image_repo) or not digest:
             problems.append(
                 f"{cell.id}: its record does not name the image it ran in"
                 f" (image={image!r}, image_digest={digest!r})"
@@ -151,15 +152,17 @@ def in_container(
     """A column in its container, into results/<column>-container, then checked: against
     the host's own run where results/<column> holds one, and (when pytest arguments chose
     cells, so that only those ran) on the cells that ran. The CPU column by default;
-    `emulate` an emulated CUDA device's, in the CUDA image with no device passed in (the
-    image's vLLM, torch and pins proven without a GPU)."""
+    `emulate` an emulated CUDA device's, in the CUDA image built from the release's wheels
+    with no device passed in (the image's vLLM, torch and pins proven without a GPU)."""
     platform = "cuda" if emulate else "cpu"
     column = emulated_column(platform, emulate) if emulate else "cpu"
     folder = results_folder(f"{column}-container" if emulate else CONTAINER).resolve()
     # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
     shutil.rmtree(folder, ignore_errors=True)
     given = ["--matrix", str(matrix)] if matrix else []
-    device = ["--emulate", emulate] if emulate else []
+    # The CUDA image from the release's wheels, on a local Debian base where no registry
+    # answers: the same vLLM, torch and pins the host's emulated run installs.
+    device = ["--emulate", emulate, "--from-wheels"] if emulate else []
     code = run([platform, *given, *device, "--results", str(folder), *pytest_args])
     if code != 0:
         return code

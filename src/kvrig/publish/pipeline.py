@@ -18,6 +18,12 @@ column's expectations follow it and two runners of one label can differ.
 
 Shards split a column deterministically: cell k (in matrix order) belongs to shard
 k mod n + 1, so n jobs together run every cell exactly once.
+
+A device platform's image is built once, on a CPU runner, and pushed to a registry
+(`kvrig container PLATFORM --build-only --push`); its device jobs wait for it and pull it
+(KVRIG_REGISTRY), so no GPU runner spends its time building, and every architecture's
+column runs the same image. Only that job may write to the registry, and it runs only
+where the device jobs do: never a fork's pull request.
 """
 
 from __future__ import annotations
@@ -128,6 +134,31 @@ def _column_command(job: ColumnJob, shard: str | None) -> str:
     return f"nox -s {job.platform} --{arch} --results {folder}{tail}"
 
 
+def image_platforms(matrix: Matrix) -> list[str]:
+    """The platforms whose image is built once on a CPU runner for their device jobs."""
+    seen = [job.platform for job in column_jobs(matrix) if job.platform != ISA_PLATFORM]
+    return list(dict.fromkeys(seen))
+
+
+def images_key(platform: str) -> str:
+    return f"{IMAGES_JOB}-{platform}"
+
+
+def _images_command(platform: str) -> str:
+    """The image only, pushed: `kvrig check host` and `kvrig container` need no device
+    for --build-only; the registry is KVRIG_REGISTRY's."""
+    return f"nox -s {platform} -- --build-only --push"
+
+
+IMAGES_JOB = "images"
+
+
+def _images_timeout(matrix: Matrix, platform: str) -> int:
+    """As long as the platform's column may take: building XPU's vLLM from its git ref on a
+    CPU runner is no quicker than the column."""
+    return matrix.platforms[platform].ci.timeout_minutes  # type: ignore[index]
+
+
 def _gate_args(matrix: Matrix) -> str:
     """The platforms matrix.yaml's release requires (release.columns; on CUDA the gate
     takes one column per architecture of ci.archs)."""
@@ -169,6 +200,9 @@ DEVICE_JOBS_IF = (
 )
 EMULATED_JOB = "emulated"
 PREVIOUS = "previous"
+# The images go to the repository owner's GitHub Packages, with the workflow's own token.
+REGISTRY_HOST = "ghcr.io"
+GITHUB_REGISTRY = REGISTRY_HOST + "/${{ github.repository_owner }}"
 
 
 def uses(action: str) -> str:
@@ -204,6 +238,53 @@ _PREVIOUS_NIGHTLY = {
 }
 
 
+# A GitHub-hosted runner has about 14 GB free; the toolchains it carries and kvrig does not
+# use make room for a CUDA image (the images job runs on GitHub's runners only).
+_FREE_DISK = {
+    "name": "Make room for the image",
+    "run": "sudo rm -rf /usr/share/dotnet /usr/local/lib/android /opt/ghc"
+    " /opt/hostedtoolcache/CodeQL && df -h /",
+}
+
+
+def _login(engine_auto: bool) -> dict[str, Any]:
+    """Logs the job's engine in to the registry with the job's own token (its
+    `permissions:` say what the token may do): Docker on GitHub's runners, on a device
+    runner the engine `kvrig container` will take (KVRIG_ENGINE, else Docker when its
+    daemon answers, else Podman)."""
+    engine = (
+        'engine="${KVRIG_ENGINE:-auto}"; if [ "$engine" = auto ]; then engine=$(docker info'
+        " >/dev/null 2>&1 && echo docker || echo podman); fi\n"
+        if engine_auto
+        else "engine=docker\n"
+    )
+    return {
+        "name": f"Log in to {REGISTRY_HOST}",
+        "env": {"REGISTRY_TOKEN": "${{ github.token }}"},
+        "run": engine + f'echo "$REGISTRY_TOKEN" | "$engine" login {REGISTRY_HOST} --username'
+        ' "$GITHUB_ACTOR" --password-stdin',
+    }
+
+
+def _images_job(matrix: Matrix, platform: str) -> dict[str, Any]:
+    """A device platform's image, built and pushed on a CPU runner: the one job that may
+    write packages, and only where device jobs run (its build runs the branch's code)."""
+    return {
+        "name": f"{platform} image (built once for the {platform} columns)",
+        "if": DEVICE_JOBS_IF,
+        "runs-on": GATE_RUNNER,
+        "timeout-minutes": _images_timeout(matrix, platform),
+        "permissions": {"contents": "read", "packages": "write"},
+        "env": {"KVRIG_REGISTRY": GITHUB_REGISTRY},
+        "steps": [
+            *_SETUP,
+            _FREE_DISK,
+            _login(engine_auto=False),
+            {"name": "Build and push the image", "run": _images_command(platform)},
+        ],
+    }
+
+
 def _gate_command(matrix: Matrix) -> str:
     previous = f"$([ -d {PREVIOUS} ] && echo --previous {PREVIOUS})"
     return f"nox -s gate -- --results {ARTIFACTS} {previous} {_gate_args(matrix)}"
@@ -235,17 +316,24 @@ def _github_job(job: ColumnJob) -> dict[str, Any]:
     shard = "${{ matrix.shard }}" if sharded else None
     name = job.title + (f" (shard ${{{{ matrix.shard }}}}/{ci.shards})" if sharded else "")
     out: dict[str, Any] = {"name": name}
-    if job.platform != ISA_PLATFORM:
+    device = job.platform != ISA_PLATFORM
+    if device:
         out["if"] = DEVICE_JOBS_IF
+        # The image its images job pushed, pulled (read-only packages).
+        out["needs"] = images_key(job.platform)
+        out["permissions"] = {"contents": "read", "packages": "read"}
+        out["env"] = {"KVRIG_REGISTRY": GITHUB_REGISTRY}
     runs_on = job.runs_on
     out["runs-on"] = runs_on[0] if len(runs_on) == 1 else runs_on
     out["timeout-minutes"] = ci.timeout_minutes
     if sharded:
         out["strategy"] = {"fail-fast": False, "matrix": {"shard": list(range(1, ci.shards + 1))}}
     isa_steps = [_GITHUB_ISA] if job.platform == ISA_PLATFORM else []
+    login = [_login(engine_auto=True)] if device else []
     out["steps"] = [
         *_SETUP,
         *isa_steps,
+        *login,
         {
             # No continue-on-error: the job is the column's health, red on any failed
             # cell; the upload and the gate below run all the same.
@@ -266,8 +354,9 @@ def _github_job(job: ColumnJob) -> dict[str, Any]:
 
 
 def github(matrix: Matrix) -> dict[str, Any]:
-    jobs: dict[str, Any] = {job.column: _github_job(job) for job in column_jobs(matrix)}
-    columns = list(jobs)
+    jobs: dict[str, Any] = {images_key(p): _images_job(matrix, p) for p in image_platforms(matrix)}
+    columns = [job.column for job in column_jobs(matrix)]
+    jobs.update({job.column: _github_job(job) for job in column_jobs(matrix)})
     jobs[EMULATED_JOB] = _emulated_job()
     jobs["gate"] = {
         "name": "release gate",
@@ -346,6 +435,7 @@ def _buildkite_steps(job: ColumnJob) -> list[dict[str, Any]]:
         step: dict[str, Any] = {"label": f"{job.title}{suffix}", "key": key}
         if job.platform != ISA_PLATFORM:
             step["if"] = BUILDKITE_DEVICE_IF
+            step["depends_on"] = images_key(job.platform)  # the image it pulls
         step.update(
             {
                 "command": "\n".join([*isa_lines, _column_command(job, shard)]),
@@ -358,8 +448,23 @@ def _buildkite_steps(job: ColumnJob) -> list[dict[str, Any]]:
     return steps
 
 
+def _buildkite_images(matrix: Matrix, platform: str) -> dict[str, Any]:
+    """A device platform's image, built and pushed on a CPU agent (the CPU column's
+    queue) to the registry the pipeline's KVRIG_REGISTRY names, on trusted builds only."""
+    cpu = matrix.platforms.get(ISA_PLATFORM)  # type: ignore[call-overload]
+    return {
+        "label": f"{platform} image (built once for the {platform} columns)",
+        "key": images_key(platform),
+        "if": BUILDKITE_DEVICE_IF,
+        "command": _images_command(platform),
+        "agents": dict(cpu.ci.agents) if cpu else {"queue": ISA_PLATFORM},
+        "timeout_in_minutes": _images_timeout(matrix, platform),
+    }
+
+
 def buildkite(matrix: Matrix) -> dict[str, Any]:
-    steps: list[Any] = [s for job in column_jobs(matrix) for s in _buildkite_steps(job)]
+    steps: list[Any] = [_buildkite_images(matrix, p) for p in image_platforms(matrix)]
+    steps += [s for job in column_jobs(matrix) for s in _buildkite_steps(job)]
     steps.append(
         {
             "label": "emulated GPU columns (vLLM's code, no device)",
@@ -422,6 +527,9 @@ _HEADER = {
         "# after the column jobs whatever their status, against the previous nightly.",
         "# Device jobs never run a fork's pull request: only the schedule, main, a manual",
         f"# dispatch, or a pull request from this repository labelled {DEVICE_LABEL!r}.",
+        "# Each device platform's image is built once on a CPU runner and pushed to",
+        f"# {REGISTRY_HOST}/<owner> (that job alone may write packages, and runs only where",
+        "# device jobs run); the device jobs need it and pull it (packages: read).",
         "# The emulated GPU columns need no device and run on every pull request.",
         "# Actions are pinned by commit: "
         + "; ".join(f"{repo} {tag}" for repo, _, tag in ACTIONS.values())
@@ -439,6 +547,9 @@ _HEADER = {
         "# after failed column steps.",
         "# Device steps run only on trusted builds (schedule, the default branch, by hand or",
         "# API), never a pull request's; the emulated GPU columns run on every build.",
+        "# Each device platform's image is built once on a CPU agent and pushed to the",
+        "# registry KVRIG_REGISTRY names (set it in the pipeline's environment, and log the",
+        "# agents in to it: `docker login`); the device steps depend on it and pull it.",
         f"# Nightly: add a schedule with cron {NIGHTLY_CRON!r} in the pipeline's settings.",
     ],
 }

@@ -21,12 +21,15 @@ class EmulationError(Exception):
 def wanted_release(matrix: Matrix, platform: str) -> str:
     """The release an emulated column of `platform` must run (the CUDA platform's wheel)."""
     cuda = matrix.platforms.get("cuda")  # type: ignore[call-overload]
-    cuda_release = versions.source_version(cuda.vllm.installed) if cuda else None
-    if cuda is None or cuda.vllm.installed.kind != "pypi" or cuda_release is None:
+    # The cuda platform's PyPI release: its pin, or the release its vLLM image is of.
+    wheels = cuda.vllm.wheels if cuda else None
+    cuda_release = versions.source_version(wheels) if wheels else None
+    if wheels is None or wheels.kind != "pypi" or cuda_release is None:
         raise EmulationError(
             "The emulated GPU columns run the CUDA wheel the matrix pins, and matrix.yaml's"
             " cuda platform pins no PyPI release (platforms.cuda.vllm: {kind: pypi, package:"
-            " vllm, version: ...}). Pin one, then run nox -s emulated."
+            " vllm, version: ...}, or vLLM's image of a release: {kind: image, image:"
+            " vllm/vllm-openai:v0.33.0}). Pin one, then run nox -s emulated."
         )
     if platform == "xpu":
         spec = matrix.platforms.get("xpu")  # type: ignore[call-overload]
@@ -52,7 +55,8 @@ def _other_vllm() -> str:
 def check_installed(matrix: Matrix, platform: str) -> str:
     """The installed release, if it is the one the emulated column stands for."""
     release = wanted_release(matrix, platform)
-    package = matrix.platforms["cuda"].vllm.installed.package
+    wheels = matrix.platforms["cuda"].vllm.wheels
+    package = wheels.package if wheels else "vllm"
     try:
         installed = metadata.version(package)
     except metadata.PackageNotFoundError:
