@@ -127,7 +127,7 @@ def mutation(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def emulated(session: nox.Session) -> None:
-    """Every CUDA cell on each GPU architecture (8.0, 8.9, 9.0, 10.0, 12.0) and every XPU
+    """Every CUDA cell on each GPU architecture (8.0, 8.6, 8.9, 9.0, 10.0, 12.0) and every XPU
     cell, decided by vLLM's own platform code on this host: configuration only, nothing
     generates, and no result counts as hardware. One environment serves every device: the
     cuda platform's PyPI wheel with PyPI's torch (about 9 GB). Into

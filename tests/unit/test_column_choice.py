@@ -87,8 +87,8 @@ def test_a_cuda_column_is_named_by_its_gpu_and_a_label_must_match_it() -> None:
     with pytest.raises(ChoiceError, match="nvidia-smi does not say"):
         choose("cuda", host=FakeHost(platform="cuda"))
     # An architecture kvrig keeps no expectations for is refused, not run on the base ones.
-    with pytest.raises(ChoiceError, match=r"'8\.6' is not a cuda architecture"):
-        choose("cuda", host=FakeHost(platform="cuda", gpu_arch="8.6"))
+    with pytest.raises(ChoiceError, match=r"'7\.5' is not a cuda architecture"):
+        choose("cuda", host=FakeHost(platform="cuda", gpu_arch="7.5"))
 
 
 def test_gpu_arch_is_a_real_cuda_devices_only() -> None:

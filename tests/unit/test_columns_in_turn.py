@@ -67,7 +67,7 @@ def test_kvrig_cpu_classes_runs_the_hosts_classes(monkeypatch: pytest.MonkeyPatc
 def test_the_emulated_devices_follow_only() -> None:
     everything = columns.emulated_columns(None, None, False, [])
     assert [c for c, _ in everything][-1] == "xpu-bmg-emulated"
-    assert len(everything) == 6
+    assert len(everything) == 7
     [(column, command)] = columns.emulated_columns(["cuda:9.0"], None, True, ["-x"])
     assert column == "cuda-sm90-emulated"
     assert command[-5:] == ["cuda", "--emulate", "9.0", "--rerun", "-x"]

@@ -739,8 +739,8 @@ def test_a_runner_labelled_for_another_gpu_stops_before_any_build(
 
 
 def test_a_gpu_kvrig_keeps_no_expectations_for_is_refused(checkout: Path) -> None:
-    with pytest.raises(c.UsageError, match=r"'8\.6' is not a cuda architecture kvrig knows"):
-        launch.on_device(c.parse_args(["cuda"], {}), _gpu("8.6"))
+    with pytest.raises(c.UsageError, match=r"'7\.5' is not a cuda architecture kvrig knows"):
+        launch.on_device(c.parse_args(["cuda"], {}), _gpu("7.5"))
 
 
 def test_a_dry_run_names_the_architecture_it_is_given(

@@ -56,6 +56,7 @@ def test_emulated_columns_say_so_in_their_names() -> None:
     names = gpus.emulated_columns()
     assert names == [
         "cuda-sm80-emulated",
+        "cuda-sm86-emulated",
         "cuda-sm89-emulated",
         "cuda-sm90-emulated",
         "cuda-sm100-emulated",

@@ -64,7 +64,7 @@ OPTIONS: tuple[ColumnOption, ...] = (
     ColumnOption(
         "emulate",
         "decide the cuda or xpu cells with vLLM's own platform code for this GPU"
-        " architecture, on this host (cuda: 8.0, 8.9, 9.0, 10.0, 12.0; xpu: bmg):"
+        " architecture, on this host (cuda: 8.0, 8.6, 8.9, 9.0, 10.0, 12.0; xpu: bmg):"
         " configuration only, into results/<platform>-<arch>-emulated (kvrig container:"
         " in the platform's image, no device passed in)",
         metavar="ARCH",

@@ -41,6 +41,7 @@ CUDA_GPUS: dict[str, Gpu] = {
     g.arch: g
     for g in (
         Gpu("cuda", "8.0", "sm80", "NVIDIA A100-SXM4-80GB", 80, "A100", 108),
+        Gpu("cuda", "8.6", "sm86", "NVIDIA A10G", 24, "A10G, A10, A40, RTX A6000, RTX 3090", 80),
         Gpu("cuda", "8.9", "sm89", "NVIDIA L40S", 48, "L40S, L4", 142),
         Gpu("cuda", "9.0", "sm90", "NVIDIA H100 80GB HBM3", 80, "H100, H200", 132),
         Gpu("cuda", "10.0", "sm100", "NVIDIA B200", 180, "B200", 148),
