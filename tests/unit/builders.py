@@ -1,14 +1,23 @@
-"""Builders the unit tests share: a small valid matrix, its cells, a cell with one
-expectation. A plain module, imported by name, so a test says where its data comes from;
-the fixtures built on them live in conftest.py."""
+"""Builders the unit tests share: the checkout's root, a small valid matrix, its cells, a
+cell with one expectation, the matrix with a CUDA platform. A plain module, imported by
+name, so a test says where its data comes from; the fixtures built on them live in
+conftest.py. Beside it, builders of what else more than one test module needs:
+checkpoints.py (checkpoint configs), records.py (records and results rows),
+container_builders.py (the container commands' checkout and matrix)."""
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 from kvrig.define.cells import Cell, expand
 from kvrig.define.matrix import Matrix
+
+# The checkout: matrix.yaml, docs/, src/ and noxfile.py are read from it.
+ROOT = Path(__file__).resolve().parents[2]
+# What the unit tests keep beside them (tests/unit/data).
+DATA = Path(__file__).resolve().parent / "data"
 
 BASE: dict[str, Any] = {
     "version": 1,
@@ -53,3 +62,24 @@ def cell_with(expect: dict[str, Any], family: str = "hybrid_mamba", **case: Any)
     data["models"][model]["family"] = family
     data["cases"] = [{"id": "c", "model": model, "expect": {"cpu": expect}, **case}]
     return cells_of(data)[0]
+
+
+def gpu_matrix(**case: Any) -> dict[str, Any]:
+    """BASE with vLLM 0.33.0's CUDA platform and one granite case, `c`, expected to run
+    on it (with `case`'s fields)."""
+    data = copy.deepcopy(BASE)
+    data["platforms"]["cuda"] = {
+        "vllm": {"kind": "pypi", "package": "vllm", "version": "0.33.0"},
+        "base_image": "nvidia/cuda:13.0.2-runtime-ubuntu24.04",
+        "default_backend": "FLASH_ATTN",
+        "crafted_route": "custom",
+    }
+    data["cases"] = [
+        {
+            "id": "c",
+            "model": "granite_hybrid",
+            "expect": {"cuda": {"outcome": "runs"}},
+            **case,
+        }
+    ]
+    return data

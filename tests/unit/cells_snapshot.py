@@ -1,6 +1,6 @@
 """Every cell matrix.yaml expands to, on every column, as one digest each: what a reshaped
-matrix must keep (test_matrix_shorthands.py). Regenerate after a deliberate change of the
-cells (not of their prose):
+matrix must keep (define/test_matrix_shorthands.py). Regenerate after a deliberate change
+of the cells (not of their prose):
 
     python -m tests.unit.cells_snapshot > tests/unit/data/matrix-cells.json
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from kvrig.define import gpus
@@ -18,7 +17,9 @@ from kvrig.define.cells import Cell, expand
 from kvrig.define.matrix import Matrix, load
 from kvrig.host import isa
 
-MATRIX = Path(__file__).resolve().parents[2] / "matrix.yaml"
+from .builders import ROOT
+
+MATRIX = ROOT / "matrix.yaml"
 PROSE = {"doc", "review", "expect", "expect_by_isa", "expect_by_arch"}
 
 

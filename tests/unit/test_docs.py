@@ -4,11 +4,10 @@ and every page the README names exists and is in the site's navigation."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from .builders import ROOT
 
 
 def test_the_sites_home_is_the_readme() -> None:

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .builders import ROOT
+
 LINT = Path(sys.executable).with_name("lint-imports")
 
 

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .builders import ROOT
+
 TREE = ast.parse((ROOT / "noxfile.py").read_text())
 # What the sessions start: kvrig's commands, and the tools the package does not wrap.
 PROGRAMS = {"kvrig", "pytest", "ruff", "lint-imports", "hadolint", "mkdocs"}

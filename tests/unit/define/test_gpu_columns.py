@@ -1,0 +1,137 @@
+"""A real CUDA GPU's column carries its architecture (cuda-sm90): named, parsed, judged and
+gated so, since the cells' outcomes depend on it (no GPU needed: fake records)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from kvrig.define import column_names
+from kvrig.define.cells import expand
+from kvrig.define.column_names import Column
+from kvrig.define.matrix import Matrix
+from kvrig.judge.verdict import Status, judge
+from kvrig.publish import gate
+
+from ..builders import gpu_matrix
+from ..records import configured
+
+
+@pytest.mark.parametrize(
+    ("name", "column"),
+    [
+        ("cpu", Column("cpu")),
+        ("cpu-avx2", Column("cpu", isa="avx2")),
+        ("xpu", Column("xpu")),
+        ("cuda-sm90", Column("cuda", gpu_arch="9.0")),
+        ("cuda-sm120", Column("cuda", gpu_arch="12.0")),
+        ("cuda-sm90-emulated", Column("cuda", gpu_arch="9.0", device_emulated=True)),
+        ("xpu-bmg-emulated", Column("xpu", gpu_arch="bmg", device_emulated=True)),
+    ],
+)
+def test_a_column_name_is_read_back_as_made(name: str, column: Column) -> None:
+    assert column_names.parse(name) == column
+    assert column.name == name
+
+
+@pytest.mark.parametrize("name", ["cpu-mutation", "cuda-sm75", "cuda-sm90-overlay-1a2b", "rocm"])
+def test_a_side_run_or_unknown_name_is_no_column(name: str) -> None:
+    assert column_names.parse(name) is None
+
+
+def test_the_hardware_columns_carry_every_cuda_architecture_and_no_bare_cuda() -> None:
+    columns = column_names.hardware_columns()
+    assert "cuda" not in columns
+    assert {"cpu", "xpu", "cuda-sm80", "cuda-sm90", "cuda-sm100", "cpu-avx2"} <= set(columns)
+    assert not set(columns) & set(column_names.columns()[len(columns) :])  # emulated apart
+
+
+def _real(arch: str = "9.0", **case: Any):
+    return expand(Matrix.model_validate(gpu_matrix(**case)), "cuda", gpu_arch=arch)[0]
+
+
+def _ran_on(cell: Any, host: dict[str, Any]) -> Any:
+    return configured(
+        cell,
+        outcome="ran",
+        tokens_generated=4,
+        device_emulated=False,
+        emulation=None,
+        host=host,
+    )
+
+
+def test_a_real_cuda_cell_must_have_run_on_its_architecture() -> None:
+    cell = _real("9.0")
+    v = judge(cell, _ran_on(cell, {"gpu_compute_capability": "8.9"}))
+    assert v.status is Status.FAIL
+    assert "compute capability 8.9 GPU, and the cell is for 9.0" in v.reason
+    v = judge(cell, _ran_on(cell, {}))
+    assert v.status is Status.FAIL
+    assert "names no GPU compute capability" in v.reason
+    v = judge(cell, _ran_on(cell, {"gpu_compute_capability": "9.0"}))
+    assert "compute capability" not in v.reason
+
+
+def test_the_gate_reads_a_cuda_column_under_its_architectures_expectations() -> None:
+    refused = {
+        "8.0": {
+            "why": "no sparse backend",
+            "expect": {
+                "outcome": "unsupported",
+                "error": "ValueError",
+                "match": "No valid attention backend",
+                "function": "get_attn_backend_cls",
+            },
+        }
+    }
+    m = Matrix.model_validate(gpu_matrix(expect_by_arch=refused))
+    [a100] = gate.column_cells(m, "cuda-sm80", [])
+    [h100] = gate.column_cells(m, "cuda-sm90", [])
+    assert (a100.id, a100.expect.outcome) == ("cuda-sm80-granite_hybrid-c", "unsupported")
+    assert (h100.id, h100.expect.outcome) == ("cuda-sm90-granite_hybrid-c", "runs")
+    assert gate.column_cells(m, "cuda-sm90-emulated", [])[0].device_emulated
+
+
+def test_the_release_requires_one_column_per_ci_architecture() -> None:
+    data = gpu_matrix()
+    data["platforms"]["cuda"]["ci"] = {"archs": ["9.0", "sm100"]}
+    data["release"] = {"columns": ["cpu", "cuda"]}
+    m = Matrix.model_validate(data)
+    assert m.required_columns == ["cpu", "cuda-sm90", "cuda-sm100"]
+    # Another architecture's run found beside them is required too, and no side run is.
+    found = ["cpu", "cuda-sm90", "cuda-sm89", "cpu-mutation"]
+    assert gate.required_columns(m, found) == ["cpu", "cuda-sm90", "cuda-sm100", "cuda-sm89"]
+    assert gate.named_columns(m, ["cuda", "cuda-sm90", "cpu"]) == [
+        "cuda-sm90",
+        "cuda-sm100",
+        "cpu",
+    ]
+
+
+def test_an_allowance_names_a_cuda_cell_by_its_architecture() -> None:
+    allowance = {"reason": "r", "owner": "o", "expires": "2099-01-01"}
+    data = gpu_matrix()
+    data["platforms"]["cuda"]["ci"] = {"archs": ["9.0"]}
+    data["allowances"] = [{"cell": "cuda-sm90-granite_hybrid-c", **allowance}]
+    Matrix.model_validate(copy.deepcopy(data))
+    data["allowances"] = [{"cell": "cuda-granite_hybrid-c", **allowance}]
+    with pytest.raises(ValueError, match="is not a cell of this matrix"):
+        Matrix.model_validate(data)
+
+
+def test_a_cells_rerun_names_its_gpu_architecture_or_its_emulated_device() -> None:
+    from kvrig.publish import repro
+
+    lines = repro.lines("cuda-sm90-granite_hybrid-c", "cuda-sm90")
+    assert lines[0].endswith(
+        "nox -s local -- --gpu-arch 9.0 --kvrig-cell cuda-sm90-granite_hybrid-c"
+    )
+    assert "nox -s cuda -- --gpu-arch 9.0 --kvrig-cell" in lines[1]
+    assert "--platform cuda --results /results --gpu-arch 9.0" in lines[2]
+    [emulated] = repro.lines("cuda-sm90-emulated-granite_hybrid-c", "cuda-sm90-emulated")
+    assert emulated.endswith(
+        "nox -s emulated -- --only cuda:9.0 --kvrig-cell cuda-sm90-emulated-granite_hybrid-c"
+    )

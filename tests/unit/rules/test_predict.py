@@ -1,0 +1,180 @@
+"""`kvrig predict`: a checkpoint's config (or folder) in, vLLM's choice out, step by step,
+as JSON, or as one paragraph and exit 2 when the config or a rule is unknown."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvrig.cli import main
+from kvrig.rules import predict
+
+from ..builders import ROOT
+from ..checkpoints import (
+    GRANITE_4H_SMALL,
+    NEMOTRON3_NANO_4B,
+    QWEN3_NEXT_80B,
+    QWEN36_35B,
+    TINY_GRANITE,
+)
+
+
+def _write(tmp_path: Path, config: dict) -> Path:
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_predict_prints_the_steps_and_the_lines_vllm_logs(tmp_path: Path, capsys) -> None:
+    folder = _write(tmp_path, QWEN3_NEXT_80B)
+    argv = ["predict", str(folder), "--platform", "cuda", "--tp", "2", "--vllm", "0.10.2"]
+    assert main([*argv, "--no-prefix-caching"]) == 0
+    out = capsys.readouterr().out
+    assert "1 KV head(s) of 256 per rank" in out
+    assert "Setting attention block size to 544 tokens to ensure that attention" in out
+    assert "Padding mamba page size by 1.49% to ensure" in out
+    assert out.splitlines()[-1].split() == ["block", "size", "544"]
+
+
+def test_predict_json_carries_the_sizes_and_the_rules(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, NEMOTRON3_NANO_4B) / "config.json"
+    argv = ["predict", str(path), "--platform", "cuda", "--vllm", "0.13.0"]
+    assert main([*argv, "--kv-cache-dtype", "fp8", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["block_size"] == 992
+    assert got["attention_page_bytes_per_token"] == 2 * 8 * 128
+    # conv (7680 + 2 x 8 x 128) x 3 x 2 B + temporal 96 x 80 x 128 x 2 B (float16 at 0.13)
+    assert got["mamba_page_bytes"] == 9728 * 3 * 2 + 96 * 80 * 128 * 2
+    assert round(got["padding_pct"], 2) == 0.35
+    assert (got["rule_version"], got["ssm_dtype"]) == ("cuda@0.13.0", "float16")
+
+
+def test_the_default_release_is_the_matrix_platforms(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, GRANITE_4H_SMALL)
+    assert main(["predict", str(path), "--platform", "cuda", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rule_version"] == "cuda@0.33.0"
+
+
+@pytest.mark.parametrize(
+    ("config", "argv", "said"),
+    [
+        ({"architectures": ["JambaForCausalLM"]}, [], "Unknown architecture 'JambaForCausalLM'"),
+        ({k: v for k, v in QWEN3_NEXT_80B.items() if k != "linear_num_key_heads"}, [], "lacks"),
+        (QWEN3_NEXT_80B, ["--tp", "3"], "must be divisible by tensor parallel size (3)"),
+        (NEMOTRON3_NANO_4B, ["--vllm", "0.20.0"], "fallback SSM state dtype"),
+        (GRANITE_4H_SMALL, ["--vllm", "0.13.0", "--prefix-caching"], "chunk size"),
+    ],
+)
+def test_what_kvrig_does_not_know_is_one_paragraph_and_exit_2(
+    tmp_path: Path, capsys, config, argv, said
+) -> None:
+    path = _write(tmp_path, config)
+    assert main(["predict", str(path), "--platform", "cuda", *argv]) == 2
+    err = capsys.readouterr().err
+    assert said in err
+    assert err.count("\n") == 1
+
+
+def test_without_the_gpu_the_answer_says_what_the_gpu_changes() -> None:
+    """At 0.33.0 with prefix caching, FlashInfer's GDN prefill (SM90) adds the 64-token
+    checkpoint: 576 where Triton's prefill leaves 528."""
+    settings = predict.Settings("cuda", "0.33.0", tp=4)
+    out = predict.predict(QWEN36_35B, settings)
+    assert (out.block_size, out.flashinfer_block_size) == (528, 576)
+    hopper = predict.predict(QWEN36_35B, predict.Settings("cuda", "0.33.0", tp=4, gpu_arch="9.0"))
+    assert (hopper.block_size, hopper.flashinfer_block_size) == (576, None)
+    off = predict.Settings("cuda", "0.33.0", tp=4, gpu_arch="9.0", prefix_caching=False)
+    assert predict.predict(QWEN36_35B, off).block_size == 528
+
+
+def test_cpu_follows_the_class_and_refuses_what_vllm_refuses() -> None:
+    tiny = {**TINY_GRANITE, "torch_dtype": "bfloat16"}
+    cpu = predict.Settings("cpu", "0.32.0", isa="amx")
+    assert predict.predict(tiny, cpu).block_size == 384  # the measured CPU size
+    assert predict.predict(tiny, predict.Settings("cpu", "0.32.0", isa="avx2")).block_size == 256
+    with pytest.raises(predict.shapes.ConfigError, match="AVX-512 or AMX"):
+        predict.predict(tiny, predict.Settings("cpu", "0.32.0", isa="avx2", kv_cache_dtype="fp8"))
+
+
+def test_predict_imports_no_vllm(tmp_path: Path) -> None:
+    """It must answer on a machine without vLLM: nothing it imports may pull vLLM in."""
+    path = _write(tmp_path, QWEN3_NEXT_80B)
+    code = (
+        "import sys; from kvrig.cli import main;"
+        f" rc = main(['predict', {str(path)!r}, '--platform', 'cuda', '--tp', '2']);"
+        " assert rc == 0, rc; assert not any(m.split('.')[0] == 'vllm' for m in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "block size" in done.stdout
+
+
+def test_a_cpu_class_off_cpu_is_refused(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, QWEN3_NEXT_80B)
+    assert main(["predict", str(path), "--platform", "cuda", "--isa", "amx"]) == 2
+    assert "names a CPU class" in capsys.readouterr().err
+
+
+def test_the_documented_example_is_what_predict_prints(tmp_path: Path, capsys) -> None:
+    readme = (ROOT / "docs" / "matrix.md").read_text()
+    block = readme.split("$ kvrig predict Qwen3.6-35B-A3B/config.json", 1)[1].split("```")[0]
+    args, *shown = block.strip("\n").splitlines()
+    path = _write(tmp_path, QWEN36_35B)
+    assert main(["predict", str(path), *args.split()]) == 0
+    assert capsys.readouterr().out.splitlines() == shown
+
+
+LLAMA = json.loads((ROOT / "src/kvrig/define/model_configs/llama.json").read_text())
+TINY = {**TINY_GRANITE, "torch_dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize(
+    ("config", "argv", "said"),
+    [
+        ([LLAMA], [], "The config is a list, not a JSON object"),
+        ({**LLAMA, "num_key_value_heads": 0}, [], "'num_key_value_heads' is 0"),
+        ({**LLAMA, "num_key_value_heads": -2}, [], "'num_key_value_heads' is -2"),
+        ({**LLAMA, "num_key_value_heads": 1.5}, [], "'num_key_value_heads' is 1.5"),
+        ({**LLAMA, "num_key_value_heads": "two"}, [], "'num_key_value_heads' is 'two'"),
+        ({**TINY, "mamba_d_state": "64"}, [], "'mamba_d_state' is '64'"),
+        ({**TINY, "num_attention_heads": 0, "head_dim": None}, [], "'num_attention_heads' is 0"),
+        (LLAMA, ["--block-size", "0"], "--block-size 0 is no block size"),
+        (LLAMA, ["--block-size", "-16"], "--block-size -16 is no block size"),
+        (LLAMA, ["--tp", "3"], "total number of attention heads (2) must be divisible by"),
+        (TINY, ["--tp", "4"], "total number of attention heads (2) must be divisible by"),
+    ],
+)
+def test_malformed_input_is_one_paragraph_and_exit_2(
+    tmp_path: Path, capsys, config, argv, said
+) -> None:
+    path = _write(tmp_path, config)
+    assert main(["predict", str(path), "--platform", "cuda", "--vllm", "0.33.0", *argv]) == 2
+    captured = capsys.readouterr()
+    assert said in captured.err
+    assert captured.err.count("\n") == 1 and captured.out == ""  # no size printed
+
+
+@pytest.mark.parametrize("block_size", [None, 32])
+def test_a_hybrid_without_an_attention_layer_gets_vllms_answer_not_an_aligned_size(
+    block_size: int | None,
+) -> None:
+    only_mamba = {**TINY, "layer_types": ["mamba"] * 4}
+    settings = predict.Settings("cuda", "0.33.0", block_size=block_size)
+    with pytest.raises(predict.shapes.ConfigError) as err:
+        predict.predict(only_mamba, settings)
+    text = str(err.value)
+    assert "states no attention layer" in text and "no attention backend" in text
+    as_is = "your --block-size 32" if block_size else "the size the platform set before"
+    assert f"left as it is ({as_is})" in text
+    assert predict.predict(TINY, settings).block_size > 0  # with its attention layers back
+
+
+def test_a_gdn_model_whose_layers_are_all_linear_attention_has_no_aligned_size() -> None:
+    text = {**QWEN36_35B["text_config"], "layer_types": ["linear_attention"] * 4}
+    with pytest.raises(predict.shapes.ConfigError, match="states no attention layer"):
+        predict.predict({**QWEN36_35B, "text_config": text}, predict.Settings("cuda", "0.33.0"))

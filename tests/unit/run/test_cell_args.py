@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvrig.run.cell import cell_env, craft_spec, engine_kwargs
+from kvrig.run.vllm_plugin.crafted import CraftSpec
+
+from ..builders import cell_with
+
+RUNS = {"outcome": "runs"}
+
+
+def test_engine_kwargs_are_offline_and_tiny() -> None:
+    kw = engine_kwargs(cell_with(RUNS), Path("/m"))
+    assert kw["model"] == "/m"
+    assert kw["load_format"] == "dummy"
+    assert kw["skip_tokenizer_init"] is True
+    assert kw["enforce_eager"] is True
+    assert "block_size" not in kw
+    assert "attention_config" not in kw
+
+
+def test_knobs_reach_the_engine() -> None:
+    knobs = {
+        "block_size": 32,
+        "enable_prefix_caching": False,
+        "mamba_ssm_cache_dtype": "bfloat16",
+        "attention_backend": "TRITON_ATTN",
+    }
+    kw = engine_kwargs(cell_with(RUNS, knobs=knobs), Path("/m"))
+    assert kw["block_size"] == 32
+    assert kw["enable_prefix_caching"] is False
+    assert kw["mamba_ssm_cache_dtype"] == "bfloat16"
+    assert kw["attention_config"] == {"backend": "TRITON_ATTN"}
+
+
+def test_custom_route_selects_custom(base) -> None:
+    from kvrig.define.cells import expand
+    from kvrig.define.matrix import Matrix
+
+    base["platforms"]["cpu"]["crafted_route"] = "custom"
+    base["cases"][0]["crafted"] = {"replace": {"name": "KVRIG_EXACT", "sizes": [16]}}
+    cell = expand(Matrix.model_validate(base), "cpu")[0]
+    assert engine_kwargs(cell, Path("/m"))["attention_config"] == {"backend": "CUSTOM"}
+    spec = craft_spec(cell)
+    assert spec.route == "custom"
+    assert spec.replace.base == "CPU_ATTN"
+
+
+def test_env_turns_plugin_on_and_hub_off(tmp_path: Path) -> None:
+    crafted = {"siblings": [{"name": "S", "layers": "model.layers.3.", "sizes": [32]}]}
+    env = cell_env(cell_with(RUNS, crafted=crafted), tmp_path, base={"KVRIG_CRAFT": "stale"})
+    assert env["VLLM_PLUGINS"] == "kvrig"
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert env["KVRIG_PROBE_FILE"] == str(tmp_path / "probe.jsonl")
+    spec = CraftSpec.from_json(env["KVRIG_CRAFT"])
+    assert spec.siblings[0].base == "CPU_ATTN"
+    assert spec.siblings[0].exact is True
+    assert spec.siblings[0].layers == "model.layers.3."
+
+
+def test_env_without_crafting_clears_a_stale_spec(tmp_path: Path) -> None:
+    env = cell_env(cell_with(RUNS), tmp_path, base={"KVRIG_CRAFT": "stale"})
+    assert "KVRIG_CRAFT" not in env
+
+
+def test_multiprocessing_knob_sets_vllm_env(tmp_path: Path) -> None:
+    env = cell_env(cell_with(RUNS, knobs={"multiprocessing": True}), tmp_path, base={})
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+
+
+def test_replacement_target_follows_the_case_backend() -> None:
+    cell = cell_with(
+        RUNS,
+        knobs={"attention_backend": "TRITON_ATTN"},
+        crafted={"replace": {"name": "E", "sizes": [16]}},
+    )
+    assert craft_spec(cell).replace.base == "TRITON_ATTN"
+    cell = cell_with(
+        RUNS, crafted={"replace": {"name": "E", "sizes": [16], "target": "FLASH_ATTN"}}
+    )
+    assert craft_spec(cell).replace.base == "FLASH_ATTN"
+
+
+def test_craft_spec_round_trips() -> None:
+    cell = cell_with(
+        RUNS,
+        crafted={
+            "replace": {"name": "E", "sizes": [16, 32], "exact": False},
+            "siblings": [{"name": "S", "layers": "a.", "sizes": [8], "base": "FLASHMLA_SPARSE"}],
+        },
+    )
+    spec = craft_spec(cell)
+    assert CraftSpec.from_json(spec.to_json()) == spec
+    assert json.loads(spec.to_json())["siblings"][0]["base"] == "FLASHMLA_SPARSE"
+    assert craft_spec(cell_with(RUNS)) is None
+
+
+def test_tensor_parallelism_gets_a_process_per_rank_and_a_core_each(tmp_path: Path) -> None:
+    cell = cell_with(RUNS, knobs={"tensor_parallel_size": 2})
+    kw = engine_kwargs(cell, Path("/m"))
+    assert kw["tensor_parallel_size"] == 2
+    assert kw["distributed_executor_backend"] == "mp"
+    assert cell_env(cell, tmp_path, base={})["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    one = cell_with(RUNS)
+    assert "distributed_executor_backend" not in engine_kwargs(one, Path("/m"))
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in cell_env(one, tmp_path, base={})

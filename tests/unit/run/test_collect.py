@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import json
+
+from kvrig.run.collect import assemble, parse_events, root_cause_from_log
+
+from ..builders import cell_with
+
+EARLY_MSG = "Aligned KV cache block size 384 is not supported by attention backend(s): S."
+CELL = cell_with({"outcome": "early_error", "backends": ["S"]})
+
+
+def ev(event: str, pid: int = 20, **kw) -> dict:
+    return {"event": event, "pid": pid, **kw}
+
+
+def early_events(pid: int = 20) -> list[dict]:
+    return [
+        ev(
+            "block_size_update",
+            pid,
+            block_size_before=128,
+            layer_backends={"l3": "S"},
+            error={
+                "type": "ValueError",
+                "message": EARLY_MSG,
+                "function": "_check_aligned_block_size",
+            },
+        )
+    ]
+
+
+def test_mp_early_error_takes_the_worker_root_cause() -> None:
+    front = {
+        "pid": 10,
+        "frontend_error": {
+            "type": "RuntimeError",
+            "function": "wait_for_engine_startup",
+            "message": "Engine core initialization failed. See root cause above.",
+        },
+    }
+    rec = assemble(
+        CELL, frontend=front, events=early_events(), exit_code=0, signal_name=None, ended_by=None
+    )
+    assert rec.outcome == "error"
+    assert rec.error.type == "ValueError"
+    assert rec.error.process == "worker"
+    assert rec.error.function == "_check_aligned_block_size"
+    assert rec.frontend_error.type == "RuntimeError"
+    assert rec.kv_cache_sized_before_error is False
+    assert rec.layer_backends == {"l3": "S"}
+
+
+def test_in_process_error_is_labelled_front_end() -> None:
+    front = {"pid": 20, "frontend_error": {"type": "ValueError", "message": EARLY_MSG}}
+    rec = assemble(
+        CELL, frontend=front, events=early_events(20), exit_code=0, signal_name=None, ended_by=None
+    )
+    assert rec.error.process == "front end"
+
+
+def test_run_collects_groups_and_kernel_sizes() -> None:
+    events = [
+        ev(
+            "block_size_update",
+            block_size_before=128,
+            block_size=384,
+            accepts={"A": True},
+            backends=["A"],
+            mamba_page_size_padded=98304,
+        ),
+        ev(
+            "kv_cache_sized",
+            groups=[
+                {
+                    "kind": "MambaSpec",
+                    "block_size": 384,
+                    "page_size_bytes": 98304,
+                    "real_page_size_bytes": 67840,
+                },
+                {"kind": "FullAttentionSpec", "block_size": 384, "page_size_bytes": 98304},
+            ],
+        ),
+        ev("kernel_block_sizes", kernel_block_sizes=[384, 128]),
+    ]
+    front = {
+        "pid": 20,
+        "tokens_generated": 4,
+        "engine_block_size": 384,
+        "vllm_version": "0.32.0",
+        "timings": {"import_s": 8.0},
+    }
+    rec = assemble(
+        CELL, frontend=front, events=events, exit_code=0, signal_name=None, ended_by=None
+    )
+    assert rec.outcome == "ran"
+    assert rec.worker_block_size == 384
+    assert [g.kernel_block_size for g in rec.kv_cache_groups] == [384, 128]
+    assert rec.backends_accept == {"A": True}
+    assert rec.vllm_version == "0.32.0"
+    assert rec.error is None
+    assert rec.kv_cache_sized_before_error is None
+
+
+def test_late_error_is_after_sizing() -> None:
+    events = [
+        ev("block_size_update", block_size=128),
+        ev("kv_cache_sized", groups=[]),
+        ev(
+            "kernel_block_sizes",
+            error={
+                "type": "ValueError",
+                "message": "No common",
+                "function": "select_common_block_size",
+            },
+        ),
+    ]
+    rec = assemble(
+        CELL,
+        frontend={"pid": 1, "frontend_error": {"type": "ValueError", "message": "No common"}},
+        events=events,
+        exit_code=0,
+        signal_name=None,
+        ended_by=None,
+    )
+    assert rec.kv_cache_sized_before_error is True
+    assert rec.error.function == "select_common_block_size"
+
+
+def test_crash_timeout_memory() -> None:
+    rec = assemble(
+        CELL, frontend=None, events=[], exit_code=-4, signal_name="SIGILL", ended_by=None
+    )
+    assert rec.outcome == "crashed"
+    assert rec.signal == "SIGILL"
+    for reason in ("timeout", "memory"):
+        rec = assemble(
+            CELL, frontend=None, events=[], exit_code=-9, signal_name="SIGKILL", ended_by=reason
+        )
+        assert rec.outcome == reason
+
+
+def test_wrapped_error_without_probe_uses_the_log() -> None:
+    log = "\n".join(
+        [
+            "(EngineCore pid=5) Traceback (most recent call last):",
+            '  File "/x/cpu.py", line 149, in get_attn_backend_cls',
+            "(EngineCore pid=5) NotImplementedError: Sparse Attention is not supported on CPU.",
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+        ]
+    )
+    front = {
+        "pid": 1,
+        "frontend_error": {"type": "RuntimeError", "message": "Engine core initialization failed."},
+    }
+    rec = assemble(
+        CELL, frontend=front, events=[], exit_code=0, signal_name=None, ended_by=None, log_text=log
+    )
+    assert rec.error.type == "NotImplementedError"
+    assert rec.error.function == "get_attn_backend_cls"
+    assert rec.kv_cache_sized_before_error is False
+
+
+def test_root_cause_skips_wrapper_errors() -> None:
+    assert root_cause_from_log("RuntimeError: Engine core initialization failed.") is None
+
+
+def test_parse_events_drops_a_cut_line() -> None:
+    text = json.dumps({"event": "a"}) + "\n" + '{"event": "b", "pi'
+    assert parse_events(text) == [{"event": "a"}]
+
+
+def test_a_kill_names_the_outcome_before_anything_the_cell_wrote() -> None:
+    from kvrig.run.collect import _outcome
+    from kvrig.run.record import ErrorInfo
+
+    err = ErrorInfo(type="ValueError", message="m")
+    summary = {"configured": True}
+    assert _outcome("timeout", summary, err) == "timeout"
+    assert _outcome("memory", None, None) == "memory"
+    assert _outcome(None, None, err) == "crashed"  # no summary: whatever it logged
+    assert _outcome(None, summary, err) == "error"
+    assert _outcome(None, summary, None) == "configured"
+    assert _outcome(None, {}, None) == "ran"
