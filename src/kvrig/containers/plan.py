@@ -398,17 +398,13 @@ def passthrough_command(
         "none",
         *device_args(platform, engine, host),
     ]
+    # The command as the entrypoint: a base that is vLLM's own image would otherwise run
+    # `vllm serve` with it as arguments.
     if platform == "cuda":
         # The driver's tools are mounted in only for the utility capability.
-        return [
-            *cmd,
-            "--env",
-            "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
-            image,
-            "nvidia-smi",
-            "-L",
-        ]
-    return [*cmd, image, "sh", "-c", _RENDER_NODE_USABLE]
+        caps = ["--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+        return [*cmd, *caps, "--entrypoint", "nvidia-smi", image, "-L"]
+    return [*cmd, "--entrypoint", "sh", image, "-c", _RENDER_NODE_USABLE]
 
 
 def run_command(

@@ -306,11 +306,12 @@ def check_engine_runs(
     prefix = ["env", *(f"{k}={v}" for k, v in engine_env.items())] if engine_env else []
     base = [*prefix, engine, *global_flags, "run", "--rm"]
     net = ["--network=host"] if host_network else []
-    cmd = [*base, *net, image, "true"]
+    # `true` as the entrypoint: vLLM's own image would run `vllm serve true`.
+    cmd = [*base, *net, "--entrypoint", "true", image]
     code, last = probe.run(cmd)
     if code == 0:
         return False
-    retry = [*base, "--network=host", image, "true"]
+    retry = [*base, "--network=host", "--entrypoint", "true", image]
     if not host_network and may_use_host_network and probe.run(retry)[0] == 0:
         return True
     found = diagnose(last)

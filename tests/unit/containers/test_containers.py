@@ -744,7 +744,8 @@ def test_the_device_is_passed_into_a_small_container_as_the_columns_gets_it(
 ) -> None:
     plan = plan_for(checkout, ["cuda"])
     assert plan.passthrough is not None
-    assert plan.passthrough[-3:] == [plan.base_image, "nvidia-smi", "-L"]
+    # The command as the entrypoint, whatever the base's (vLLM's image: `vllm serve`).
+    assert plan.passthrough[-4:] == ["--entrypoint", "nvidia-smi", plan.base_image, "-L"]
     assert "--gpus" in plan.passthrough and "--network" in plan.passthrough
     # The column's own user, so a device only root may open fails here too.
     assert c.user_args("docker", USER)[-1] in plan.passthrough
@@ -757,7 +758,7 @@ def test_the_device_is_passed_into_a_small_container_as_the_columns_gets_it(
 
 def test_a_dry_run_shows_the_pass_through_before_the_build(checkout: Path) -> None:
     lines = c.dry_run_lines(plan_for(checkout, ["cuda"]))
-    smoke = next(i for i, ln in enumerate(lines) if ln.endswith("nvidia-smi -L"))
+    smoke = next(i for i, ln in enumerate(lines) if "--entrypoint nvidia-smi" in ln)
     build = next(i for i, ln in enumerate(lines) if " build " in ln)
     assert smoke < build
 

@@ -257,7 +257,9 @@ def test_trivial_container_that_starts_passes_and_docker_is_not_probed() -> None
     assert not pf.check_engine_runs(
         "podman", "base:1", ["--runtime", "runc"], {}, pf.Probe(run=run)
     )
-    assert calls == [["podman", "--runtime", "runc", "run", "--rm", "base:1", "true"]]
+    assert calls == [
+        ["podman", "--runtime", "runc", "run", "--rm", "--entrypoint", "true", "base:1"]
+    ]
     pf.check_engine_runs("docker", "base:1", [], {}, pf.Probe(run=run))
     assert len(calls) == 1
 
