@@ -40,18 +40,19 @@ class Looks:
 
 
 def _cuda(looks: Looks) -> str | None:
-    # Both Docker's toolkit and a CDI spec create /dev/nvidiaN for each GPU passed in.
-    if not looks.glob("/dev/nvidia[0-9]*"):
+    # nvidia-smi, where the image has the driver's tools, is the driver's own word; else
+    # the device nodes Docker's toolkit and a CDI spec create (/dev/nvidiaN, or WSL's dxg).
+    if looks.which("nvidia-smi") is not None:
+        code, out = looks.run(["nvidia-smi", "-L"])
+        if code != 0 or "GPU" not in out:
+            last = out.splitlines()[-1] if out else f"exit {code}"
+            return f"`nvidia-smi -L` lists no GPU ({last}): the driver has lost the device"
+        return None
+    if not looks.glob("/dev/nvidia[0-9]*") and not looks.glob("/dev/dxg"):
         return (
             "no /dev/nvidiaN device node is here: the container was started without the GPU"
             " (docker --gpus all, podman --device nvidia.com/gpu=all) or the GPU has gone"
         )
-    if looks.which("nvidia-smi") is None:  # not every image gets the driver's tools
-        return None
-    code, out = looks.run(["nvidia-smi", "-L"])
-    if code != 0 or "GPU" not in out:
-        last = out.splitlines()[-1] if out else f"exit {code}"
-        return f"`nvidia-smi -L` lists no GPU ({last}): the driver has lost the device"
     return None
 
 

@@ -37,8 +37,9 @@ def test_a_cuda_gpu_passed_in_and_listed_is_usable() -> None:
 
 
 def test_a_cuda_container_without_device_nodes_says_it_was_started_without_the_gpu() -> None:
-    reason = device.missing("cuda", looks(["/dev/nvidiactl"]))
+    reason = device.missing("cuda", looks(["/dev/nvidiactl"], smi=None))
     assert reason is not None and "/dev/nvidiaN" in reason and "--gpus all" in reason
+    assert device.missing("cuda", looks(["/dev/dxg"], smi=None)) is None  # WSL's GPU node
 
 
 def test_a_gpu_the_driver_no_longer_lists_is_gone() -> None:
