@@ -198,10 +198,11 @@ def cuda(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def xpu(session: nox.Session) -> None:
-    """The XPU column in its container (needs an Intel GPU and Docker or Podman)."""
+    """The XPU column in its container (needs an Intel GPU and Docker or Podman; not for
+    `-- --build-only`, which builds and with `--push` pushes the image on any host)."""
     _install_rig(session)
     # The GPU's render nodes and the user's access to them, before any engine is installed.
-    session.run("kvrig", "check", "host", "xpu")
+    session.run("kvrig", "check", "host", "xpu", *session.posargs)
     _container_engine(session)
     session.run("kvrig", "container", "xpu", *session.posargs)
 

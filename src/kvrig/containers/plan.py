@@ -186,7 +186,10 @@ def registry_name(text: str) -> str:
     """A registry and namespace as an image name's prefix (ghcr.io/owner), lower-cased:
     image names must be, and GitHub's owner names need not be."""
     name = text.strip().rstrip("/").lower()
-    if not name or "://" in name or any(ch.isspace() for ch in name) or ":" in name.split("/")[-1]:
+    parts = name.split("/")
+    # A colon in a later part is an image's tag; in the only part, a host's port.
+    tagged = len(parts) > 1 and ":" in parts[-1]
+    if not name or "://" in name or any(ch.isspace() for ch in name) or tagged:
         raise UsageError(
             f"--registry {text!r} is not a registry: give its host and namespace, without a"
             " scheme or an image tag (for example --registry ghcr.io/my-org, or"
@@ -255,11 +258,17 @@ def build_args(
     if platform == "cpu":
         # PyPI's CUDA builds kept out of a CPU vLLM, torchvision's CPU build taken where
         # the build can have it, as on the host (kvrig.provision.install).
-        torchvision = src.kind != "image" and install.takes_cpu_torchvision(
-            settings.find_links, None if settings.find_links else spec.torch_index
+        torchvision = (
+            install.cpu_torchvision(
+                spec.torch_version,
+                settings.find_links,
+                None if settings.find_links else spec.torch_index,
+            )
+            if src.kind != "image"
+            else None
         )
         args["EXCLUDED_PACKAGES"] = " ".join(install.cpu_excluded(torchvision))
-        extra = [install.TORCHVISION, *extra] if torchvision else extra
+        extra = [torchvision, *extra] if torchvision else extra
     if platform == "cuda" and src.kind != "image":
         # The pins that keep the CUDA wheel's resolution importable, as on the host.
         extra = [*install.CUDA_PINS, *extra]
@@ -813,10 +822,16 @@ def dry_run_lines(plan: Plan) -> list[str]:
             f" printf '%s\\n' {conf_lines} > {shlex.quote(str(conf))}"
         )
     env_prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in es.engine_env(plan.settings).items())
+    passage = []
     if plan.passthrough is not None:
-        lines.append("# the device passed into a container of the base image, before any build:")
-        lines.append(env_prefix + q(plan.passthrough))
-    lines += image_lines(plan)
+        on = "the pulled image (the base image when the pull fails)" if plan.pull else "the base"
+        passage = [
+            f"# the device passed into a container of {on}, before any build:",
+            env_prefix + q([plan.image if a == plan.base_image else a for a in plan.passthrough])
+            if plan.pull
+            else env_prefix + q(plan.passthrough),
+        ]
+    lines += image_lines(plan, passage)
     if plan.build_only:
         lines.append("# --build-only: no column is run")
         return lines
@@ -829,15 +844,18 @@ def dry_run_lines(plan: Plan) -> list[str]:
     return lines
 
 
-def image_lines(plan: Plan) -> list[str]:
-    """The image's commands: pulled from the registry, else built; pushed with --push."""
+def image_lines(plan: Plan, passage: Sequence[str] = ()) -> list[str]:
+    """The image's commands: pulled from the registry, else built; pushed with --push.
+    `passage`, the device's check, comes between the pull and the build, as in a run."""
     q = shlex.join
     lines = []
     if plan.pull:
         lines.append(f"# pulled when {plan.image} is absent here:")
         lines.append(q(plan.pull))
+        lines += passage
         lines.append("# built only when the pull fails:")
     else:
+        lines += passage
         lines.append(f"# built only when {plan.image} is absent:")
     if plan.overlay is not None:
         lines.append(f"# with {plan.overlay.describe()}, staged in {plan.stage}")

@@ -203,6 +203,11 @@ def by_arch(case: Case, arch: str) -> Expectation | None:
     return None
 
 
+# How a cell skipped for a module its environment lacks says so (a container's check
+# tells that skip from others by it).
+NEEDS_UNMET = "which this environment lacks"
+
+
 def with_needs_met(
     cells: Sequence[Cell], have: Callable[[str], bool], hint: Callable[[str], str]
 ) -> list[Cell]:
@@ -215,9 +220,8 @@ def with_needs_met(
         if not lacking or cell.expect.outcome == "skip":
             out.append(cell)
             continue
-        reason = (
-            f"{cell.model_name} needs {', '.join(lacking)}, which this environment lacks: "
-            + "; ".join(hint(m) for m in lacking)
+        reason = f"{cell.model_name} needs {', '.join(lacking)}, {NEEDS_UNMET}: " + "; ".join(
+            hint(m) for m in lacking
         )
         out.append(cell.model_copy(update={"expect": Skip(outcome="skip", reason=reason)}))
     return out

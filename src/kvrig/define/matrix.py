@@ -379,8 +379,9 @@ class ModelSpec(_Strict):
     max_model_len: int = Field(default=256, ge=16)
     # Python modules the model's vLLM code imports beyond vLLM's own requirements (Qwen3.5:
     # torchvision, which a CPU environment has only where its CPU build can be had): a
-    # column whose environment lacks one skips the model's cells, saying so.
-    needs: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")]] = Field(
+    # column whose environment lacks one skips the model's cells, saying so. Top-level
+    # names only: looking one up imports nothing.
+    needs: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
         default_factory=list
     )
 
@@ -639,6 +640,11 @@ class Allowance(_Strict):
     reason: str = Field(min_length=1)
     owner: str = Field(min_length=1)
     expires: dt.date
+    # What it lets pass: an allowance written for a skip (a host that cannot have what a
+    # model needs) must not also wave through the same cell failing where it runs.
+    excuses: list[Literal["fail", "skip", "missing"]] = Field(
+        default_factory=lambda: ["fail", "skip", "missing"], min_length=1
+    )
 
 
 def _check_defect(i: int, case: Case) -> None:

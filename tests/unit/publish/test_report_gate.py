@@ -861,3 +861,17 @@ def test_a_found_column_the_release_does_not_require_is_said(tmp_path: Path, cap
     out = capsys.readouterr().out
     assert "not required: the cpu column" in out
     assert "FAIL    column cuda-sm90 ran no cell" in out  # --platform cuda: every architecture
+
+
+def test_an_allowance_for_a_skip_does_not_excuse_the_cell_failing_or_missing() -> None:
+    for_skip = {**allowance(TODAY + dt.timedelta(days=30)), "excuses": ["skip"]}
+    m = matrix([for_skip])
+    assert gate.evaluate(m, [row(REQUIRED, "skip"), row(OTHER, "pass")], ["cpu"], TODAY).passed
+    failed = gate.evaluate(m, [row(REQUIRED, "fail"), row(OTHER, "pass")], ["cpu"], TODAY)
+    assert not failed.passed and f"FAIL    {REQUIRED}: failed" in " ".join(failed.lines)
+    assert not gate.evaluate(m, [row(OTHER, "pass")], ["cpu"], TODAY).passed  # missing
+    # Written without `excuses`, an allowance lets the cell fail, skip or be missing.
+    m_any = matrix([allowance(TODAY + dt.timedelta(days=30))])
+    assert gate.evaluate(m_any, [row(REQUIRED, "fail"), row(OTHER, "pass")], ["cpu"], TODAY).passed
+    with pytest.raises(ValueError, match="excuses"):
+        matrix([{**for_skip, "excuses": ["late"]}])
