@@ -25,7 +25,7 @@ import pytest
 from kvrig.column import progress, resume
 from kvrig.column.items import COLUMN_KEY, CellItem, MatrixFile
 from kvrig.define import column_choice, column_options
-from kvrig.define.cells import Cell, expand, with_needs_met
+from kvrig.define.cells import NEEDS_UNMET, Cell, expand, with_needs_met
 from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import results_folder
 from kvrig.host import device
@@ -170,7 +170,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "cells": sorted(config.getoption("--kvrig-cell")),
             "cold": run.cold,
         },
-        {"column": run.column, "isa": run.isa, "device": run.device},
+        column_facts(run),
         resume.environment_parts(),
     )
     began = resume.start(run.results, parts, config.getoption("--kvrig-rerun"))
@@ -182,6 +182,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not workers:
         _prestart(run)
+
+
+def column_facts(run: ColumnRun) -> dict[str, Any]:
+    """What a resumed run must share with the one it resumes: the column, and which cells
+    the environment could not run (a module installed since, torchvision's CPU build, must
+    not leave the first run's skips standing)."""
+    lacking = sorted(
+        c.id for c in run.cells if c.expect.outcome == "skip" and NEEDS_UNMET in c.expect.reason
+    )
+    return {"column": run.column, "isa": run.isa, "device": run.device, "lacking": lacking}
 
 
 def _prestart(run: ColumnRun) -> None:

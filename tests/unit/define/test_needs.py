@@ -49,3 +49,21 @@ def test_what_a_model_needs_is_part_of_what_its_rows_were_judged_under() -> None
         update={"model": granite.model.model_copy(update={"needs": ["x"]})}
     )
     assert judged_under(with_needs) != judged_under(granite)
+
+
+def test_a_run_resumed_after_the_module_is_installed_starts_over() -> None:
+    """The cells the environment lacked a module for are part of what a resumed run must
+    share, so installing torchvision's CPU build does not leave the first run's skips."""
+    from kvrig.column.plugin import ColumnRun, column_facts
+    from kvrig.define.column_choice import Choice
+
+    matrix = load(ROOT / "matrix.yaml")
+    cells = expand(matrix, "cpu")
+
+    def facts(have: bool) -> dict:
+        now = with_needs_met(cells, lambda m: have, install.missing_module_hint)
+        run = ColumnRun(matrix, Choice("cpu"), now, ROOT / "results", cold=True)
+        return column_facts(run)
+
+    assert facts(False)["lacking"] == ["cpu-qwen35_4b-default"]
+    assert facts(True)["lacking"] == []
