@@ -100,7 +100,7 @@ def use_overlay(
     """Builds the overlay a column runs on, if any, and puts it in force for every process
     the column starts (before pytest or any engine starts)."""
     try:
-        wanted = overlay.requested(platform, declared, ns.vllm_source, ns.vllm_patch)
+        wanted = overlay.requested(platform, declared, ns.vllm_source, ns.vllm_patch, on_host=True)
         if wanted.kind != "overlay":
             return None
         # Command-line paths are the user's; matrix.yaml's are the matrix file's.

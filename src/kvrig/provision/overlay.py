@@ -139,10 +139,16 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def requested(
-    platform: str, declared: VllmSource, source: str | None, patch: str | None
+    platform: str,
+    declared: VllmSource,
+    source: str | None,
+    patch: str | None,
+    on_host: bool = False,
 ) -> VllmSource:
     """The vLLM a column runs: matrix.yaml's, or an overlay of its base the command line
-    asks for (--vllm-source / --vllm-patch replace a declared overlay's source or patch)."""
+    asks for (--vllm-source / --vllm-patch replace a declared overlay's source or patch).
+    `on_host`: a host runs a release image's vLLM from the release's wheel (kvrig setup
+    vllm installs it), so that wheel is the base there."""
     if source is None and patch is None:
         return declared
     if source is not None and patch is not None:
@@ -151,6 +157,8 @@ def requested(
             " them (to test a patch on a checkout, apply it there and pass --vllm-source)."
         )
     base = declared.installed
+    if on_host and base.kind == "image" and declared.wheels is not None:
+        base = declared.wheels
     if base.kind not in ("pypi", "wheel"):
         raise OverlayError(
             f"The {platform} platform's vLLM is {base.describe()} in matrix.yaml, and an"

@@ -404,3 +404,19 @@ def test_a_patch_of_vllm_only_prints_no_ignored_line(site: Path, tmp_path: Path)
         cache=tmp_path / "cache",
     )
     assert m.ignored == [] and m.ignored_line() is None
+
+
+def test_a_release_images_overlay_on_a_host_is_built_over_the_releases_wheel() -> None:
+    """The CUDA column's default is vLLM's image of the release; a host (the emulated
+    columns' mutation check) runs that release from its wheel, so the wheel is the base.
+    A container cannot overlay the image itself: there, --from-wheels."""
+    image = VllmSource(kind="image", image="vllm/vllm-openai:v0.33.0")
+    wanted = overlay.requested("cuda", image, None, "p.diff", on_host=True)
+    assert wanted.kind == "overlay" and wanted.base == VllmSource(
+        kind="pypi", package="vllm", version="0.33.0"
+    )
+    with pytest.raises(overlay.OverlayError, match="--from-wheels"):
+        overlay.requested("cuda", image, None, "p.diff")
+    untagged = VllmSource(kind="image", image="vllm/vllm-openai:nightly")
+    with pytest.raises(overlay.OverlayError, match="released wheel"):
+        overlay.requested("cuda", untagged, None, "p.diff", on_host=True)
