@@ -25,7 +25,7 @@ import pytest
 from kvrig.column import progress, resume
 from kvrig.column.items import COLUMN_KEY, CellItem, MatrixFile
 from kvrig.define import column_choice, column_options
-from kvrig.define.cells import NEEDS_UNMET, Cell, expand, with_needs_met
+from kvrig.define.cells import Cell, expand, skipped_for_needs, with_needs_met
 from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import results_folder
 from kvrig.host import device
@@ -189,7 +189,7 @@ def column_facts(run: ColumnRun) -> dict[str, Any]:
     the environment could not run (a module installed since, torchvision's CPU build, must
     not leave the first run's skips standing)."""
     lacking = sorted(
-        c.id for c in run.cells if c.expect.outcome == "skip" and NEEDS_UNMET in c.expect.reason
+        c.id for c in run.cells if c.expect.outcome == "skip" and skipped_for_needs(c.expect.reason)
     )
     return {"column": run.column, "isa": run.isa, "device": run.device, "lacking": lacking}
 

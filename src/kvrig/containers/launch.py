@@ -25,7 +25,6 @@ from kvrig.containers import base_image, preflight
 from kvrig.containers import settings as es
 from kvrig.containers.plan import (
     Args,
-    Host,
     Plan,
     UsageError,
     cache_dir,
@@ -34,7 +33,7 @@ from kvrig.containers.plan import (
     host_facts,
     make_plan,
     parse_args,
-    passthrough_command,
+    passage_on,
     pull_failed_line,
     push_failure,
     requested_engine,
@@ -239,13 +238,12 @@ def planned_device(args: Args) -> Args:
     return with_gpu_arch(args, choice.arch)
 
 
-def check_passage(plan: Plan, image: str, host: Host, probe: preflight.Probe) -> None:
+def check_passage(plan: Plan, image: str, probe: preflight.Probe) -> None:
     """The device reaches a container of `image` (the base, or the image the registry
     gave), before anything is built."""
     if plan.passthrough is None:
         return
-    cmd = passthrough_command(plan.engine, plan.platform, image, host, plan.settings)
-    assert cmd is not None  # a device platform's, as plan.passthrough is
+    cmd = passage_on(plan, image)
     preflight.check_passthrough(
         plan.platform, plan.engine, cmd, es.engine_env(plan.settings), probe
     )
@@ -298,7 +296,7 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
             settings = es.with_host_network(settings)
             print(f"kvrig.containers: {engine} setting: {settings.reasons[-1]}", flush=True)
             plan = make_plan(args, root, host, engine, env, name, settings, local, plan.overlay)
-        check_passage(plan, plan.image if have else plan.base_image, host, probe)
+        check_passage(plan, plan.image if have else plan.base_image, probe)
         return execute(plan, probe)
     except (preflight.PreflightError, UsageError, es.SettingsError) as exc:
         print(f"kvrig.containers: {exc}", file=sys.stderr)

@@ -827,9 +827,7 @@ def dry_run_lines(plan: Plan) -> list[str]:
         on = "the pulled image (the base image when the pull fails)" if plan.pull else "the base"
         passage = [
             f"# the device passed into a container of {on}, before any build:",
-            env_prefix + q([plan.image if a == plan.base_image else a for a in plan.passthrough])
-            if plan.pull
-            else env_prefix + q(plan.passthrough),
+            env_prefix + q(passage_on(plan, plan.image if plan.pull else plan.base_image)),
         ]
     lines += image_lines(plan, passage)
     if plan.build_only:
@@ -842,6 +840,13 @@ def dry_run_lines(plan: Plan) -> list[str]:
     lines.append(f'export KVRIG_IMAGE_DIGEST="$({q(plan.digest)})"')
     lines.append(env_prefix + q(plan.run))
     return lines
+
+
+def passage_on(plan: Plan, image: str) -> list[str]:
+    """The plan's pass-through check run on `image`: the base image, or the image a
+    registry gave in its place."""
+    assert plan.passthrough is not None
+    return [image if a == plan.base_image else a for a in plan.passthrough]
 
 
 def image_lines(plan: Plan, passage: Sequence[str] = ()) -> list[str]:

@@ -285,6 +285,11 @@ def build_failure(image: str, code: int, output: str) -> str:
     )
 
 
+def _env_prefix(engine_env: Mapping[str, str]) -> list[str]:
+    """The engine's environment for a probe, which runs commands without one of its own."""
+    return ["env", *(f"{k}={v}" for k, v in engine_env.items())] if engine_env else []
+
+
 def check_engine_runs(
     engine: str,
     image: str,
@@ -303,8 +308,7 @@ def check_engine_runs(
     """
     if engine != "podman":
         return False
-    prefix = ["env", *(f"{k}={v}" for k, v in engine_env.items())] if engine_env else []
-    base = [*prefix, engine, *global_flags, "run", "--rm"]
+    base = [*_env_prefix(engine_env), engine, *global_flags, "run", "--rm"]
     net = ["--network=host"] if host_network else []
     # `true` as the entrypoint: vLLM's own image would run `vllm serve true`.
     cmd = [*base, *net, "--entrypoint", "true", image]
@@ -358,8 +362,7 @@ def check_passthrough(
 ) -> None:
     """The device reaches a container of the base image as the column's will get it, so
     a missing toolkit, CDI spec or render group costs seconds, not an image build."""
-    prefix = ["env", *(f"{k}={v}" for k, v in engine_env.items())] if engine_env else []
-    code, last = probe.run([*prefix, *cmd])
+    code, last = probe.run([*_env_prefix(engine_env), *cmd])
     if code == 0:
         return
     device = "the NVIDIA GPU" if platform == "cuda" else "the Intel GPU's render node"

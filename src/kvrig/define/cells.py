@@ -208,6 +208,11 @@ def by_arch(case: Case, arch: str) -> Expectation | None:
 NEEDS_UNMET = "which this environment lacks"
 
 
+def skipped_for_needs(reason: str | None) -> bool:
+    """Whether a skip's reason is with_needs_met's: its environment lacked a module."""
+    return NEEDS_UNMET in (reason or "")
+
+
 def with_needs_met(
     cells: Sequence[Cell], have: Callable[[str], bool], hint: Callable[[str], str]
 ) -> list[Cell]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvrig.containers import launch
-from kvrig.define.cells import NEEDS_UNMET, Cell, expand
+from kvrig.define.cells import Cell, expand, skipped_for_needs
 from kvrig.define.gpus import emulated_column
 from kvrig.define.matrix import Matrix, default_matrix
 from kvrig.define.matrix import load as load_matrix
@@ -55,7 +55,7 @@ def check(
         # a skip the matrix asks for.
         # A model that needs what the image may lack (torchvision's CPU build) is skipped
         # there with that reason; the host's run, when there is one, must agree.
-        unmet = bool(cell.model.needs) and NEEDS_UNMET in str(row.get("reason") or "")
+        unmet = bool(cell.model.needs) and skipped_for_needs(row.get("reason"))
         may_skip = cell.expect.outcome == "skip" or unmet
         allowed = (*PASSING, Status.SKIP) if may_skip else PASSING
         if row["status"] not in allowed:
