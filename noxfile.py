@@ -6,12 +6,15 @@
 
 `local` runs the host's column (the main job). `tests` is what CI runs: it requires, in
 the order `nox -l -s tests` shows, `unit` (no vLLM), `faults`, `cpu_column` (natively
-and under every lesser CPU class the host can emulate), `container_cpu`, `mutation` and
-`emulated` (vLLM's CUDA and XPU platform code per GPU architecture, on this host).
+and under every lesser CPU class the host can emulate), `container_cpu`, `mutation`,
+`emulated` (vLLM's CUDA and XPU platform code per GPU architecture, on this host) and
+`release` (the release diff and its proofs on one emulated device). `release_diff` shows
+what moved between two vLLM releases on every emulated device.
 `cpu`/`cuda`/`xpu` run a column in its container (`-- --build-only --push` builds and
-pushes its image, needing no device), `cuda_image` proves the CUDA image without a GPU,
-`base_image` builds a local Debian base, `lint` checks code, layers and Dockerfiles,
-`report`/`gate` read results, `bench` prints the speed and memory figures.
+pushes its image, needing no device; `-- --dry-run` prints the plan on any host),
+`cuda_image` proves the CUDA image without a GPU, `base_image` builds a local Debian
+base, `lint` checks code, layers and Dockerfiles, `report`/`gate` read results, `bench`
+prints the speed and memory figures.
 """
 
 from __future__ import annotations
@@ -142,6 +145,29 @@ def emulated(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, default=False)
+def release_diff(session: nox.Session) -> None:
+    """What moved between two vLLMs on every emulated device: `-- OLD NEW` (releases or
+    wheel files; default: the release read before the pin, and the pin), `--only cuda:9.0`,
+    `--vllm-patch FILE` for the new side. Each cell that moved is explained by a rule
+    switch of kvrig.define.releases or red; each release runs in an environment of its own
+    (made once, uv hard-links it). Into results/release-diff/OLD--NEW (diff.md, diff.html)."""
+    _install_rig(session, *EMULATED)
+    session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
+    session.run("kvrig", "release", "diff", *session.posargs, env=NOX_UV)
+
+
+@nox.session(python=PYTHON, default=False)
+def release(session: nox.Session) -> None:
+    """The release tooling proved on the emulated CUDA 9.0 column: the release read before
+    the pin against the pin, every move explained; the pin with its start size doubled (a
+    vLLM kvrig never read), its moves red and no cell passed on older rules; the mutation
+    check on the previous release."""
+    _install_rig(session, *EMULATED)
+    session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
+    session.run("kvrig", "release", "check", *session.posargs, env=NOX_UV)
+
+
+@nox.session(python=PYTHON, default=False)
 def cuda_image(session: nox.Session) -> None:
     """The CUDA image's software proven without a GPU: the image is built from the
     release's wheels (`--from-wheels`, on a local Debian base where no registry answers,
@@ -166,45 +192,60 @@ def backend_facts(session: nox.Session) -> None:
 
 @nox.session(
     python=PYTHON,
-    requires=["unit", "faults", "cpu_column", "container_cpu", "mutation", "emulated"],
+    requires=["unit", "faults", "cpu_column", "container_cpu", "mutation", "emulated", "release"],
 )
 def tests(session: nox.Session) -> None:
-    """What CI runs: unit, faults, cpu_column, container_cpu, mutation and emulated, in
-    that order; then uv's cache of vLLM must be byte-identical to what `unit` found."""
+    """What CI runs: unit, faults, cpu_column, container_cpu, mutation, emulated and
+    release, in that order; then uv's cache of vLLM must be byte-identical to what `unit`
+    found."""
     _install_rig(session)
     session.run("kvrig", "check", "uv-cache", "compare", str(UV_CACHE_SNAPSHOT), env=NOX_UV)
-    session.log("unit, faults, cpu_column, container_cpu, mutation and emulated passed")
+    session.log("unit, faults, cpu_column, container_cpu, mutation, emulated and release passed")
+
+
+def _dry_run(session: nox.Session) -> bool:
+    """`-- --dry-run` before any second `--` (after it, arguments are pytest's), as
+    `kvrig container` reads it: the plan is printed, and nothing is installed for it."""
+    args = session.posargs
+    return "--dry-run" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _container_column(session: nox.Session, platform: str, *engine_packages: str) -> None:
+    """A column in its container: the host's device, driver, toolkit and GPU architecture
+    (`kvrig check host`, before any engine is installed), a container engine, the column.
+
+    The column's arguments reach every step (--gpu-arch, --build-only and --dry-run are
+    read by the host check too). A dry run installs no engine: the host check prints, as
+    lines of the plan, what a run would stop at and what the engine set-up would do."""
+    _install_rig(session)
+    session.run("kvrig", "check", "host", platform, *session.posargs)
+    if not _dry_run(session):
+        _container_engine(session, *engine_packages)
+    session.run("kvrig", "container", platform, *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)
 def cpu(session: nox.Session) -> None:
-    """The CPU column in its container (Docker, else Podman, installed when none answers)."""
-    _install_rig(session)
-    _container_engine(session, "debootstrap")
-    session.run("kvrig", "container", "cpu", *session.posargs)
+    """The CPU column in its container (Docker, else Podman, installed when none answers;
+    `-- --dry-run` prints the plan and installs nothing)."""
+    # debootstrap: for the local base image, built when no image registry answers.
+    _container_column(session, "cpu", "debootstrap")
 
 
 @nox.session(python=PYTHON, default=False)
 def cuda(session: nox.Session) -> None:
     """The CUDA column in its container (needs an NVIDIA GPU and Docker or Podman; not for
-    `-- --build-only`, which builds and with `--push` pushes the image on any host)."""
-    _install_rig(session)
-    # The GPU, its driver, the container toolkit and the GPU's architecture (the one
-    # --gpu-arch names, if given), before any engine is installed.
-    session.run("kvrig", "check", "host", "cuda", *session.posargs)
-    _container_engine(session)
-    session.run("kvrig", "container", "cuda", *session.posargs)
+    `-- --build-only`, which builds and with `--push` pushes the image on any host, nor
+    for `-- --dry-run`, which prints the plan and what this host lacks for it)."""
+    _container_column(session, "cuda")
 
 
 @nox.session(python=PYTHON, default=False)
 def xpu(session: nox.Session) -> None:
     """The XPU column in its container (needs an Intel GPU and Docker or Podman; not for
-    `-- --build-only`, which builds and with `--push` pushes the image on any host)."""
-    _install_rig(session)
-    # The GPU's render nodes and the user's access to them, before any engine is installed.
-    session.run("kvrig", "check", "host", "xpu", *session.posargs)
-    _container_engine(session)
-    session.run("kvrig", "container", "xpu", *session.posargs)
+    `-- --build-only`, which builds and with `--push` pushes the image on any host, nor
+    for `-- --dry-run`, which prints the plan and what this host lacks for it)."""
+    _container_column(session, "xpu")
 
 
 @nox.session(python=PYTHON, default=False)

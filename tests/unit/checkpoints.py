@@ -31,6 +31,9 @@ def gdn(*, key_heads: int, value_heads: int, head_dim: int, conv_kernel: int) ->
     }
 
 
+# Every copy states its layer count, as every checkpoint's config.json does: kvrig refuses
+# a config without one, as the matrix's loader does (vLLM builds num_hidden_layers layers).
+# The size depends only on there being attention layers, never on how many layers there are.
 # Config copies, as stored in public repositories and checkpoint pages:
 # HF = the checkpoint's own config.json on huggingface.co (the values match every public
 # copy listed beside them).
@@ -38,6 +41,7 @@ QWEN3_NEXT_80B = {
     # HF Qwen/Qwen3-Next-80B-A3B-Instruct; llama.cpp #16095's GGUF dump of it (head_count_kv
     # 2, key_length 256, ssm_conv_kernel 4, ssm_d_inner 4096 = 32 x 128, ssm_n_group 16)
     "architectures": ["Qwen3NextForCausalLM"],
+    "num_hidden_layers": 48,  # 12 x (3 GDN + 1 attention), full_attention_interval 4
     "num_attention_heads": 16,
     "num_key_value_heads": 2,
     "head_dim": 256,
@@ -50,6 +54,7 @@ QWEN35_4B = {
     # 256, GDN 16 key / 32 value heads of 128, mamba_ssm_dtype float32)
     "architectures": ["Qwen3_5ForConditionalGeneration"],
     "text_config": {
+        "num_hidden_layers": 32,  # the model card's 8 x (3 GDN + 1 attention)
         "hidden_size": 2560,
         "num_attention_heads": 16,
         "num_key_value_heads": 4,
@@ -65,6 +70,7 @@ QWEN36_35B = {
     # Qwen3.5/3.6-35B-A3B text_config
     "architectures": ["Qwen3_5MoeForConditionalGeneration"],
     "text_config": {
+        "num_hidden_layers": 40,  # 10 x (3 GDN + 1 attention), as Qwen3.5-35B-A3B's
         "hidden_size": 2048,
         "num_attention_heads": 16,
         "num_key_value_heads": 2,
@@ -79,6 +85,7 @@ QWEN35_27B = {
     # / 48 value heads of 128, mamba_ssm_dtype float32), as in public copies of it
     "architectures": ["Qwen3_5ForConditionalGeneration"],
     "text_config": {
+        "num_hidden_layers": 64,  # the model card's 16 x (3 GDN + 1 attention)
         "hidden_size": 5120,
         "num_attention_heads": 24,
         "num_key_value_heads": 4,
@@ -93,6 +100,8 @@ GRANITE_4H_SMALL = {
     # num_key_value_heads 8, mamba_d_state 128, mamba_d_conv 4, mamba_expand 2 (public copies
     # of its config.json)
     "architectures": ["GraniteMoeHybridForCausalLM"],
+    # 40 layers, Mamba2 and attention 9:1: not in the copies read; no size depends on it
+    "num_hidden_layers": 40,
     "hidden_size": 4096,
     "num_attention_heads": 32,
     "num_key_value_heads": 8,
@@ -115,6 +124,7 @@ NEMOTRON3_NANO_30B = {
     # its config.json (hidden 2688, 32 heads / 2 KV heads of 128, 64 Mamba heads of 64,
     # ssm_state_size 128, n_groups 8, conv_kernel 4)
     "architectures": ["NemotronHForCausalLM"],
+    "num_hidden_layers": 52,  # 23 Mamba2, 23 MoE, 6 attention
     "hidden_size": 2688,
     "num_attention_heads": 32,
     "num_key_value_heads": 2,
@@ -132,6 +142,7 @@ NEMOTRON3_NANO_4B = {
     # of 128, 96 Mamba heads of 80, ssm_state_size 128, n_groups 8, conv_kernel 4, and no
     # mamba_ssm_cache_dtype
     "architectures": ["NemotronHForCausalLM"],
+    "num_hidden_layers": 42,  # 21 Mamba2, 17 MLP, 4 attention
     "hidden_size": 3136,
     "num_attention_heads": 40,
     "num_key_value_heads": 8,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kvrig.containers import host_check, preflight
+from kvrig.define import column_choice
 from kvrig.define.paths import results_folder
 from kvrig.provision import uv_cache
 from kvrig.publish import container_check, mutation_check
@@ -25,12 +26,30 @@ BACKEND_FACTS = "backend-facts"
 
 
 def cmd_host(ns: argparse.Namespace, extra: list[str]) -> int:
+    """The host's readiness, or with --dry-run what a run would stop at, as lines of the
+    plan (exit 0: a dry run shows the plan on any host, and `kvrig container --dry-run`
+    prints the rest of it)."""
+    if ns.gpu_arch and ns.platform != "cuda":
+        raise preflight.PreflightError(
+            f"--gpu-arch {ns.gpu_arch} names the architecture of the CUDA GPU a column runs"
+            f" on, and the {ns.platform} column has none: leave it out, or check the CUDA"
+            f" column's host (`kvrig check host cuda --gpu-arch {ns.gpu_arch}`)."
+        )
+    if ns.gpu_arch:  # a label no GPU could match is the command line's fault, dry or not
+        column_choice.requested(ns.platform, gpu_arch=ns.gpu_arch)
     if ns.build_only:
         # A CPU runner builds (and pushes) the image that GPU runners pull: no device.
         print(
-            f"kvrig: --build-only builds the {ns.platform} image and runs no column, so no"
-            " device is needed"
+            f"{'# ' if ns.dry_run else 'kvrig: '}--build-only builds the {ns.platform} image"
+            " and runs no column, so no device is needed"
         )
+        return 0
+    if ns.dry_run:
+        lines = host_check.dry_run_lines(ns.platform, matrix=ns.matrix, gpu_arch=ns.gpu_arch)
+        print("\n".join(lines))
+        return 0
+    if ns.platform == "cpu":
+        print("kvrig: the cpu column needs no device; nothing to check before its container")
         return 0
     host_check.check_host(ns.platform, matrix=ns.matrix, gpu_arch=ns.gpu_arch)
     print(f"kvrig: this host has what the {ns.platform} column needs before its container")
@@ -50,6 +69,7 @@ def cmd_mutation(ns: argparse.Namespace, extra: list[str]) -> int:
         results=ns.results,
         matrix=ns.matrix,
         pytest_args=tuple(extra),
+        vllm=ns.vllm,
     )
     return mutation_check.run(options)
 
@@ -99,7 +119,7 @@ def register(sub: Any) -> None:
         help="a GPU host has its device, driver and container toolkit, before anything is"
         " installed or built",
     )
-    h.add_argument("platform", choices=("cuda", "xpu"))
+    h.add_argument("platform", choices=("cpu", "cuda", "xpu"))
     h.add_argument(
         "--gpu-arch",
         metavar="ARCH",
@@ -111,8 +131,14 @@ def register(sub: Any) -> None:
         action="store_true",
         help="the image is only built (kvrig container --build-only): nothing is checked",
     )
-    # `nox -s cuda -- ARGS` hands the column's arguments here too, for --gpu-arch and
-    # --build-only.
+    h.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what a run would stop at, and what the container-engine set-up would do,"
+        " as comment lines of the plan; refuse nothing (exit 0)",
+    )
+    # `nox -s cuda -- ARGS` hands the column's arguments here too, for --gpu-arch,
+    # --build-only and --dry-run.
     h.set_defaults(run=cmd_host, pytest_args=True)
     ct = what.add_parser(
         "container",
@@ -143,6 +169,11 @@ def register(sub: Any) -> None:
     )
     m.add_argument("--patch", default=str(mutation_check.PATCH), help="the mutation, a diff")
     m.add_argument("--results", help="default: results/cpu-mutation[-container]")
+    m.add_argument(
+        "--vllm",
+        metavar="RELEASE",
+        help="with --emulate: this release instead of matrix.yaml's, in its own environment",
+    )
     m.set_defaults(run=cmd_mutation, pytest_args=True)
     u = what.add_parser(
         "uv-cache",

@@ -11,18 +11,21 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kvrig.cli import in_turn
 from kvrig.cli.usage import UsageError
-from kvrig.define import column_choice, column_options, gpus
-from kvrig.define.matrix import VllmSource, default_matrix, load
+from kvrig.define import column_choice, column_options, gpus, named_release
+from kvrig.define.matrix import Matrix, VllmSource, default_matrix, load
 from kvrig.define.paths import column_name, results_folder
 from kvrig.host import hardware, isa
-from kvrig.provision import overlay
+from kvrig.provision import overlay, release_env
 from kvrig.publish import pipeline
+from kvrig.run import holds as holds_mod
 from kvrig.run.runner import ResultsFolderError, check_results_folder
 
 # An emulated device runs no engine on a device: two cells side by side, one per core.
@@ -60,21 +63,23 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
     matrix_path = Path(ns.matrix) if ns.matrix else default_matrix()
-    matrix = load(matrix_path)  # refuse a bad matrix before pytest starts
     requested, extra = isa.take_arg(ns.isa, extra)
     choice = column_choice.choose(ns.platform, requested, ns.emulate, gpu_arch=ns.gpu_arch)
+    # Refuse a bad matrix (or a release kvrig's rules cannot know) before pytest starts.
+    matrix, named = named_release.for_column(
+        load(matrix_path), choice.platform, bool(choice.device), ns.vllm
+    )
+    if named is not None:
+        # A side run's folder is refused before the release's environment is made.
+        refuse_folder(ns, run_holds(ns, choice.column, named))
+        elsewhere = in_release_env(ns, matrix, choice, named)
+        if elsewhere is not None:
+            return elsewhere
     spec = matrix.platforms.get(choice.platform)  # type: ignore[call-overload]
     manifest = use_overlay(ns, choice.platform, spec.vllm, matrix_path) if spec else None
     asked = manifest is not None and bool(ns.vllm_source or ns.vllm_patch)
-    folder = results_folder(choice.column)
-    if asked:
-        # Beside the release's results, not over them: `kvrig compare` reads both.
-        folder = results_folder(f"{choice.column}-overlay-{manifest.digest[:8]}")
-    results = Path(ns.results or folder).resolve()
-    try:
-        check_results_folder(results)
-    except ResultsFolderError as exc:
-        raise UsageError(str(exc)) from None
+    holds = run_holds(ns, choice.column, named, manifest, spec.vllm if spec else None)
+    results = results_of(ns, named_release.folder_name(choice.column, named), holds, manifest)
     parallel = EMULATED_PARALLEL if choice.device else (spec.parallel if spec else 1)
     workers = parallel if importlib.util.find_spec("xdist") else 1
     values = {
@@ -92,6 +97,111 @@ def cmd_column(ns: argparse.Namespace, extra: list[str]) -> int:
         release = results_folder(choice.column).resolve()
         print(f"kvrig: compare with the release: kvrig compare {release} {results}")
     return code
+
+
+def run_holds(
+    ns: argparse.Namespace,
+    column: str,
+    named: named_release.NamedRelease | None,
+    manifest: overlay.Manifest | None = None,
+    declared: VllmSource | None = None,
+) -> holds_mod.Holds:
+    """What the run's folder will hold (kvrig.run.holds): an overlay the command line asks
+    for (or an image was built with, in force through its environment, when matrix.yaml
+    declares none), a release named with --vllm, or the vLLM matrix.yaml declares (its
+    pin, or the overlay it names)."""
+    built_in = _in_force() if declared is None or declared.kind != "overlay" else None
+    if ns.vllm_source or ns.vllm_patch or built_in:
+        if manifest is None and built_in:
+            manifest = overlay.Manifest.of_summary(built_in)
+        what = (
+            manifest.describe() if manifest else f"the Python of {ns.vllm_patch or ns.vllm_source}"
+        )
+        return holds_mod.Holds(holds_mod.OVERLAY, what, column)
+    if named is not None:
+        return holds_mod.Holds(holds_mod.NAMED, f"vLLM {named.describe()}", column)
+    return holds_mod.Holds(
+        holds_mod.RELEASE, declared.describe() if declared else "matrix.yaml's vLLM", column
+    )
+
+
+def _in_force() -> dict[str, object] | None:
+    """The overlay this environment puts in force (an overlay image's), if any."""
+    try:
+        return overlay.named(os.environ)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def refuse_folder(ns: argparse.Namespace, holds: holds_mod.Holds) -> None:
+    """The folder --results names, refused in one paragraph if it cannot take this run."""
+    if not ns.results:
+        return
+    try:
+        holds_mod.check(Path(ns.results).resolve(), holds)
+    except holds_mod.HoldsError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def results_of(
+    ns: argparse.Namespace, column: str, holds: holds_mod.Holds, manifest: overlay.Manifest | None
+) -> Path:
+    """The run's results folder, checked and marked with what it holds: --results, else
+    the column's own, else for an overlay the command line asks for a folder beside the
+    release's, not over it (`kvrig compare` reads both)."""
+    folder = results_folder(column)
+    if holds.kind == holds_mod.OVERLAY and manifest is not None:
+        folder = results_folder(f"{column}-overlay-{manifest.digest[:8]}")
+    results = Path(ns.results or folder).resolve()
+    try:
+        check_results_folder(results, holds=holds)
+    except ResultsFolderError as exc:
+        raise UsageError(str(exc)) from None
+    return results
+
+
+def release_package(matrix: Matrix, choice: column_choice.Choice) -> tuple[str, str]:
+    """(the environment kind, the distribution that holds the column's vLLM): an emulated
+    device runs the CUDA platform's wheel, any other column its own platform's."""
+    platform = "cuda" if choice.device else choice.platform
+    source = matrix.platforms[platform].vllm  # type: ignore[index]
+    wheels = source.wheels or source.installed
+    return ("emulated" if choice.device else choice.platform), wheels.package
+
+
+def in_release_env(
+    ns: argparse.Namespace,
+    matrix: Matrix,
+    choice: column_choice.Choice,
+    named: named_release.NamedRelease,
+    run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+) -> int | None:
+    """The column's exit status when it had to run in the named release's own environment
+    (this one holds another vLLM), else None: it runs here."""
+    kind, package = release_package(matrix, choice)
+    installed = release_env.installed_version(package)
+    if release_env.is_installed(named, installed):
+        return None
+    if os.environ.get(release_env.IN_RELEASE_ENV):
+        raise UsageError(
+            f"The environment made for vLLM {named.describe()}"
+            f" ({os.environ[release_env.IN_RELEASE_ENV]}) holds {package} {installed}: its"
+            " setup did not install the release. Remove that folder and start again."
+        )
+    matrix_file = str(Path(ns.matrix).resolve()) if ns.matrix else None
+    try:
+        folder = release_env.ensure(release_env.Wanted(kind, named, matrix=matrix_file))
+    except release_env.ReleaseEnvError as exc:
+        raise UsageError(str(exc)) from None
+    print(
+        f"kvrig: this environment has {package} {installed or '(none)'}; the column for vLLM"
+        f" {named.describe()} runs in {folder}",
+        file=sys.stderr,
+        flush=True,
+    )
+    env = {**os.environ, release_env.IN_RELEASE_ENV: str(folder)}
+    argv = [release_env.python_of(folder), "-m", "kvrig", *ns.argv]
+    return run(argv, env=env, check=False).returncode
 
 
 def use_overlay(
@@ -142,10 +252,15 @@ def cmd_cpu_classes(ns: argparse.Namespace, extra: list[str]) -> int:
 
 
 def emulated_columns(
-    only: list[str] | None, matrix: str | None, rerun: bool, extra: list[str]
+    only: list[str] | None,
+    matrix: str | None,
+    rerun: bool,
+    extra: list[str],
+    vllm: str | None = None,
 ) -> list[tuple[str, list[str]]]:
-    """(column, its `kvrig column` command) for each emulated device `only` names (a
-    device, cuda:9.0, or a platform, cuda), all of them without it."""
+    """(column's results folder, its `kvrig column` command) for each emulated device
+    `only` names (a device, cuda:9.0, or a platform, cuda), all of them without it; for
+    the release `vllm` names, when one is."""
     known = [f"{p}:{a}" for p, a in gpus.EMULATED]
     unknown = [o for o in only or [] if o not in known and o not in gpus.GPUS]
     if unknown:
@@ -154,11 +269,13 @@ def emulated_columns(
             f" {', '.join(known)} (or a platform: cuda, xpu)."
         )
     again = ["--rerun"] if rerun else []
+    release = ["--vllm", vllm] if vllm else []
+    named = named_release.parse(vllm) if vllm else None
     return [
         (
-            gpus.emulated_column(p, a),
+            named_release.folder_name(gpus.emulated_column(p, a), named),
             in_turn.kvrig_command(
-                matrix, "column", "--platform", p, "--emulate", a, *again, *extra
+                matrix, "column", "--platform", p, "--emulate", a, *release, *again, *extra
             ),
         )
         for p, a in gpus.EMULATED
@@ -167,7 +284,7 @@ def emulated_columns(
 
 
 def cmd_emulated(ns: argparse.Namespace, extra: list[str]) -> int:
-    columns = emulated_columns(ns.only, ns.matrix, ns.rerun, extra)
+    columns = emulated_columns(ns.only, ns.matrix, ns.rerun, extra, ns.vllm)
     return in_turn.run_columns(
         columns, "emulated GPU columns (vLLM's own platform code on this host; not hardware)"
     )
@@ -201,4 +318,10 @@ def register(sub: Any) -> None:
         help="only this device (cuda:9.0, xpu:bmg) or platform (cuda); repeatable",
     )
     em.add_argument("--rerun", action="store_true", help="run every cell again (default: resume)")
+    em.add_argument(
+        "--vllm",
+        metavar="RELEASE",
+        help="the vLLM release to run instead of matrix.yaml's (a version, or a wheel file),"
+        " in an environment kvrig makes for it; results/<column>-vllm-<version>",
+    )
     em.set_defaults(run=cmd_emulated, pytest_args=True)

@@ -11,7 +11,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvrig.cli import check, columns, delegated, gate, host, matrix, predict, results, setup
+from kvrig.cli import (
+    check,
+    columns,
+    delegated,
+    gate,
+    host,
+    matrix,
+    predict,
+    release,
+    results,
+    setup,
+)
 from kvrig.cli.usage import UsageError
 from kvrig.containers.plan import UsageError as ContainerUsageError
 from kvrig.define.column_choice import ChoiceError
@@ -25,7 +36,7 @@ DESCRIPTION = (
     " (setup, check)."
 )
 # The order `kvrig --help` lists them in: running, reading, then the sessions' steps.
-GROUPS = (columns, delegated, matrix, host, predict, results, gate, setup, check)
+GROUPS = (columns, delegated, matrix, host, predict, results, release, gate, setup, check)
 USER_ERRORS: tuple[type[Exception], ...] = (
     UsageError,
     MatrixError,
@@ -58,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unrecognized arguments: {' '.join(extra)}")
         if extra[:1] == ["--"]:
             extra = extra[1:]
+        ns.argv = list(args)  # a command re-run elsewhere (a release's environment) as given
         return int(ns.run(ns, extra))
     except USER_ERRORS as exc:
         print(f"kvrig: {exc}", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from kvrig.define.matrix import PLATFORMS, load
 from kvrig.publish import gate as gate_mod
 from kvrig.publish import repro
 from kvrig.publish import results as results_mod
+from kvrig.run import holds
 
 
 def _previous(ns: argparse.Namespace, merged: results_mod.Merged) -> tuple[list[dict], str] | None:
@@ -39,7 +41,32 @@ def _previous(ns: argparse.Namespace, merged: results_mod.Merged) -> tuple[list[
     return prev.rows, ", ".join(str(p) for p in found)
 
 
-def _gate_results(ns: argparse.Namespace) -> tuple[results_mod.Merged, gate_mod.Selection]:
+@dataclass(frozen=True)
+class Found:
+    """What the gate reads: the merged rows and what was left out, the cells read from
+    side runs named with --side, and the release folders that hold a side run."""
+
+    merged: results_mod.Merged
+    chosen: gate_mod.Selection
+    side_cells: frozenset[str]
+    refused: list[str]
+
+
+def _found(ns: argparse.Namespace) -> Found:
+    """The rows, and what of them is a side run's: a folder named as a release column is
+    the release's, named with --side or not, and its rows are held to the release's vLLM."""
+    merged, chosen, side_files = _gate_results(ns)
+    side_files = {f for f in side_files if holds.release_column(f.parent) is None}
+    side_cells = frozenset(c for c, path in merged.sources.items() if path in side_files)
+    held = {
+        path.parent: holds.read(path.parent) for path, _ in chosen.sources if path not in side_files
+    }
+    return Found(merged, chosen, side_cells, gate_mod.side_folders(held))
+
+
+def _gate_results(
+    ns: argparse.Namespace,
+) -> tuple[results_mod.Merged, gate_mod.Selection, set[Path]]:
     """The release columns' results under --results (default: results/<column>), and the
     side runs named with --side; everything else found is left out and named."""
     side = [Path(s) for s in ns.side or []]
@@ -65,14 +92,15 @@ def _gate_results(ns: argparse.Namespace) -> tuple[results_mod.Merged, gate_mod.
         )
     for clash in merged.clashes:
         print(f"note: {clash}", file=sys.stderr)
-    return merged, chosen
+    return merged, chosen, set(side_files)
 
 
 def cmd_gate(ns: argparse.Namespace, extra: list[str]) -> int:
     today = dt.datetime.now(dt.timezone.utc).date()
     m = load(ns.matrix, today=today)
     # With --platform the gate knows what to require, so no results at all is a failure.
-    merged, chosen = _gate_results(ns)
+    found = _found(ns)
+    merged, chosen = found.merged, found.chosen
     # The columns matrix.yaml's release requires, unless named here; the others found are
     # said, not gated.
     if ns.platform:
@@ -97,6 +125,8 @@ def cmd_gate(ns: argparse.Namespace, extra: list[str]) -> int:
         accept_block_size_changes=ns.accept_block_size_changes,
         repro=repro.lines,
         ignored=chosen.ignored,
+        standing=gate_mod.Standing.of(m, found.side_cells),
+        refused=found.refused,
     )
     print("\n".join(res.lines))
     return 0 if res.passed else 1

@@ -12,6 +12,7 @@ from kvrig.define.cells import Cell, expand
 from kvrig.define.matrix import PLATFORMS, load
 from kvrig.host import hardware, isa
 from kvrig.publish import pipeline
+from kvrig.rules import versions
 from kvrig.rules.explain import explain
 
 
@@ -19,6 +20,11 @@ def cmd_validate(ns: argparse.Namespace, extra: list[str]) -> int:
     m = load(ns.matrix)
     n = sum(len(expand(m, p)) for p in m.platforms)
     print(f"{m.path}: valid ({len(m.models)} models, {len(m.cases)} cases, {n} cells)")
+    for platform, spec in m.platforms.items():
+        release = versions.source_version(spec.vllm)
+        note = versions.unread_note(platform, versions.parse(release)) if release else None
+        if note:
+            print(f"note: platforms.{platform} pins vLLM {release}: {note}")
     return 0
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from kvrig.cli.usage import UsageError
 from kvrig.define.matrix import MatrixError, default_matrix, load
 from kvrig.host import hardware, isa
+from kvrig.rules import choices, shapes, versions
 from kvrig.rules import predict as predict_mod
-from kvrig.rules import shapes, versions
 
 
 def _read_config(given: str) -> dict:
@@ -82,10 +82,13 @@ def cmd_predict(ns: argparse.Namespace, extra: list[str]) -> int:
         out = predict_mod.predict(config, settings)
     except (shapes.ConfigError, versions.VersionError) as exc:
         raise UsageError(str(exc)) from None
+    # A release newer than any kvrig's rules were read in is answered with the newest
+    # rules, and says so: never a plain answer.
+    unread = versions.rules(ns.platform, release).unread
     if ns.json:
-        print(json.dumps({**out.as_json(), "vllm": release}, indent=2))
+        print(json.dumps({**out.as_json(), "vllm": release, "unread": unread}, indent=2))
         return 0
-    rows = [("vllm", f"{release} ({origin})"), *out.steps]
+    rows = [("vllm", f"{release} ({origin})"), *([("note", unread)] if unread else []), *out.steps]
     rows += [("vLLM logs", line) for line in out.log] or [("vLLM logs", "nothing (no change)")]
     rows.append(("block size", str(out.block_size)))
     for label, text in rows:
@@ -114,7 +117,11 @@ def register(sub: Any) -> None:
     )
     pr.add_argument("--mamba-cache-mode", choices=predict_mod.CACHE_MODES)
     pr.add_argument("--num-speculative-tokens", type=int, default=0)
-    pr.add_argument("--gpu-arch", help="CUDA compute capability, e.g. 9.0 (decides GDN prefill)")
+    pr.add_argument(
+        "--gpu-arch",
+        help="the CUDA GPU's compute capability (decides the backend and GDN prefill), one"
+        f" kvrig keeps rules for: {', '.join(choices.PREDICTED_GPUS)}",
+    )
     pr.add_argument("--isa", help=f"the CPU class on cpu (default: this host's): {isa.CLASSES}")
     pr.add_argument("--json", action="store_true", help="one JSON object")
     pr.set_defaults(run=cmd_predict)

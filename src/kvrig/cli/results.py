@@ -2,6 +2,9 @@
 
 The folders named, or every column's under results/ (a tree of downloaded CI artifacts
 too), are merged into one set of rows; a command with none to read says how to make some.
+Rows judged under another matrix or by another kvrig are said to be; a row whose status
+kvrig never writes is shown, then refused in one paragraph (exit 2): the file was written
+or changed by something other than kvrig.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from kvrig.cli.usage import UsageError
-from kvrig.define.cells import expand
+from kvrig.define import column_names, named_release
+from kvrig.define.cells import expand, judged_under
 from kvrig.define.column_names import columns
-from kvrig.define.matrix import MatrixError, load
+from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import RESULTS_ROOT, column_folders
 from kvrig.publish import compare, report
+from kvrig.publish import gate as gate_mod
 from kvrig.publish import results as results_mod
+from kvrig.rules import versions
 
 
 def folders_of(given: list[str] | None) -> list[Path]:
@@ -52,6 +58,64 @@ def in_matrix_order(merged: results_mod.Merged, matrix_path: str) -> None:
     merged.rows.sort(key=lambda r: order.get(r["cell_id"], len(order)))
 
 
+def identities(matrix: Matrix, rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Each row's cell's judged_under under the matrix, for the release the row ran (a
+    release named with --vllm stands in for the pin, as its column ran it); cells the
+    matrix does not have, or a release it cannot stand in, are left out."""
+    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((report.column_of(r), r.get("vllm_version")), []).append(r)
+    out: dict[str, str] = {}
+    for (column, ran), group in groups.items():
+        under = _for_release(matrix, column, ran)
+        if under is not None:
+            out.update({c.id: judged_under(c) for c in gate_mod.column_cells(under, column, group)})
+    return out
+
+
+def _for_release(matrix: Matrix, column: str, ran: str | None) -> Matrix | None:
+    named = column_names.parse(column)
+    if named is None:
+        return None
+    pin = named_release.pinned(matrix, named.platform)
+    try:
+        if ran is None or pin is None or versions.parse(str(ran)) == versions.parse(pin):
+            return matrix
+        return named_release.for_column(matrix, named.platform, named.device_emulated, str(ran))[0]
+    except (versions.VersionError, MatrixError):
+        return None
+
+
+def judged_notes(merged: results_mod.Merged, matrix_path: str | None) -> list[str]:
+    """The report's notes on rows judged under another matrix or by another kvrig."""
+    try:
+        matrix = load(matrix_path)
+    except MatrixError:
+        return []
+    known = identities(matrix, merged.rows)
+    shown = str(matrix.path or matrix_path or "matrix.yaml")
+    return report.judged_notes(merged.rows, known, results_mod.judged_by(), shown)
+
+
+def refuse_unknown(rows_by_source: dict[str, list[dict[str, Any]]], what: str) -> None:
+    """One paragraph, exit 2, for rows whose status kvrig never writes (after the command
+    showed them): a malformed results file is the user's to fix, not a regression."""
+    odd = [
+        f"{src}: {r.get('cell_id')} {r.get('status')!r}"
+        for src, rows in rows_by_source.items()
+        for r in rows
+        if report.status_of(r) is None
+    ]
+    if odd:
+        raise UsageError(
+            f"{len(odd)} row(s) carry a status kvrig never writes ({'; '.join(odd[:4])}"
+            f"{' and more' if len(odd) > 4 else ''}; kvrig writes"
+            f" {', '.join(s.value for s in report.Status)}): something other than kvrig wrote"
+            f" or changed those results files, so {what} cannot read them as verdicts. Rerun"
+            " those cells (kvrig column --kvrig-cell ID) or restore the files."
+        )
+
+
 def cmd_report(ns: argparse.Namespace, extra: list[str]) -> int:
     merged = collect(ns.results, "report on")
     in_matrix_order(merged, ns.matrix)
@@ -62,11 +126,14 @@ def cmd_report(ns: argparse.Namespace, extra: list[str]) -> int:
     print(report.terminal(merged.rows))
     for line in report.run_facts(merged.rows):
         print(line)
+    for line in judged_notes(merged, ns.matrix):
+        print(line)
     print(f"\nresults: {', '.join(folders)}\nreport: {md}  {page}")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a") as fh:
             fh.write(md.read_text())
+    refuse_unknown({", ".join(folders): merged.rows}, "the report")
     return 0
 
 
@@ -84,6 +151,7 @@ def cmd_compare(ns: argparse.Namespace, extra: list[str]) -> int:
             print(f"   {line}")
     print()
     print(compare.table(found, ns.results_a, ns.results_b))
+    refuse_unknown({ns.results_a: runs[0], ns.results_b: runs[1]}, "compare")
     return 1 if found.regressed else 0
 
 

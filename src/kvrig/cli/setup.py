@@ -11,35 +11,92 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
+from pathlib import Path
 from typing import Any
 
 from kvrig.containers import base_image
-from kvrig.define import column_choice
+from kvrig.define import column_choice, named_release
 from kvrig.define.matrix import PLATFORMS, default_matrix, load
-from kvrig.provision import compiler, engines, install, libcuda_stub, system_packages, vllm_install
+from kvrig.provision import (
+    compiler,
+    engines,
+    install,
+    libcuda_stub,
+    pins,
+    system_packages,
+    vllm_install,
+)
 
 
 def cmd_vllm(ns: argparse.Namespace, extra: list[str]) -> int:
     """The platform's vLLM (the host's unless named) into this environment, with what its
     engines need beside it: on CPU a C++ compiler and Python.h (torch's inductor builds
     helpers even in eager mode); emulated, a compiler and the stand-in libcuda.so.1 built
-    with it for the wheel's extensions."""
-    matrix = load(ns.matrix or default_matrix())
-    platform = "cuda" if ns.emulated else ns.platform
-    if platform is None:
-        platform = column_choice.ThisHost().platform
-        print(f"kvrig: host platform: {platform}", flush=True)
-    plan = install.plan_for(matrix, platform, emulated=ns.emulated)
-    if (platform == "cpu" or ns.emulated) and not ns.dry_run:
+    with it for the wheel's extensions. The release's pins are checked against the index
+    before anything is installed (a compiler neither)."""
+    job = vllm_job(ns)
+    if ns.dry_run:
+        return vllm_install.install(job.plan(), dry_run=True)
+    plan = vllm_install.checked_plan(job)
+    if job.platform == "cpu" or ns.emulated:
         _packages(compiler.needed())
-    code = vllm_install.install(plan, dry_run=ns.dry_run)
-    if code != 0 or ns.dry_run or not ns.emulated:
+    code = vllm_install.setup(job, plan)
+    if code != 0 or not ns.emulated:
         return code
     # The stub's symbols are read off the wheel just installed into this interpreter.
     importlib.invalidate_caches()
     folder, count = libcuda_stub.ensure()
     print(f"kvrig: stand-in {libcuda_stub.DRIVER} for {count} driver symbols in {folder}")
     return 0
+
+
+def vllm_job(ns: argparse.Namespace) -> vllm_install.Job:
+    """What `kvrig setup vllm` was asked for: the matrix, the platform (cuda's wheel for
+    the emulated columns, else the one named or the host's) and the overrides."""
+    platform = "cuda" if ns.emulated else ns.platform
+    if platform is None:
+        platform = column_choice.ThisHost().platform
+        print(f"kvrig: host platform: {platform}", flush=True)
+    matrix = load(ns.matrix or default_matrix())
+    if getattr(ns, "vllm", None):  # a release named instead of the pin, in memory only
+        every = named_release.platforms_for(platform, ns.emulated)
+        matrix = named_release.apply(matrix, every, named_release.parse(ns.vllm))
+    return vllm_install.Job(
+        matrix,
+        platform,
+        emulated=ns.emulated,
+        requested=tuple(requested_overrides(ns.override or [], ns.overrides or [])),
+        command=rerun_command(ns),
+    )
+
+
+def requested_overrides(options: list[str], files: list[str]) -> list[pins.Override]:
+    """--override PKG==VER and the lines of each --overrides FILE, checked."""
+    out = [pins.from_option(text) for text in options]
+    for name in files:
+        try:
+            text = Path(name).read_text()
+        except OSError as exc:
+            raise pins.PinError(
+                f"--overrides {name}: the file could not be read ({exc.strerror}). Nothing was"
+                " installed; name a file of requirement lines (PKG==VER, one a line)."
+            ) from None
+        out += pins.from_file(text, name)
+    return out
+
+
+def rerun_command(ns: argparse.Namespace) -> str:
+    """The command as given, for a refusal to add an --override to."""
+    words = ["kvrig", *(["--matrix", ns.matrix] if ns.matrix else []), "setup", "vllm"]
+    words += ["--emulated"] if ns.emulated else ([ns.platform] if ns.platform else [])
+    if getattr(ns, "vllm", None):
+        words += ["--vllm", ns.vllm]
+    for text in ns.override or []:
+        words += ["--override", text]
+    for name in ns.overrides or []:
+        words += ["--overrides", name]
+    return shlex.join(words)
 
 
 def _packages(packages: list[str]) -> None:
@@ -80,6 +137,24 @@ def register(sub: Any) -> None:
         " stand-in libcuda.so.1 its extensions link",
     )
     v.add_argument("--dry-run", action="store_true", help="print the install, run nothing")
+    v.add_argument(
+        "--vllm",
+        metavar="RELEASE",
+        help="this release (a version, or a wheel file) instead of the one matrix.yaml pins",
+    )
+    v.add_argument(
+        "--override",
+        action="append",
+        metavar="PKG==VER",
+        help="take this version instead of the one the release pins (uv's --override;"
+        " repeatable); the environment is then not the release's own, and records say so",
+    )
+    v.add_argument(
+        "--overrides",
+        action="append",
+        metavar="FILE",
+        help="the same from a file of requirement lines (uv's override file; repeatable)",
+    )
     v.set_defaults(run=cmd_vllm)
     p = what.add_parser(
         "packages", help="Debian packages, installed when missing (as root, with apt-get)"
@@ -108,6 +183,7 @@ def register(sub: Any) -> None:
 
 USER_ERRORS = (
     install.InstallError,
+    pins.PinError,
     system_packages.SystemPackageError,
     engines.SetupError,
     base_image.BaseImageError,

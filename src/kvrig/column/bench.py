@@ -20,6 +20,8 @@ could not be made.
     nox -s bench -- --naive      # also the naive column (slow: about 25 minutes)
     nox -s bench -- --skip-setup --isa native --emulated .nox/emulated/bin/python
                                  # also every emulated GPU column, in nox -s emulated's env
+    nox -s bench -- --skip-setup --setup-only --emulated .nox/release/bin/python --release-diff
+                                 # the whole release diff (previous read release -> pin)
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ TARGETS = {
     "ratio": 1.2,
     "speedup": 5.0,
     "emulated_s": 600.0,  # every emulated GPU column (five CUDA architectures and XPU)
+    "release_diff_s": 1200.0,  # kvrig release diff OLD NEW: both releases, every device
 }
 
 
@@ -228,6 +231,30 @@ def emulated_figures(py: str) -> list[str]:
     ]
 
 
+def release_diff_figures(py: str, releases: list[str]) -> list[str]:
+    """The whole release diff, as `nox -s release_diff` runs it on a warm cache: both
+    releases' emulated columns on every device (each in its release's environment, made
+    before the timing starts), compared; its wall time against the target."""
+    base = [py, "-m", "kvrig", "release", "diff", *releases]
+    # Warm: each release's environment made and its wheels in uv's cache, nothing timed.
+    subprocess.run([*base, "--only", "cuda:9.0"], check=False, capture_output=True)
+    code, secs, peak = run_sampled([*base, "--rerun"])
+    head = "release diff " + " ".join(releases or ["(previous read release -> pin)"])
+    return [
+        head + (f" (exited {code}: moves unexplained or a side missing)" if code else ""),
+        line("  every device, both sides", secs, TARGETS["release_diff_s"], "s"),
+        line("  peak memory", peak / 1024, TARGETS["peak_gb"], "GB"),
+    ]
+
+
+def emulated_extras(ns: argparse.Namespace) -> list[str]:
+    """The emulated columns' figures and the release diff's, when asked for."""
+    figures = emulated_figures(ns.emulated) if ns.emulated else []
+    if ns.release_diff is not None:
+        figures += release_diff_figures(ns.emulated or sys.executable, ns.release_diff)
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kvrig bench", description=__doc__.splitlines()[0])
     ap.add_argument("--no-cache", action="store_true", help="cold set-up without uv's cache")
@@ -240,6 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--naive-run", help=argparse.SUPPRESS)
     ap.add_argument(
         "--emulated", metavar="PYTHON", help="also every emulated GPU column, with this Python"
+    )
+    ap.add_argument(
+        "--release-diff",
+        nargs="*",
+        metavar="RELEASE",
+        help="also the whole kvrig release diff (OLD NEW; default: previous read -> pin), with"
+        " the Python of --emulated or this one",
     )
     ap.add_argument("select", nargs="*", help="only cells whose id contains one of these")
     ns = ap.parse_args(argv)
@@ -260,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         if ns.setup_only:
             print("\n".join(figures))
             return 0
-        if ns.emulated:
-            figures += emulated_figures(ns.emulated)
+        figures += emulated_extras(ns)
         workers = workers_of()
         rig_native = None
         for cls in ns.isa or classes():

@@ -24,7 +24,7 @@ import pytest
 
 from kvrig.column import progress, resume
 from kvrig.column.items import COLUMN_KEY, CellItem, MatrixFile
-from kvrig.define import column_choice, column_options
+from kvrig.define import column_choice, column_options, named_release
 from kvrig.define.cells import Cell, expand, skipped_for_needs, with_needs_met
 from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import results_folder
@@ -169,6 +169,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "shard": config.getoption("--kvrig-shard"),
             "cells": sorted(config.getoption("--kvrig-cell")),
             "cold": run.cold,
+            "vllm": config.getoption("--kvrig-vllm"),
         },
         column_facts(run),
         resume.environment_parts(),
@@ -203,12 +204,15 @@ def _prestart(run: ColumnRun) -> None:
 
 
 def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
-    matrix = load(matrix_path)
     choice = column_choice.choose(
         config.getoption("--kvrig-platform"),
         config.getoption("--kvrig-isa"),
         config.getoption("--kvrig-emulate"),
         gpu_arch=config.getoption("--kvrig-gpu-arch"),
+    )
+    # A release named on the command line stands in for the pin, in memory only.
+    matrix, named = named_release.for_column(
+        load(matrix_path), choice.platform, bool(choice.device), config.getoption("--kvrig-vllm")
     )
     if choice.device:
         _prepare_emulation(config, matrix, choice.platform)
@@ -229,7 +233,8 @@ def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
             f" `expect: {choice.platform}:`. Add one, or run another platform's column."
         )
     given = config.getoption("--kvrig-results")
-    results = Path(given) if given else config.invocation_params.dir / results_folder(choice.column)
+    folder = results_folder(named_release.folder_name(choice.column, named))
+    results = Path(given) if given else config.invocation_params.dir / folder
     return ColumnRun(
         matrix=matrix,
         choice=choice,

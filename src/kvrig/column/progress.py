@@ -165,6 +165,8 @@ class ProgressPlugin:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
             self.outcomes[report.nodeid] = "failed"
+        elif report.passed and ("verdict", "unread") in report.user_properties:
+            self.outcomes[report.nodeid] = "unread (rules not read for this vLLM)"
         elif report.skipped:
             kind = "xfailed" if hasattr(report, "wasxfail") else "skipped"
             self.outcomes.setdefault(report.nodeid, kind)

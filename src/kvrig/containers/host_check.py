@@ -9,17 +9,24 @@ image is built (`nox -s cuda` and `nox -s xpu` run this first). The pass-through
 in a small container and the device check inside the column's own container come after,
 once an engine answers (kvrig.containers.launch).
 
-    kvrig check host cuda|xpu [--gpu-arch ARCH] [the column's other arguments, ignored]
+With --dry-run (`nox -s xpu -- --dry-run` hands it on) nothing is refused: what a run
+would stop at, and what the container-engine set-up would do, are printed as comment lines
+above the plan `kvrig container --dry-run` prints, exit 0, on any host.
+
+    kvrig check host cpu|cuda|xpu [--gpu-arch ARCH] [--dry-run] [the column's other
+        arguments, ignored]
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from kvrig.containers.preflight import PreflightError, Probe, check_architecture, check_device
 from kvrig.define.matrix import load
+from kvrig.provision import engines
 
 # The oldest Linux driver each CUDA major runs on (CUDA's minor-version compatibility:
 # any driver of at least this release runs every minor of the major).
@@ -60,8 +67,8 @@ def check_driver(base_image: str, probe: Probe) -> None:
         raise PreflightError(
             f"The image is built on CUDA {cuda[0]}.{cuda[1]} ({base_image}), which needs an"
             f" NVIDIA driver of at least {shown}, and this host has {out.strip()}. Install a"
-            f" newer driver (the R{need[0]} branch or"
-            " later), or point platforms.cuda.base_image at a CUDA release your driver runs."
+            f" newer driver (the R{need[0]} branch or later; `nvidia-smi` shows the one"
+            " installed), then run this again."
         )
 
 
@@ -96,8 +103,9 @@ def check_render_access(probe: Probe, dri: Path = Path("/dev/dri")) -> None:
         if gid not in groups and not os.access(node, os.R_OK | os.W_OK):
             raise PreflightError(
                 f"The XPU column opens {node}, and this user is not in its group (gid {gid},"
-                " usually `render`). Add the user to it (`sudo usermod -aG render $USER`, then"
-                " log in again); rootless Podman keeps it with `--group-add keep-groups`."
+                f" usually `render`). Add the user to it (`sudo usermod -aG $(stat -c %G {node})"
+                " $USER`), then log in again and run this again; rootless Podman keeps the"
+                " group in the container (kvrig passes `--group-add keep-groups`)."
             )
 
 
@@ -121,3 +129,45 @@ def check_host(
     (and on CUDA the architecture `gpu_arch`, a runner's label, names)."""
     spec = load(matrix).platforms.get(platform)  # type: ignore[call-overload]
     check(platform, spec.base_image if spec else "", probe or Probe(), gpu_arch)
+
+
+def dry_run_lines(
+    platform: str,
+    probe: Probe | None = None,
+    matrix: Path | None = None,
+    gpu_arch: str | None = None,
+    engine_facts: Callable[[tuple[str, ...]], engines.Facts] | None = None,
+) -> list[str]:
+    """What a run would stop at here, as comment lines of the plan, never a refusal: a dry
+    run shows the plan on any host, and says what this host lacks for it. The probes only
+    read (nvidia-smi, /dev/dri, `docker info`, `podman info`, dpkg); nothing is installed."""
+    head = f"# kvrig check host {platform}:"
+    try:
+        check_host(platform, probe, matrix, gpu_arch)
+    except PreflightError as exc:
+        host = f"{head} a run stops here (exit 2), before anything is installed: {exc}"
+    else:
+        needs = "its device, driver and toolkit" if platform != "cpu" else "no device"
+        host = f"{head} this host has what the {platform} column needs ({needs})"
+    return [host, engine_line(ENGINE_PACKAGES.get(platform, ()), engine_facts)]
+
+
+# What each session's engine set-up installs beside the engine (noxfile.py: the cpu
+# session's local base image is built with debootstrap where no registry answers).
+ENGINE_PACKAGES = {"cpu": ("debootstrap",)}
+
+
+def engine_line(
+    extra: tuple[str, ...] = (),
+    engine_facts: Callable[[tuple[str, ...]], engines.Facts] | None = None,
+) -> str:
+    """What `kvrig setup container-engine EXTRA...` would do here: use the engine that
+    answers, install Podman (and `extra`), or stop (its paragraph)."""
+    head = f"# kvrig setup container-engine{''.join(' ' + p for p in extra)}:"
+    try:
+        setup = engines.decide((engine_facts or engines.facts)(extra), extra)
+    except engines.SetupError as exc:
+        return f"{head} a run stops here (exit 2): {exc}"
+    if setup.install:
+        return f"{head} would install {', '.join(setup.install)} and use podman ({setup.reason})"
+    return f"{head} would use {setup.engine} ({setup.reason})"

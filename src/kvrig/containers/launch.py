@@ -47,6 +47,14 @@ class _Terminated(Exception):
     pass
 
 
+# A dry run asks no engine, so with --engine auto it prints Docker's commands; the run
+# takes the first engine that answers.
+AUTO_ENGINE = (
+    "# --engine auto: Docker's commands (a dry run asks no engine; the run takes Docker when"
+    " `docker info` answers, else Podman: `--engine podman` prints Podman's)"
+)
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Terminated
 
@@ -117,13 +125,14 @@ def resolve_base(
     settings: es.EngineSettings,
     probe: preflight.Probe,
     vllm_image: str | None = None,
+    platform: str | None = None,
 ) -> str | None:
     """None when `wanted` is here or can be pulled; else the local image standing in for it,
     built first when absent. Raises when no local image can stand in; for a release's
     vLLM image (`vllm_image`), saying how to build from the release's wheels instead."""
     flags = es.global_flags(settings)
     try:
-        preflight.check_base_image(engine, wanted, probe, flags)
+        preflight.check_base_image(engine, wanted, probe, flags, platform)
         return None
     except preflight.PreflightError as exc:
         suite = base_image.can_stand_in(wanted)
@@ -263,9 +272,11 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
             engine = "docker" if requested == "auto" else requested
             settings = es.decide(engine, facts, env, cache_dir(env), args.host_settings)
             plan = make_plan(args, root, host_facts(engine), engine, env, name, settings)
+            if requested == "auto":
+                print(AUTO_ENGINE)
             print("\n".join(dry_run_lines(plan)))
             return 0
-        engine = preflight.choose_engine(requested, probe)
+        engine = preflight.choose_engine(requested, probe, args.platform)
         settings = es.decide(engine, facts, env, cache_dir(env), args.host_settings)
         for reason in settings.reasons:
             print(f"kvrig.containers: {engine} setting: {reason}", flush=True)
@@ -279,7 +290,9 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
         local = (
             None
             if have
-            else resolve_base(engine, plan.base_image, settings, probe, plan.vllm_image)
+            else resolve_base(
+                engine, plan.base_image, settings, probe, plan.vllm_image, args.platform
+            )
         )
         if local is not None:
             plan = make_plan(args, root, host, engine, env, name, settings, local, plan.overlay)
@@ -292,6 +305,7 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
             probe,
             settings.host_network,
             es.may_add_host_network(engine, env, args.host_settings),
+            args.platform,
         ):
             settings = es.with_host_network(settings)
             print(f"kvrig.containers: {engine} setting: {settings.reasons[-1]}", flush=True)

@@ -54,8 +54,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kvrig.containers import settings as es
-from kvrig.define import column_choice, column_options, releases
-from kvrig.define.matrix import PLATFORMS, MatrixError, PlatformSpec, VllmSource
+from kvrig.define import column_choice, column_options, named_release, releases
+from kvrig.define.matrix import PLATFORMS, Matrix, MatrixError, PlatformSpec, VllmSource
 from kvrig.define.matrix import load as load_matrix
 from kvrig.define.paths import results_folder
 from kvrig.host import isa
@@ -504,6 +504,7 @@ class Args:
     push: bool = False
     build_only: bool = False
     from_wheels: bool = False  # the release's wheels, not its prebuilt vLLM image
+    vllm: str | None = None  # --vllm: a release named instead of the matrix's pin
 
 
 def with_gpu_arch(args: Args, arch: str) -> Args:
@@ -557,6 +558,7 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
     _declare_image_options(parser, env)
     column_options.declare(parser.add_argument, column_options.CONTAINER)
     ns, unknown = parser.parse_known_args(argv)
+    _check_gpu_arch(ns.platform, ns.gpu_arch, ns.emulate, ns.isa)
     registry = registry_name(ns.registry) if ns.registry else None
     if ns.push and registry is None:
         raise UsageError(
@@ -587,7 +589,29 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
         ns.push,
         ns.build_only,
         ns.from_wheels,
+        vllm=ns.vllm,
     )
+
+
+def _check_gpu_arch(platform: str, gpu_arch: str | None, emulate: str | None, cls: str) -> None:
+    """--gpu-arch names the real CUDA GPU the column runs on: refused here, in this
+    command's own terms (the platform is its first argument), beside a CPU class or an
+    emulated device, and off CUDA."""
+    if not gpu_arch:
+        return
+    if platform != "cuda":
+        raise UsageError(
+            f"--gpu-arch {gpu_arch} names the architecture of the CUDA GPU a column runs on,"
+            f" and the {platform} column has none: leave it out, or run the CUDA column"
+            f" (`kvrig container cuda --gpu-arch {gpu_arch}`)."
+        )
+    if emulate or cls != isa.NATIVE:
+        given = f"--emulate {emulate}" if emulate else f"--isa {cls}"
+        raise UsageError(
+            f"--gpu-arch {gpu_arch} names the real GPU the CUDA column runs on, and {given}"
+            " names something else to run (an emulated device's architecture is --emulate's;"
+            " a CPU class is the cpu column's): give one of them."
+        )
 
 
 def _declare_image_options(parser: argparse.ArgumentParser, env: dict[str, str]) -> None:
@@ -664,12 +688,21 @@ def render_gids(dri: Path = Path("/dev/dri")) -> tuple[int, ...]:
     return tuple(sorted(g for g in gids if g != 0))
 
 
-def load_spec(args: Args, root: Path) -> PlatformSpec:
+def load_for(args: Args, root: Path) -> tuple[Matrix, named_release.NamedRelease | None]:
+    """The matrix the column runs on (a release named with --vllm in place of the pin),
+    and that release when it is not the pin."""
     matrix_path = args.matrix or root / "matrix.yaml"
     try:
-        matrix = load_matrix(matrix_path)
+        return named_release.for_column(
+            load_matrix(matrix_path), args.platform, args.emulate is not None, args.vllm
+        )
     except MatrixError as exc:
         raise UsageError(str(exc)) from None
+
+
+def load_spec(args: Args, root: Path) -> PlatformSpec:
+    matrix_path = args.matrix or root / "matrix.yaml"
+    matrix, _ = load_for(args, root)
     spec = matrix.platforms.get(args.platform)  # type: ignore[call-overload]
     if spec is None:
         raise UsageError(
@@ -742,6 +775,7 @@ def make_plan(
         ).column
     except column_choice.ChoiceError as exc:
         raise UsageError(str(exc)) from None
+    column = named_release.folder_name(column, load_for(args, root)[1])
     if staged is not None and (args.vllm_source or args.vllm_patch):
         # Beside the release's results, not over them: `kvrig compare` reads both.
         column = f"{column}-overlay-{staged.digest[:8]}"

@@ -15,12 +15,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvrig.define import column_choice
+from kvrig.define import column_choice, gpus
 
-ALTERNATIVES = (
-    "To run the column on this host without a container use `nox -s local`; to see the"
-    " commands without running anything add `--dry-run`."
-)
+
+def alternatives(platform: str | None = None) -> str:
+    """The ways out every refusal ends with, each a command line that runs as written
+    (tests/unit/containers/test_advice.py parses them): this host's own column without a
+    container, and the dry run, which prints the plan on any host."""
+    dry = (
+        f"`nox -s {platform} -- --dry-run` (or `kvrig container {platform} --dry-run`)"
+        if platform
+        else "the same command with `--dry-run` (after nox's `--`: `nox -s cpu -- --dry-run`)"
+    )
+    return (
+        "`nox -s local` runs this host's own column without a container; to see the"
+        f" commands without running anything, run {dry}."
+    )
 
 
 class PreflightError(Exception):
@@ -62,28 +72,45 @@ def _run(cmd: Sequence[str], timeout: float = 60) -> tuple[int, str]:
     return done.returncode, ""
 
 
-def choose_engine(requested: str, probe: Probe) -> str:
+def choose_engine(requested: str, probe: Probe, platform: str | None = None) -> str:
     """docker or podman: the requested one if it answers, for auto the first that answers.
 
     `docker info` (not just the binary) is the test, because a client without a reachable
     daemon is the common failure: the build would otherwise fail after a long context upload.
     """
     reasons: list[str] = []
+    fixes: list[str] = []
     candidates = ("docker", "podman") if requested == "auto" else (requested,)
     for engine in candidates:
         if probe.which(engine) is None:
             reasons.append(f"{engine} is not installed")
+            fixes.append(_ENGINE_FIX[(engine, False)])
             continue
         code, last = probe.run([engine, "info"])
         if code == 0:
             return engine
         reasons.append(f"`{engine} info` failed ({last or f'exit {code}'})")
+        fixes.append(_ENGINE_FIX[(engine, True)])
+    if requested != "auto":
+        other = "podman" if requested == "docker" else "docker"
+        fixes.append(f"take {other} instead with `--engine {other}` (or `--engine auto`)")
+    fix = "; or ".join(fixes)
     raise PreflightError(
-        "No container engine is reachable: " + "; ".join(reasons) + ". Start the Docker"
-        " daemon (for example `sudo systemctl start docker`), or install Podman (as root"
-        " `kvrig setup container-engine`) and pass `--engine podman`."
-        f" {ALTERNATIVES}"
+        f"No container engine is reachable: {'; '.join(reasons)}. {fix[:1].upper()}{fix[1:]}."
+        f" {alternatives(platform)}"
     )
+
+
+# What makes each engine answer: (engine, installed) -> the fix, run as written.
+_ENGINE_FIX = {
+    ("docker", True): "start the Docker daemon (`sudo systemctl start docker`)",
+    ("docker", False): "install Docker",
+    ("podman", True): "make Podman answer: `podman info` prints why it does not",
+    ("podman", False): (
+        "install Podman (as root, `kvrig setup container-engine` installs it from Debian's"
+        " packages; otherwise `sudo apt-get install podman runc`)"
+    ),
+}
 
 
 def check_nvidia_gpu(probe: Probe) -> None:
@@ -93,14 +120,14 @@ def check_nvidia_gpu(probe: Probe) -> None:
             "The CUDA column needs an NVIDIA GPU, but `nvidia-smi` is not installed here, so"
             " no NVIDIA driver is present. Run it on a GPU host with the NVIDIA driver and the"
             " NVIDIA Container Toolkit (which provides `--gpus all`), or run the CPU column"
-            f" with `nox -s cpu`. {ALTERNATIVES}"
+            f" with `nox -s cpu`. {alternatives('cuda')}"
         )
     code, last = probe.run(["nvidia-smi", "-L"])
     if code != 0 or "GPU" not in last:
         raise PreflightError(
             "The CUDA column needs an NVIDIA GPU, but `nvidia-smi -L` lists none"
             f" ({last or f'exit {code}'}). Check the driver with `nvidia-smi`, run on a GPU"
-            f" host, or run the CPU column with `nox -s cpu`. {ALTERNATIVES}"
+            f" host, or run the CPU column with `nox -s cpu`. {alternatives('cuda')}"
         )
 
 
@@ -124,12 +151,30 @@ class _Device:
 def check_architecture(probe: Probe, label: str | None = None) -> str:
     """The CUDA GPU's architecture, which names its column (cuda-sm90): one kvrig keeps
     expectations for, and the one `label` (--gpu-arch, a runner's label) names if given."""
+    seen = cuda_arch(probe)
     try:
-        choice = column_choice.choose("cuda", gpu_arch=label, host=_Device(cuda_arch(probe)))
+        if label is not None:  # a label no GPU could match is the label's fault
+            column_choice.requested("cuda", gpu_arch=label)
+        if seen is not None and gpus.normalize("cuda", seen) not in gpus.CUDA_GPUS:
+            raise PreflightError(_unknown_gpu(seen))
+        choice = column_choice.choose("cuda", gpu_arch=label, host=_Device(seen))
     except column_choice.ChoiceError as exc:
         raise PreflightError(str(exc)) from None
     assert choice.arch is not None  # a CUDA device's choice always names it
     return choice.arch
+
+
+def _unknown_gpu(seen: str) -> str:
+    """The host's own GPU is of an architecture kvrig keeps no expectations for: no
+    --gpu-arch helps (it must name the GPU's own), so say what does."""
+    listed = ", ".join(f"{g.arch} ({g.label}: {g.examples})" for g in gpus.CUDA_GPUS.values())
+    return (
+        f"This host's GPU has compute capability {seen}, an architecture kvrig keeps no CUDA"
+        f" expectations for (it keeps them for {listed}), so its column would have nothing"
+        " to be judged by. Run the CUDA column on a GPU of one of those; `nox -s emulated`"
+        " decides every CUDA cell of each of them on any host. An architecture of its own"
+        " needs an entry in kvrig.define.gpus and its emulated column green first."
+    )
 
 
 INTEL_PCI_VENDOR = "0x8086"
@@ -153,13 +198,13 @@ def check_intel_xpu(probe: Probe, dri: Path = Path("/dev/dri")) -> None:
             f"The XPU column needs an Intel GPU, but {dri} has no render node (renderD*), so"
             " no GPU driver is loaded here. Run it on an XPU host with the Intel GPU driver"
             " (i915 or xe), or run the CPU column with `nox -s cpu`."
-            f" {ALTERNATIVES}"
+            f" {alternatives('xpu')}"
         )
     if not intel_render_nodes(probe, dri):
         raise PreflightError(
             f"The XPU column needs an Intel GPU, but the render nodes in {dri} belong to"
             " another vendor's GPU. Run it on an XPU host, or run the column that matches"
-            f" this GPU (`nox -s cuda` for NVIDIA). {ALTERNATIVES}"
+            f" this GPU (`nox -s cuda` for NVIDIA). {alternatives('xpu')}"
         )
     for tool, args in (("xpu-smi", ["discovery"]), ("sycl-ls", [])):
         if probe.which(tool) is None:
@@ -170,7 +215,7 @@ def check_intel_xpu(probe: Probe, dri: Path = Path("/dev/dri")) -> None:
                 f"The XPU column needs an Intel GPU that answers, but `{tool}` failed"
                 f" ({last or f'exit {code}'}). Check the driver and the level-zero loader"
                 f" with `{tool}` on the host, or run the CPU column with `nox -s cpu`."
-                f" {ALTERNATIVES}"
+                f" {alternatives('xpu')}"
             )
 
 
@@ -182,19 +227,27 @@ def check_device(platform: str, probe: Probe) -> None:
 
 
 def check_base_image(
-    engine: str, image: str, probe: Probe, global_flags: Sequence[str] = ()
+    engine: str,
+    image: str,
+    probe: Probe,
+    global_flags: Sequence[str] = (),
+    platform: str | None = None,
 ) -> None:
-    """The image the build starts from is local or can be pulled, before any build starts."""
+    """The image the build starts from is local or can be pulled, before any build starts.
+    Only an image no local Debian base stands in for gets here (kvrig.containers.launch
+    builds on the stand-in otherwise), so the way out is a copy of that very image."""
     code, _ = probe.run([engine, *global_flags, "image", "inspect", image])
     if code == 0:
         return
     code, last = probe.run([engine, *global_flags, "pull", image])
     if code != 0:
+        registry = image.split("/")[0] if "." in image.split("/")[0] else "docker.io"
         raise PreflightError(
             f"The base image {image} is not on this host and cannot be pulled with `{engine}"
-            f" pull` ({last or f'exit {code}'}). Log in to its registry or check the host's"
-            " network, or build on an image you have locally by setting KVRIG_BASE_IMAGE"
-            f" (for example KVRIG_BASE_IMAGE=localhost/kvrig-base:bookworm). {ALTERNATIVES}"
+            f" pull` ({last or f'exit {code}'}). Log in to its registry (`{engine} login"
+            f" {registry}`) or check the host's network; or copy it from a host that can"
+            f" pull it (`{engine} save {image}` there, `{engine} load` here), or name a copy"
+            f" you have under another name with KVRIG_BASE_IMAGE. {alternatives(platform)}"
         )
 
 
@@ -280,8 +333,8 @@ def build_failure(image: str, code: int, output: str) -> str:
     )
     return (
         f"Building {image} failed (exit {code}) and no cell was run.{cause} Fix it and run"
-        " again (docs/containers.md, Hosts that need special engine settings), or run the column on"
-        " this host without a container with `nox -s local`."
+        " again (docs/containers.md, Hosts that need special engine settings); `nox -s local`"
+        " runs this host's own column without a container."
     )
 
 
@@ -298,6 +351,7 @@ def check_engine_runs(
     probe: Probe,
     host_network: bool = False,
     may_use_host_network: bool = False,
+    platform: str | None = None,
 ) -> bool:
     """A trivial container starts, so a restricted host fails here with its fix named,
     not minutes into a build with the runtime's raw error. Podman only: Docker's daemon
@@ -319,12 +373,17 @@ def check_engine_runs(
     if not host_network and may_use_host_network and probe.run(retry)[0] == 0:
         return True
     found = diagnose(last)
-    cause = "; and ".join(found) if found else f"it said: {last or f'exit {code}'}"
+    fix = (
+        "; and ".join(found) + ", and run again"
+        if found
+        else f"it said: {last or f'exit {code}'}, which is none of the restrictions kvrig"
+        " knows a setting for (docs/containers.md, Hosts that need special engine"
+        " settings): run the command above to see the runtime's whole error, and fix that"
+    )
     raise PreflightError(
-        f"Podman cannot start a trivial container here (`{' '.join(cmd)}` failed): {cause}."
-        " Leave KVRIG_HOST_SETTINGS at auto so kvrig applies the settings this host needs,"
-        " or set the one named (docs/containers.md, Hosts that need special engine settings)."
-        f" {ALTERNATIVES}"
+        f"Podman cannot start a trivial container here (`{' '.join(cmd)}` failed): {fix}."
+        " With --host-settings off (or KVRIG_HOST_SETTINGS=off) kvrig applies none of its"
+        f" settings: leave it at auto. {alternatives(platform)}"
     )
 
 
@@ -366,9 +425,10 @@ def check_passthrough(
     if code == 0:
         return
     device = "the NVIDIA GPU" if platform == "cuda" else "the Intel GPU's render node"
+    fix = _PASSTHROUGH_FIX[(platform, engine)]
     raise PreflightError(
         f"The host sees {device}, but a container does not: `{' '.join(cmd)}` failed"
-        f" ({last or f'exit {code}'}). {_PASSTHROUGH_FIX[(platform, engine)]}. Then run"
+        f" ({last or f'exit {code}'}). {fix[:1].upper()}{fix[1:]}. Then run"
         f" `kvrig check host {platform}` and this command again; nothing was built."
-        f" {ALTERNATIVES}"
+        f" {alternatives(platform)}"
     )

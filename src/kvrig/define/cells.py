@@ -64,6 +64,10 @@ class Cell(BaseModel):
     # The model's config.json as the engine loads it (its file plus the overrides),
     # rendered once when the cells are made, so judging a record reads no file.
     config: dict[str, Any] = Field(default_factory=dict)
+    # The vLLM matrix.yaml pins, when the cell runs a release named instead (--vllm): the
+    # sizes the matrix writes out are the pin's, so the verdict checks the size
+    # kvrig.rules computes for the release that runs.
+    pinned_instead: str | None = None
 
     @property
     def column(self) -> str:
@@ -190,6 +194,7 @@ def expand(
                     device_emulated=device_emulated and not on_cpu,
                     source=source,
                     config=configs[case.model],
+                    pinned_instead=matrix.replaced_pin(plat),
                 )
             )
     return cells

@@ -76,6 +76,14 @@ OPTIONS: tuple[ColumnOption, ...] = (
         " GPU's own",
         metavar="ARCH",
     ),
+    ColumnOption(
+        "vllm",
+        "the vLLM release to run instead of the one matrix.yaml pins (a version such as"
+        " 0.33.0, or a wheel file): its rules judge, its results go to"
+        " results/<column>-vllm-<version>, and on a host it runs in an environment kvrig makes"
+        " for it when this one holds another (kvrig container: that release's image)",
+        metavar="RELEASE",
+    ),
     ColumnOption("results", "default: results/<column>", metavar="DIR"),
     ColumnOption(
         "cold",

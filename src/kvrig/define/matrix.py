@@ -21,12 +21,15 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
+    StrictInt,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
-from kvrig.define import gpus, patterns, releases, shorthands
+from kvrig.define import gpus, lines, patterns, releases, shorthands
 from kvrig.host import isa
 
 PLATFORMS = ("cpu", "cuda", "xpu")
@@ -198,6 +201,10 @@ def default_matrix() -> Path:
 
 _NAME = r"^[a-z0-9][a-z0-9_]*$"
 _BACKEND_NAME = r"^[A-Z][A-Z0-9_]*$"
+# A size or a count: a whole number of at least 1, written as one. YAML's `true` is no
+# size and "128" is text; read as numbers they would be a block size of 1 and a size the
+# file does not show, and a size of 0 or below is none vLLM can have.
+Count = Annotated[StrictInt, Field(gt=0)]
 
 
 class MatrixError(Exception):
@@ -333,6 +340,19 @@ class CiSpec(_Strict):
         return archs
 
 
+# PKG==VER (extras allowed, no markers, no wildcard): the one form in which a release's
+# exact pin is named and replaced (`pin_overrides`, `kvrig setup vllm --override`).
+EXACT_PIN = re.compile(
+    r"^\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?P<extras>\[[^\]]*\])?"
+    r"\s*==\s*(?P<version>[0-9][A-Za-z0-9.+!_-]*)\s*$"
+)
+
+
+def package_key(name: str) -> str:
+    """A package name as indexes compare them (PEP 503): flashinfer_python is flashinfer-python."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 class PlatformSpec(_Strict):
     """One column of the matrix: how its engines are installed, reached and configured."""
 
@@ -358,8 +378,35 @@ class PlatformSpec(_Strict):
     memory_limit_gb: float = Field(default=8, gt=0)
     # The KV cache each engine allocates (vLLM's kv_cache_memory_bytes), when set: a cell
     # needs a few blocks, and on CPU the cache is resident memory of every cell.
-    kv_cache_mb: int | None = Field(default=None, gt=0)
+    kv_cache_mb: Count | None = None
     ci: CiSpec = Field(default_factory=CiSpec)
+    # A release's exact pin that this index does not serve, and the one to take instead
+    # ({"flashinfer-python==0.7.3": "flashinfer-python==0.7.4"}): `kvrig setup vllm`
+    # applies it only to a release whose metadata declares that pin, so it never reaches
+    # another release's environment, and every record of that environment names it.
+    pin_overrides: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("pin_overrides")
+    @classmethod
+    def _a_pin_for_a_pin_of_the_same_package(cls, value: dict[str, str]) -> dict[str, str]:
+        for declared, instead in value.items():
+            a, b = EXACT_PIN.match(declared), EXACT_PIN.match(instead)
+            if a is None or b is None or package_key(a["name"]) != package_key(b["name"]):
+                raise ValueError(
+                    f"{declared!r}: {instead!r} is no pin override: each maps the exact pin a"
+                    " release declares to the one to take instead, both PKG==VER of the same"
+                    ' package ({"flashinfer-python==0.7.3": "flashinfer-python==0.7.4"})'
+                )
+        return value
+
+    @model_serializer(mode="wrap")
+    def _unwritten_when_empty(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """No pin_overrides is as if unwritten: adding the field re-judges no cell (a row's
+        matrix identity hashes the platform's dump, kvrig.define.cells.judged_under)."""
+        data = handler(self)
+        if isinstance(data, dict) and not self.pin_overrides:
+            data.pop("pin_overrides", None)
+        return data
 
 
 # --- models ----------------------------------------------------------------------------
@@ -376,7 +423,7 @@ class ModelSpec(_Strict):
     source: str = ""
     overrides: dict[str, Any] = Field(default_factory=dict)
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
-    max_model_len: int = Field(default=256, ge=16)
+    max_model_len: Annotated[StrictInt, Field(ge=16)] = 256
     # Python modules the model's vLLM code imports beyond vLLM's own requirements (Qwen3.5:
     # torchvision, which a CPU environment has only where its CPU build can be had): a
     # column whose environment lacks one skips the model's cells, saying so. Top-level
@@ -399,7 +446,7 @@ class CraftedBackend(_Strict):
     name: str = Field(pattern=_BACKEND_NAME)
     # Kernel block sizes; `aligned` stands for the size alignment lands on for the cell's
     # platform and CPU class (kvrig.rules.blocksize), so a control accepts exactly it.
-    sizes: Annotated[list[Annotated[int, Field(gt=0)] | Literal["aligned"]], Field(min_length=1)]
+    sizes: Annotated[list[Count | Literal["aligned"]], Field(min_length=1)]
     exact: bool = True
 
     @field_validator("sizes")
@@ -439,7 +486,7 @@ class Crafted(_Strict):
 class Knobs(_Strict):
     """Engine arguments a case varies; None leaves vLLM's own default."""
 
-    block_size: int | None = Field(default=None, gt=0)
+    block_size: Count | None = None
     enable_prefix_caching: bool | None = None
     mamba_ssm_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
     kv_cache_dtype: str | None = None
@@ -450,7 +497,7 @@ class Knobs(_Strict):
     multiprocessing: bool | None = None
     # Ranks of one engine (vLLM's multiprocess executor): KV heads per rank, replicated
     # when there are fewer than ranks, and Mamba/GDN heads split across them.
-    tensor_parallel_size: int | None = Field(default=None, ge=1, le=8)
+    tensor_parallel_size: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
 
     @field_validator("kv_cache_dtype")
     @classmethod
@@ -466,9 +513,9 @@ class Knobs(_Strict):
 class Invariants(_Strict):
     """Extra facts a running cell must show, on top of the ones every `runs` cell checks."""
 
-    block_size: int | None = None
-    block_size_in: list[int] | None = None
-    kernel_block_sizes_include: list[int] | None = None
+    block_size: Count | None = None
+    block_size_in: list[Count] | None = None
+    kernel_block_sizes_include: list[Count] | None = None
     backends_include: list[str] | None = None
     # Backends that must reject the chosen size and still not stop the engine: the
     # controls where no alignment happened, so the early check has nothing to check.
@@ -484,6 +531,26 @@ class Invariants(_Strict):
                 "an empty list declares nothing; list what is expected or leave it out"
             )
         return value
+
+    @model_validator(mode="after")
+    def _sizes_agree(self) -> Invariants:
+        """Sizes that contradict each other describe no engine: the cell would be red
+        whatever vLLM did, and only once it had run."""
+        if self.block_size is None:
+            return self
+        if self.block_size_in is not None and self.block_size not in self.block_size_in:
+            raise ValueError(
+                f"block_size {self.block_size} is not among block_size_in"
+                f" {self.block_size_in}: no engine can show both"
+            )
+        apart = [k for k in self.kernel_block_sizes_include or [] if self.block_size % k]
+        if apart:
+            raise ValueError(
+                f"kernel_block_sizes_include {apart} does not divide block_size"
+                f" {self.block_size}: vLLM splits a block into kernel blocks of a size that"
+                " divides it"
+            )
+        return self
 
 
 class _Matching(_Strict):
@@ -604,8 +671,8 @@ class Case(_Strict):
     # architectures (kvrig.define.gpus), each with its reason; others keep `expect.cuda`.
     expect_by_arch: dict[str, ArchExpectation] = Field(default_factory=dict)
     gate: bool = False
-    prompt_tokens: int = Field(default=8, ge=5)
-    max_tokens: int = Field(default=4, ge=1)
+    prompt_tokens: Annotated[StrictInt, Field(ge=5)] = 8
+    max_tokens: Count = 4
 
     @field_validator("expect")
     @classmethod
@@ -724,10 +791,17 @@ class Matrix(_Strict):
     _path: Path | None = PrivateAttr(default=None)
     _case_lines: dict[int, int] = PrivateAttr(default_factory=dict)
     _allowance_lines: dict[int, int] = PrivateAttr(default_factory=dict)
+    # The pins a release named on the command line replaced, by platform (the matrix's
+    # literal sizes are for these; kvrig.define.named_release).
+    _replaced_pins: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property
     def path(self) -> Path | None:
         return self._path
+
+    def replaced_pin(self, platform: str) -> str | None:
+        """What matrix.yaml pins for the platform when a named release runs instead."""
+        return self._replaced_pins.get(platform)
 
     @property
     def required_platforms(self) -> list[str]:
@@ -762,7 +836,7 @@ class Matrix(_Strict):
     def _model_names(cls, v: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
         for name in v:
             if not re.match(_NAME, name):
-                raise ValueError(f"model name {name!r} must match {_NAME}")
+                raise ValueError(f"models.{name}: model name {name!r} must match {_NAME}")
         return v
 
     @model_validator(mode="after")
@@ -857,7 +931,10 @@ class Matrix(_Strict):
                 else ("image" if spec.vllm.kind == "image" else "git_ref")
             )
             older, newest = releases.known_releases(p)
-            known = [releases.shown(v) for v in older] + [f"{releases.shown(newest)} or later"]
+            known = [releases.shown(v) for v in older] + [
+                f"{releases.shown(newest)} or later (one newer than kvrig has read is judged"
+                " by the newest rules, every cell saying so)"
+            ]
             what = "; ".join(f"{s.name} ({s.where}) is {s.known_text()}" for s in unknown)
             raise ValueError(
                 f"platforms.{p}.vllm.{field}: kvrig's block-size rules do not know vLLM"
@@ -886,7 +963,7 @@ class Matrix(_Strict):
         return self
 
 
-def _expectations(i: int, case: Case) -> list[tuple[str, str, Expectation]]:
+def expectations(i: int, case: Case) -> list[tuple[str, str, Expectation]]:
     """Every expectation of a case, with where it is written and the platform it is for."""
     out: list[tuple[str, str, Expectation]] = [
         (f"cases.{i}.expect.{p}", p, e) for p, e in case.expect.items()
@@ -960,30 +1037,51 @@ def _strip_lines(data: Any) -> Any:
 
 
 def _line_of(data: Any, loc: Iterable[Any]) -> int | None:
-    """The line of the deepest key along `loc` that exists in the parsed file."""
-    line = None
-    node = data
-    for part in loc:
-        if isinstance(node, dict):
-            lines = node.get("__lines__", {})
-            if part in lines:
-                line = lines[part]
-            if part not in node:
-                break
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
-        else:
-            break
-    return line
+    """The line of the deepest key along `loc` that exists in the parsed file (a list
+    item's own line: kvrig.define.lines)."""
+    return lines.line_of(data, loc)
 
 
 _TAGS = {"runs", "early_error", "late_error", "unsupported", "skip"}
 
 
+# pydantic's names of a union's members ("constrained-int", "literal['aligned']"): a part
+# of its error paths that is no key of the file.
+_UNION_MEMBER = re.compile(r"^(constrained-\w+|literal\[.*\]|function-\w+\[.*\]|int|str|bool)$")
+
+
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     """Drops pydantic's union-tag parts so the path reads like the YAML."""
-    return tuple(p for p in loc if p not in _TAGS or not isinstance(p, str) or p == loc[-1])
+    return tuple(
+        p
+        for p in loc
+        if not isinstance(p, str) or not (_UNION_MEMBER.match(p) or (p in _TAGS and p != loc[-1]))
+    )
+
+
+# A cross-reference check names the field it is about at the start of its message; a key
+# in it may hold dots and commas (an `expect_by_arch` key, "8.0, 8.9").
+_NAMED_FIELD = re.compile(
+    r"^((?:version|platforms|models|cases|allowances|release)(?:\.[^:]*?)?): "
+)
+
+
+def _named_field(
+    data: Any, loc: tuple[Any, ...], field: str, msg: str, line: int | None
+) -> tuple[str, str, int | None]:
+    """(field, message, line) when the message names its own field (a cross-reference
+    check's, at the top level; a check of a mapping's, about one of its keys): that
+    field's line, and the field for the path when it is deeper than pydantic's."""
+    named = _NAMED_FIELD.match(msg)
+    if named is None:
+        return field, msg, line
+    own = named.group(1)
+    deeper = not loc or own.startswith(f"{field}.")
+    if line is None or deeper:
+        line = _line_of(data, lines.split_field(data, own)) or line
+    if deeper:
+        field, msg = own, msg[named.end() :]
+    return field, msg, line
 
 
 def _explain(path: Path, data: Any, err: ValidationError) -> str:
@@ -991,7 +1089,6 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
     loc = _clean_loc(tuple(first["loc"]))
     field = ".".join(str(p) for p in loc) or "(top level)"
     line = _line_of(data, loc)
-    where = f"{path}:{line}" if line else str(path)
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
         msg = f"unknown key {loc[-1]!r}; check its spelling against the format in docs/matrix.md"
@@ -1001,15 +1098,12 @@ def _explain(path: Path, data: Any, err: ValidationError) -> str:
         msg = f"outcome must be one of {', '.join(sorted(_TAGS))}"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    if line is None and (named := re.match(r"^([\w.]+): ", msg)):
-        # A cross-reference check names the field it is about at the start of its message.
-        parts = [int(p) if p.isdigit() else p for p in named.group(1).split(".")]
-        line = _line_of(data, parts)
-        if not loc:
-            field, msg = named.group(1), msg[named.end() :]
+    field, msg, line = _named_field(data, loc, field, msg, line)
     # A top-level field has no line of its own when it is missing: the file's first line.
     where = f"{path}:{line or 1}"
-    more = err.error_count() - 1
+    # One mistake a union reports once per member (a size: neither a number above 0 nor
+    # `aligned`) is one problem.
+    more = len({_clean_loc(tuple(e["loc"])) for e in err.errors()}) - 1
     extra = f" ({more} more problem{'s' if more > 1 else ''} after this one.)" if more else ""
     got = first.get("input")
     shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
@@ -1028,31 +1122,38 @@ def _where(path: Path, data: Any, *locs: tuple[Any, ...]) -> str:
     return str(path)
 
 
-def _stock_backends(matrix: Matrix, case: Case, platform: str) -> set[str]:
+def stock_backends(matrix: Matrix, case: Case, platform: str, mla: bool | None = None) -> set[str]:
     """The stock backends a cell's layers can have: the platform's default, the case's
-    knob, what the platform's selector can pick, and the family's own."""
+    knob, what the platform's selector can pick, and the family's own; of the attention
+    backends only MLA ones on MLA layers and no MLA one elsewhere (`mla`, when known):
+    vLLM's selector keeps the two apart."""
     spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
     model = matrix.models.get(case.model)
     names = {case.knobs.attention_backend, spec.default_backend if spec else None}
-    return (
-        {n for n in names if n}
-        | PLATFORM_BACKENDS.get(platform, frozenset())
-        | FAMILY_BACKENDS.get(model.family if model else "", frozenset())
-    )
+    attention = {n for n in names if n} | PLATFORM_BACKENDS.get(platform, frozenset())
+    if mla is not None:
+        attention = {n for n in attention if ("MLA" in n) == mla}
+    return attention | FAMILY_BACKENDS.get(model.family if model else "", frozenset())
 
 
-def _check_expected_backends(path: Path, data: Any, matrix: Matrix) -> None:
+def _check_expected_backends(
+    path: Path, data: Any, matrix: Matrix, configs: dict[str, dict[str, Any]] | None = None
+) -> None:
     """The backends an expectation names must be ones its cell can have: a misspelt or a
     foreign name (a crafted backend of another case, a CUDA backend on CPU) is otherwise
     found only when the engines have run, as a red cell, or never, where a rejection
     list names a backend the model does not have. (At load, not in the schema: a matrix
     built in code for a unit test may name what it likes.)"""
+    from kvrig.define import models
+
     for i, case in enumerate(matrix.cases):
+        config = (configs or {}).get(case.model)
+        mla = None if config is None else models.architecture(config) in models.MLA_ARCHITECTURES
         crafted = {s.name for s in case.crafted.siblings}
         if case.crafted.replace is not None:
             crafted.add(case.crafted.replace.name)
-        for where, platform, expect in _expectations(i, case):
-            stock = _stock_backends(matrix, case, platform)
+        for where, platform, expect in expectations(i, case):
+            stock = stock_backends(matrix, case, platform, mla)
             checks: list[tuple[str, list[str] | None, set[str] | None]]
             if isinstance(expect, EarlyError):
                 checks = [("backends", expect.backends, stock)]
@@ -1077,7 +1178,7 @@ def _check_expected_backends(path: Path, data: Any, matrix: Matrix) -> None:
                         f" ({', '.join(sorted(of_platform))})"
                     )
                     loc = f"{where}.{field}"
-                    parts = tuple(int(p) if p.isdigit() else p for p in loc.split("."))
+                    parts = lines.split_field(data, loc)
                     mine = ", ".join(sorted(crafted)) or "it has none"
                     raise MatrixError(
                         f"{_where(path, data, parts)}: the matrix is invalid at {loc}:"
@@ -1218,7 +1319,10 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
         raise MatrixError(_explain(path, data, exc)) from None
     configs = _check_model_configs(path, data, matrix)
     _check_sibling_layers(path, data, matrix, configs)
-    _check_expected_backends(path, data, matrix)
+    _check_expected_backends(path, data, matrix, configs)
+    from kvrig.define import checks  # which imports this module: imported once it is loaded
+
+    checks.check(path, data, matrix, configs)
     matrix._path = path
     for i, case in enumerate(data.get("cases") or []):
         lines = case.get("__lines__", {}) if isinstance(case, dict) else {}
@@ -1286,9 +1390,9 @@ def _expanded(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     try:
         data = shorthands.expand(data)
     except shorthands.ShorthandError as exc:
-        field = str(exc).split(":", 1)[0]
-        parts = [int(p) if p.isdigit() else p for p in field.split(".")]
-        line = _line_of(data if exc.cases is None else {"cases": exc.cases}, parts)
+        field = str(exc).split(": ", 1)[0]
+        within = data if exc.cases is None else {"cases": exc.cases}
+        line = _line_of(within, lines.split_field(within, field))
         where = f"{path}:{line}" if line else str(path)
         raise MatrixError(
             f"{where}: the matrix is invalid at {exc}. Nothing was run; fix the file and"

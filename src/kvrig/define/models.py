@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -230,76 +230,212 @@ def prefix_matches(prefix: str, index: int, config: dict[str, Any]) -> bool:
 
 def check(spec: ModelSpec, base: Path | None) -> dict[str, Any]:
     """The rendered config, or ModelConfigError for one that would stop every cell of the
-    model with a traceback, or be judged by another family's rules: not a JSON object,
-    without the layer and attention fields kvrig reads, a size that is no positive
-    integer, or an architecture of another family than the one the matrix names."""
+    model with a traceback, or be judged by another family's rules (check_config)."""
     try:
         config = render(spec, base)
     except json.JSONDecodeError as exc:
         raise ModelConfigError("config", f"its config file is not JSON ({exc})") from None
+    check_config(config, spec.family, spec.overrides)
+    return config
+
+
+def check_config(
+    config: dict[str, Any], family: str | None = None, overridden: Collection[str] = ()
+) -> None:
+    """ModelConfigError for a config no engine starts with, or one kvrig cannot read: no
+    architecture, a size that is no positive integer, an architecture of another family
+    than `family` (None: the architecture's own), layer fields kvrig cannot read or that
+    disagree, heads vLLM cannot group. The matrix's loader and `kvrig predict` both ask
+    here, so a config one of them refuses is never answered by the other.
+
+    `overridden`: the top-level keys the matrix's overrides set, named as the field."""
     text = text_config(config)
+    top = set(overridden)
     # Overrides replace top-level keys only; a nested text_config is the file's own.
-    overridden = set(spec.overrides) if text is config else set()
+    inner = top if text is config else set()
 
     def where(key: str) -> str:
-        return f"overrides.{key}" if key in overridden else "config"
+        return f"overrides.{key}" if key in inner else "config"
 
     arch = architecture(config)
     if arch is None:
-        field = "overrides.architectures" if "architectures" in spec.overrides else "config"
         raise ModelConfigError(
-            field,
+            "overrides.architectures" if "architectures" in top else "config",
             "the config names no architecture (a non-empty `architectures` list), so the"
             " model class vLLM loads is unknown",
         )
-    for source, at in ((config, set(spec.overrides)), (text, overridden)):
+    for source, at in ((config, top), (text, inner)):
         for key in SIZE_KEYS:
             value = source.get(key)
             if value is not None and (type(value) is not int or value < 1):
-                field = f"overrides.{key}" if key in at else "config"
-                raise ModelConfigError(field, f"{key} is {value!r}, not a positive integer")
-    family = FAMILY_OF.get(arch)
-    if family is not None and family != spec.family:
+                raise ModelConfigError(
+                    f"overrides.{key}" if key in at else "config",
+                    f"{key!r} is {value!r}, and vLLM reads it as a whole number of at least 1"
+                    " (a size or a count), so no engine would start with it",
+                )
+    own = FAMILY_OF.get(arch)
+    if family is not None and own is not None and own != family:
         raise ModelConfigError(
             "family",
-            f"the config's architecture {arch} is a {family} model, not {spec.family}; its"
+            f"the config's architecture {arch} is a {own} model, not {family}; its"
             " cells would be judged by the rules of a family it does not have",
         )
-    _check_layer_fields(text, spec.family, where)
-    return config
+    family = family or own or ""
+    _check_layer_fields(text, family, where)
+    _check_layer_count(text, family, where)
+    _check_heads(text, family, where)
+    _check_state_heads(text, arch, family, where)
+
+
+def _stated_layers(text: dict[str, Any]) -> str | None:
+    """The key that lists the layers' kinds (NemotronH's pattern, else the first list
+    set), or None when the config states only a layer count."""
+    if "hybrid_override_pattern" in text:
+        return "hybrid_override_pattern"
+    return next((k for k in ("layer_types", "layers_block_type") if text.get(k) is not None), None)
 
 
 def _check_layer_fields(text: dict[str, Any], family: str, where: Callable[[str], str]) -> None:
     """The fields attention_layers and kvrig.rules.shapes read for every architecture:
     which layers are attention layers, and one attention layer's page."""
-    if "hybrid_override_pattern" in text:
-        pattern = text["hybrid_override_pattern"]
+    key = _stated_layers(text)
+    if key == "hybrid_override_pattern":
+        pattern = text[key]
         if not (isinstance(pattern, str) and pattern):
+            raise ModelConfigError(where(key), "hybrid_override_pattern is no layer pattern")
+    elif key is not None:
+        types = text[key]
+        if not (isinstance(types, list) and types and all(isinstance(t, str) for t in types)):
             raise ModelConfigError(
-                where("hybrid_override_pattern"), "hybrid_override_pattern is no layer pattern"
+                where(key), f"{key} is {types!r}, not a non-empty list of layer kinds"
             )
-    types_key = next((k for k in ("layer_types", "layers_block_type") if text.get(k)), None)
-    if types_key is not None:
-        types = text[types_key]
-        if not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
-            raise ModelConfigError(where(types_key), f"{types_key} is not a list of layer kinds")
     needed: list[tuple[str, ...]] = []
-    if "hybrid_override_pattern" not in text and types_key is None:
+    if key is None:
         needed.append(("num_hidden_layers",))
     if family == "dsa":
         needed += [("kv_lora_rank",), ("qk_rope_head_dim",)]
     else:
         needed.append(("num_key_value_heads",))
-        if not (text.get("head_dim") or text.get("attention_head_dim")):
+        if text.get("head_dim") is None and text.get("attention_head_dim") is None:
             needed += [("hidden_size", "head_dim"), ("num_attention_heads", "head_dim")]
     for names in needed:
         if text.get(names[0]) is None:
             missing = names[0] + (f" (or {names[1]})" if len(names) > 1 else "")
             raise ModelConfigError(
                 where(names[0]),
-                f"the config lacks {missing}, which kvrig reads for the model's layers and"
-                " its KV-cache page",
+                f"the config lacks {missing}, which vLLM builds the model's layers from and"
+                " kvrig reads for its attention layers and KV-cache page",
             )
+
+
+# The layer kinds each hybrid family's vLLM classes build, as their configs name them
+# (transformers' names and the legacy ones it maps to them: mamba, attention); NemotronH's
+# pattern letters (M mamba, * attention, - MLP, E MoE). A kind outside these is a layer
+# vLLM's model has no class for, or one kvrig would count as the wrong kind.
+LAYER_KINDS = {
+    "hybrid_mamba": frozenset(
+        ("full_attention", "linear_attention", "attention", "mamba", "mlp", "moe")
+    ),
+    "gdn": frozenset(("full_attention", "linear_attention", "attention", "mamba")),
+}
+PATTERN_KINDS = frozenset("M*-E")
+
+
+def _check_layer_count(text: dict[str, Any], family: str, where: Callable[[str], str]) -> None:
+    """A layer list and a layer count that agree, of kinds the family's layers have:
+    transformers refuses a count that is not the list's length (NemotronH takes the
+    list's), vLLM builds num_hidden_layers layers from the list, and kvrig finds the
+    attention layers in it, so a disagreement has no one answer."""
+    key = _stated_layers(text)
+    if key is None:
+        return
+    kinds = text[key]
+    count = text.get("num_hidden_layers")
+    if count is not None and len(kinds) != count:
+        field = where(key) if where(key) != "config" else where("num_hidden_layers")
+        raise ModelConfigError(
+            field,
+            f"{key} states {len(kinds)} layers and num_hidden_layers {count}; transformers"
+            " refuses a layer count that is not the number of layer kinds (NemotronH takes"
+            " the list's), so the model's layers are not known: make them agree",
+        )
+    known = PATTERN_KINDS if key == "hybrid_override_pattern" else LAYER_KINDS.get(family)
+    unknown = sorted({k for k in kinds if k not in known}) if known else []
+    if unknown:
+        raise ModelConfigError(
+            where(key),
+            f"{key} holds {', '.join(map(repr, unknown))}, no kind of layer a {family}"
+            f" model of vLLM's has (it knows {', '.join(sorted(known or ()))})",
+        )
+
+
+def _check_heads(text: dict[str, Any], family: str, where: Callable[[str], str]) -> None:
+    """vLLM's Attention asserts num_heads % num_kv_heads == 0: each KV head serves a whole
+    number of query heads (MLA keeps no KV heads of its own)."""
+    heads, kv = text.get("num_attention_heads"), text.get("num_key_value_heads")
+    if family == "dsa" or heads is None or kv is None or heads % kv == 0:
+        return
+    field = where("num_key_value_heads")
+    raise ModelConfigError(
+        field if field != "config" else where("num_attention_heads"),
+        f"num_key_value_heads ({kv}) does not divide num_attention_heads ({heads}): vLLM's"
+        " attention layer gives each KV head a whole number of query heads and asserts"
+        " num_heads % num_kv_heads == 0, so no engine would start with it",
+    )
+
+
+# The fields of each Mamba2 architecture's mixer: (heads, head dimension, groups).
+MAMBA2_FIELDS = {
+    "NemotronHForCausalLM": ("mamba_num_heads", "mamba_head_dim", "n_groups"),
+    "GraniteMoeHybridForCausalLM": ("mamba_n_heads", "mamba_d_head", "mamba_n_groups"),
+    "FalconH1ForCausalLM": ("mamba_n_heads", "mamba_d_head", "mamba_n_groups"),
+}
+
+
+def _check_state_heads(
+    text: dict[str, Any], arch: str, family: str, where: Callable[[str], str]
+) -> None:
+    """The state's heads as vLLM's layers group them: a gated delta net repeats each key
+    head over a whole number of value heads; a Mamba2 mixer's SSD kernels assert nheads %
+    ngroups == 0, and its heads times their dimension are its inner size."""
+    if family == "gdn":
+        why = "vLLM's gated delta net repeats each key head over a whole number of value heads"
+        _divides(text, "linear_num_key_heads", "linear_num_value_heads", where, why)
+        return
+    fields = MAMBA2_FIELDS.get(arch)
+    if fields is None:
+        return
+    heads, hdim, groups = fields
+    _divides(text, groups, heads, where, "vLLM's Mamba2 kernels assert nheads % ngroups == 0")
+    if arch == "NemotronHForCausalLM":
+        return  # its inner size is heads x head dimension
+    if arch == "FalconH1ForCausalLM" and text.get("mamba_d_ssm") is not None:
+        inner, named = text["mamba_d_ssm"], "mamba_d_ssm"
+    elif text.get("mamba_expand") is not None and text.get("hidden_size") is not None:
+        inner, named = text["mamba_expand"] * text["hidden_size"], "mamba_expand x hidden_size"
+    else:
+        return
+    n, d = text.get(heads), text.get(hdim)
+    if n is not None and d is not None and n * d != inner:
+        raise ModelConfigError(
+            where(hdim) if where(hdim) != "config" else where(heads),
+            f"{heads} x {hdim} is {n} x {d} = {n * d}, and the Mamba2 mixer's inner size"
+            f" ({named}) is {inner}: vLLM splits the inner size into the heads, so no"
+            " engine would start with it",
+        )
+
+
+def _divides(
+    text: dict[str, Any], part: str, whole: str, where: Callable[[str], str], why: str
+) -> None:
+    """ModelConfigError, saying `why` vLLM needs it, unless `part` divides `whole`."""
+    a, b = text.get(part), text.get(whole)
+    if a is None or b is None or b % a == 0:
+        return
+    raise ModelConfigError(
+        where(part) if where(part) != "config" else where(whole),
+        f"{part} ({a}) does not divide {whole} ({b}): {why}, so no engine would start with it",
+    )
 
 
 def write(name: str, config: dict[str, Any], root: Path | None = None) -> Path:

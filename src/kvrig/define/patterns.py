@@ -147,3 +147,74 @@ def names_something(pattern: str) -> bool:
     """Whether the pattern asks for a letter or a digit of its own: one that does not
     ('', '.*', '\\w+') matches the message of any error."""
     return any(kind in ("digit", "alnum") for kind, _ in _tokens(pattern))
+
+
+def found(pattern: str, message: str) -> bool:
+    """The pattern found in the message, its numbers matched whole (as the verdict does)."""
+    return re.search(whole_numbers(pattern), message) is not None
+
+
+def own_characters(pattern: str) -> int:
+    """How many letters and digits the pattern asks for of its own."""
+    return sum(1 for kind, _ in _tokens(pattern) if kind in ("digit", "alnum"))
+
+
+# Fewer letters and digits of its own than this, and a pattern is found in messages of
+# every kind ("e", "size", "for 1"): the words of vLLM's message are needed.
+MIN_OWN_CHARACTERS = 8
+# Messages of vLLM runs that are about nothing a cell expects: running out of memory, an
+# engine or a worker dying, a module or a device missing, and the block-size errors at a
+# size (4099, no backend's) and for a backend (KVRIG_OTHER) no cell is about. A pattern
+# found in one of them passes a cell that failed for that reason. (A refusal a case may
+# be about, of a --tp or a max_model_len, is not among them.)
+UNRELATED = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB"
+    " of which 1.12 GiB is free. Of the allocated memory 76.50 GiB is allocated by PyTorch.",
+    "XPU out of memory. Tried to allocate 512.00 MiB (GPU 0; 24.00 GiB total capacity).",
+    "CUDA error: an illegal memory access was encountered",
+    "To serve at least one request with the models's max seq len (4096), (2.00 GiB KV cache"
+    " is needed, which is larger than the available KV cache memory (1.00 GiB). Based on the"
+    " available memory, the estimated maximum model length is 2048. Try increasing"
+    " `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+    "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when"
+    " initializing the engine.",
+    "Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+    "Worker failed with error 'timed out', please check the stack trace above for the root cause",
+    "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you"
+    " must use the 'spawn' start method",
+    "No module named 'torchvision'",
+    "Expected all tensors to be on the same device, but found at least two devices, cuda:0"
+    " and cpu!",
+    "No common block size for 4099 (FLASH_ATTN: [MultipleOf(16)]; KVRIG_OTHER: [4099]).",
+    "Aligned KV cache block size 4099 is not supported by attention backend(s): KVRIG_OTHER.",
+    "The attention backends share no supported KV cache block size (FLASH_ATTN:"
+    " [MultipleOf(16)]; KVRIG_OTHER: [4099]).",
+)
+
+
+def unrelated_match(pattern: str) -> str | None:
+    """The first unrelated message the pattern is found in, or None."""
+    return next((m for m in UNRELATED if found(pattern, m)), None)
+
+
+def numbers(pattern: str) -> list[int]:
+    """The whole numbers the pattern writes out ("for 128": [128])."""
+    runs, current = [], ""
+    for kind, text in _tokens(pattern):
+        if kind == "digit":
+            current += text
+            continue
+        if current:
+            runs.append(int(current))
+        current = ""
+    return runs + ([int(current)] if current else [])
+
+
+def other_sizes(pattern: str) -> list[int]:
+    """Sizes a message could name that the pattern does not mean: beside each number it
+    writes, that number with a digit more, and one more; and 4096 (or what is not among
+    them): a pattern that pins one size is found at none of them."""
+    own = numbers(pattern)
+    near = {n * 10 for n in own} | {n + 1 for n in own} | {n // 10 for n in own if n >= 10}
+    far = next(n for n in (4096, 4097, 8192) if n not in own)
+    return sorted((near | {far}) - set(own))

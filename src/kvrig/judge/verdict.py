@@ -14,7 +14,7 @@ from kvrig.define import gpus, patterns
 from kvrig.define.cells import Cell
 from kvrig.define.matrix import EarlyError, Expectation, LateError, Runs, Skip, Unsupported
 from kvrig.host import isa
-from kvrig.rules import backend_facts
+from kvrig.rules import backend_facts, versions
 from kvrig.rules import blocksize as expected_mod
 from kvrig.run.record import ErrorInfo, Record
 
@@ -35,6 +35,10 @@ class Status(str, Enum):
     # An emulated device's cell that vLLM's code could not decide without a device (it
     # reached for the device itself): never a pass, and not vLLM's failure either.
     UNDECIDED = "undecided"
+    # vLLM did what the cell expects, as far as its own outcome shows, but the size it was
+    # checked against comes from kvrig's rules for another vLLM (a release newer than any
+    # read, or an overlay's Python): not a pass for the gate until the rules are read.
+    UNREAD = "unread"
 
     @property
     def passed(self) -> bool:
@@ -88,6 +92,17 @@ def matches(pattern: str, message: str) -> bool:
     common block size for 128" must not match a message about 1280, nor "for 28" one
     about 128 (kvrig.define.patterns)."""
     return re.search(patterns.whole_numbers(pattern), message) is not None
+
+
+_LATE_MESSAGE = re.compile(r"No common block size for (\d+)")
+
+
+def late_error_size(message: str) -> int | None:
+    """The size the worker's late check names ("No common block size for 128"): the one
+    that passed the early check, which the computed size must be, whatever the cell's
+    pattern says (a pattern without it would pass a failure at any size)."""
+    m = _LATE_MESSAGE.search(message)
+    return int(m.group(1)) if m else None
 
 
 def early_error_backends(message: str) -> tuple[int, list[str]] | None:
@@ -145,21 +160,24 @@ def judge(cell: Cell, rec: Record) -> Verdict:
         return Verdict(cell.id, Status.SKIP, expect.reason)
     calc = computed(cell, rec)
     size = calc.expected.block_size if calc.expected else None
-    gap = device_gap(cell, rec)
-    if gap is not None:
-        return Verdict(
-            cell.id,
-            Status.UNDECIDED,
-            f"cannot be decided without a device: {gap} (an emulation limit, not vLLM's"
-            " outcome; the record's emulation.fakes say what was faked)",
-        )
+    why = undecided(cell, rec)
+    if why is not None:
+        return Verdict(cell.id, Status.UNDECIDED, why)
     untrusted = _trust_problem(cell, expect, rec)
     if untrusted is not None:
         return Verdict(
             cell.id, Status.FAIL, f"expected {_describe(expect)}; got {happened(rec)} [{untrusted}]"
         )
     problem, note = _against(cell, expect, rec, calc)
+    stale = unread(cell, rec, calc)
     if problem is None:
+        if stale is not None and cell.defect is None:
+            return Verdict(
+                cell.id,
+                Status.UNREAD,
+                f"as vLLM's outcome shows: {happened(rec)}{note}; not a pass: {stale}",
+                size,
+            )
         if cell.defect is not None:
             return Verdict(
                 cell.id,
@@ -172,6 +190,8 @@ def judge(cell: Cell, rec: Record) -> Verdict:
     failure = f"expected {_describe(expect)}; got {happened(rec)}" + (
         f" [{problem}]" if problem else ""
     )
+    if stale is not None:
+        failure += f" [judged by rules that may not be this vLLM's: {stale}]"
     if cell.defect is not None:
         shown, _ = _against(cell, cell.defect, rec, calc)
         if shown is None:
@@ -180,6 +200,40 @@ def judge(cell: Cell, rec: Record) -> Verdict:
         detail = f": {shown}" if shown else ""
         failure += f"; nor does it show the known defect ({_describe(cell.defect)}{detail})"
     return Verdict(cell.id, Status.FAIL, failure, size)
+
+
+def unread(cell: Cell, rec: Record, calc: Computed) -> str | None:
+    """Why the size this cell is judged by may not be its vLLM's, or None: the rules were
+    not read for the release that ran (a newer one, or a checkout or patch over a release),
+    and the verdict rests on them (a size was computed and the cell's outcome is checked
+    against it). An overlay that changes no file is its base release."""
+    if calc.expected is None or not isinstance(cell.expect, Runs | EarlyError | LateError):
+        return None
+    try:
+        rules = expected_mod.cell_rules(cell)
+    except ValueError:
+        return None
+    if rules.unread is not None:
+        return rules.unread
+    ran = _parsed_version(rec.vllm_version)
+    if ran is not None and versions.unread_note(cell.platform, ran):
+        return versions.unread_note(cell.platform, ran)
+    overlay = rec.vllm_overlay or {}
+    if overlay.get("files"):
+        what = overlay.get("patch") or overlay.get("source")
+        return (
+            f"vLLM ran with the Python of {what} over {overlay.get('base')}, and kvrig's"
+            f" rules were read for {versions.shown(rules.version)}'s code, not for this"
+            " change (kvrig release diff shows what it moved)"
+        )
+    return None
+
+
+def _parsed_version(text: str | None) -> versions.Version | None:
+    try:
+        return versions.parse(text) if text else None
+    except versions.VersionError:
+        return None
 
 
 def _trust_problem(cell: Cell, expect: Expectation, rec: Record) -> str | None:
@@ -195,7 +249,7 @@ def _against(
     """(problem or None, note) of the record against one expectation: what it asks, the
     size and pages vLLM chose against the computed ones, the computed outcome against
     what it asks, and what the alignment set."""
-    problem = _problem(expect, rec, cell.model.family, cell.device_emulated)
+    problem = _problem(expect, rec, cell.model.family, cell.device_emulated, cell.pinned_instead)
     if problem is not None:
         return problem, ""
     problem, note = _size_problem(cell, expect, rec, calc)
@@ -234,17 +288,23 @@ PROBE_HOOKS = (".update_block_size_for_backend", ".prepare_kernel_block_sizes")
 def _probe_problem(expect: Expectation, rec: Record) -> str | None:
     """Where the record's facts come from must be known: each hook of the probe reported
     installed in the process whose event it wraps (else an error that came late looks
-    early, or another process's hook vouches for a worker that had none), and a running
-    engine's KV cache seen sized (else vLLM sizes it somewhere the probe no longer wraps)."""
+    early, or another process's hook vouches for a worker that had none), an early or late
+    error the word of a process whose probe was installed (`_error_source_problem`), and a
+    running engine's KV cache seen sized (else vLLM sizes it somewhere the probe no longer
+    wraps)."""
     outcomes = ("ran", "configured", "error")
     if not isinstance(expect, Runs | EarlyError | LateError) or rec.outcome not in outcomes:
         return None
     for hook in PROBE_HOOKS:
         if not any(h.endswith(hook) for h in rec.probe_hooks):
-            return f"probe not installed: {hook.lstrip('.')}"
+            bare = hook.lstrip(".")
+            why = next((m for h, m in rec.probe_missing.items() if h.split(".")[-1] == bare), None)
+            return f"probe not installed: {hook.lstrip('.')}" + (f" ({why})" if why else "")
+    kernel = (rec.sources.get("kernel_block_sizes") or "").partition(":")[2] or None
     for pid, hook, what in (
         (rec.sizing_pid, PROBE_HOOKS[0], "chose the block size"),
         (rec.kv_sized_pid, PROBE_HOOKS[1], "sized the KV cache"),
+        (kernel, PROBE_HOOKS[1], "chose the kernel block sizes"),
     ):
         if pid is None or not rec.probe_hooks_by_pid:
             continue
@@ -254,9 +314,53 @@ def _probe_problem(expect: Expectation, rec: Record) -> str | None:
                 f"probe not installed in the process that {what} (pid {pid}):"
                 f" {hook.lstrip('.')} was reported only by other processes"
             )
+    if isinstance(expect, EarlyError | LateError):
+        untrusted = _error_source_problem(rec)
+        if untrusted is not None:
+            return untrusted
     if rec.outcome in ("ran", "configured") and not rec.kv_cache_sized_seen:
         return "the probe never saw the KV cache sized (prepare_kernel_block_sizes not called)"
     return None
+
+
+def _hooked(hooks: list[str]) -> bool:
+    return all(any(h.endswith(hook) for h in hooks) for hook in PROBE_HOOKS)
+
+
+def _source_text(source: str | None) -> str:
+    if source is None:
+        return "a source the record does not name"
+    kind, _, pid = source.partition(":")
+    where = {"probe": "the probe", "log": "the log's text", "summary": "the front end's summary"}
+    return where.get(kind, source) + (f" of pid {pid}" if pid else "")
+
+
+def _error_source_problem(rec: Record) -> str | None:
+    """An early or late error passes on what it says of itself (who raised it, whether
+    the KV cache was sized before it), so it must be the word of a process whose probe
+    was installed: the process its source names, or for a worker's error read from the
+    log without a pid, some process besides the front end. Otherwise a front end that
+    alone reported the probe's hooks would vouch for an error the worker only printed.
+    A record without hooks per process (written before they were kept) is let be."""
+    err, by_pid = rec.error, rec.probe_hooks_by_pid
+    if rec.outcome != "error" or err is None or not by_pid:
+        return None
+    front = None if rec.frontend_pid is None else str(rec.frontend_pid)
+    pid = err.source_pid() or (front if err.process == "front end" else None)
+    if pid is not None:
+        candidates, lacking = [pid], f"pid {pid} did not report the probe's hooks"
+    else:
+        candidates = [p for p in by_pid if p != front]
+        lacking = "no process besides the front end reported the probe's hooks"
+    if any(_hooked(by_pid.get(p, [])) for p in candidates):
+        return None
+    hooked = [p for p in sorted(by_pid) if _hooked(by_pid[p])]
+    reported = ", ".join(f"pid {p}{' (front end)' if p == front else ''}" for p in hooked)
+    return (
+        f"the {err.process}'s error was read from {_source_text(err.source)}, and {lacking}"
+        f" ({f'only {reported} did' if reported else 'none did'}): where it was raised and"
+        " whether the KV cache was sized before it are not that process's own word"
+    )
 
 
 def _emulation_problem(cell: Cell, rec: Record) -> str | None:
@@ -291,8 +395,23 @@ EMULATED_PLATFORMS = {"cuda": "EmulatedCudaPlatform", "xpu": "EmulatedXpuPlatfor
 DEVICE_GAPS = re.compile(
     r"Found no NVIDIA driver|CUDA driver version is insufficient|no CUDA device \(kvrig stub"
     r"|kvrig stub driver|an XPU kernel was called in an emulated XPU column|Torch not compiled"
-    r" with CUDA enabled|No XPU devices are available"
+    r" with CUDA enabled|No XPU devices are available|kvrig's inert stand-in"
 )
+
+
+def undecided(cell: Cell, rec: Record) -> str | None:
+    """Why an emulated cell's record cannot decide it, or None: kvrig reached for a vLLM
+    name the release lacks, or vLLM's code reached for the device."""
+    missing = missing_symbol(cell, rec)
+    if missing is not None:
+        return missing
+    gap = device_gap(cell, rec)
+    if gap is None:
+        return None
+    return (
+        f"cannot be decided without a device: {gap} (an emulation limit, not vLLM's"
+        " outcome; the record's emulation.fakes say what was faked)"
+    )
 
 
 def device_gap(cell: Cell, rec: Record) -> str | None:
@@ -301,6 +420,24 @@ def device_gap(cell: Cell, rec: Record) -> str | None:
         return None
     text = f"{rec.error.type}: {rec.error.message}"
     return rec.error.one_line() if DEVICE_GAPS.search(text) else None
+
+
+def missing_symbol(cell: Cell, rec: Record) -> str | None:
+    """Why an emulated cell cannot be judged when kvrig's own code reached for a vLLM name
+    the release lacks (kvrig.run.vllm_plugin.symbols), or None: raised by its emulation,
+    plugin or platform, or a probe hook left uninstalled. kvrig does not fit that release
+    yet; what vLLM would have done is unknown, neither its failure nor a pass."""
+    if not cell.device_emulated:
+        return None
+    fits = "kvrig does not fit this vLLM release yet, not vLLM's outcome"
+    for err in (rec.error, rec.frontend_error):
+        if err is not None and err.missing_vllm_symbol:
+            return f"{err.message.strip().splitlines()[0]} ({fits})"
+    probe_missing = (rec.emulation or {}).get("probe_missing") or {}
+    if probe_missing:
+        hook, message = min(probe_missing.items())
+        return f"{message}; probe not installed: {hook} ({fits})"
+    return None
 
 
 def _device_problem(cell: Cell, rec: Record) -> str | None:
@@ -374,13 +511,7 @@ def _size_problem(
     exp = calc.expected
     if exp.block_size is None or exp.phase1_error:
         return None, ""
-    if isinstance(expect, Runs) and not exp.rejecting:
-        chose = rec.worker_block_size
-    elif isinstance(expect, EarlyError) and rec.error is not None:
-        parsed = early_error_backends(rec.error.message)
-        chose = parsed[0] if parsed else None
-    else:
-        return None, ""
+    chose = _chosen_size(expect, rec, exp)
     if chose is None:
         return None, ""
     if chose == exp.block_size:
@@ -396,6 +527,22 @@ def _size_problem(
         f" (note: {problem}; no published log or run confirms the {cell.platform} rules yet,"
         " so a mismatch is noted, not failed)"
     )
+
+
+def _chosen_size(expect: Expectation, rec: Record, exp: expected_mod.Expected) -> int | None:
+    """The size vLLM chose, as the record shows it for what the cell expects: a running
+    engine's, the one an early error rejects, the one a late error fails at; None where
+    the computed outcome is no size to compare it with."""
+    if isinstance(expect, Runs) and not exp.rejecting:
+        return rec.worker_block_size
+    if rec.error is None:
+        return None
+    if isinstance(expect, EarlyError):
+        parsed = early_error_backends(rec.error.message)
+        return parsed[0] if parsed else None
+    if isinstance(expect, LateError) and not exp.rejecting:
+        return late_error_size(rec.error.message)
+    return None
 
 
 def computed_kind(exp: expected_mod.Expected) -> str:
@@ -504,11 +651,17 @@ def _describe(expect: Expectation) -> str:
     return expect.outcome
 
 
-def _problem(expect: Expectation, rec: Record, family: str, emulated: bool = False) -> str | None:
+def _problem(
+    expect: Expectation,
+    rec: Record,
+    family: str,
+    emulated: bool = False,
+    pinned_instead: str | None = None,
+) -> str | None:
     """None when the record meets the expectation, else the specific shortfall ("" if the
     headline already says it all)."""
     if isinstance(expect, Runs):
-        return _runs_problem(expect, rec, family, emulated)
+        return _runs_problem(expect, rec, family, emulated, pinned_instead)
     if rec.outcome != "error" or rec.error is None:
         return ""
     err, sized = rec.error, rec.kv_cache_sized_before_error
@@ -559,7 +712,13 @@ def _raised_as(err: ErrorInfo, error: str, function: str, match: str) -> str | N
     return None
 
 
-def _runs_problem(expect: Runs, rec: Record, family: str, emulated: bool = False) -> str | None:
+def _runs_problem(
+    expect: Runs,
+    rec: Record,
+    family: str,
+    emulated: bool = False,
+    pinned_instead: str | None = None,
+) -> str | None:
     """A real engine must have generated; an emulated device's must have come through the
     whole configuration phase (nothing generates there)."""
     if rec.outcome != ("configured" if emulated else "ran"):
@@ -571,7 +730,7 @@ def _runs_problem(expect: Runs, rec: Record, family: str, emulated: bool = False
     return (
         _acceptance_problem(expect, rec)
         or (_page_problem(rec) if family in HYBRID_FAMILIES else None)
-        or _invariants_problem(expect, rec)
+        or _invariants_problem(expect, rec, sizes=pinned_instead is None)
     )
 
 
@@ -590,13 +749,15 @@ def _acceptance_problem(expect: Runs, rec: Record) -> str | None:
     return None
 
 
-def _invariants_problem(expect: Runs, rec: Record) -> str | None:
+def _invariants_problem(expect: Runs, rec: Record, sizes: bool = True) -> str | None:
     """The invariants the matrix states for a run: the size (or sizes it may be), the
-    kernel block sizes it must include, the backends some layer must use."""
+    kernel block sizes it must include, the backends some layer must use. The sizes are
+    the pinned release's (`sizes` False for another release: its computed size is checked
+    exactly instead)."""
     inv = expect.invariants
-    if inv.block_size is not None and rec.worker_block_size != inv.block_size:
+    if sizes and inv.block_size is not None and rec.worker_block_size != inv.block_size:
         return f"block size {rec.worker_block_size}, expected {inv.block_size}"
-    if inv.block_size_in is not None and rec.worker_block_size not in inv.block_size_in:
+    if sizes and inv.block_size_in is not None and rec.worker_block_size not in inv.block_size_in:
         return f"block size {rec.worker_block_size} not in {inv.block_size_in}"
     for size in inv.kernel_block_sizes_include or []:
         if size not in rec.kernel_block_sizes:

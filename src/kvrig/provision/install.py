@@ -8,14 +8,17 @@ kvrig.provision.vllm_install runs it (`kvrig setup vllm`, which the nox sessions
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
+import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvrig.define.matrix import Matrix, PlatformSpec
+from kvrig.define.matrix import Matrix, PlatformSpec, VllmSource
+from kvrig.provision.pins import Override
 
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm` beside
 # a CPU torch, and triton (CUDA-only) costs 1 GB for nothing: keep them out entirely.
@@ -151,12 +154,14 @@ def emulated_plan(cuda: PlatformSpec) -> list[str]:
     torch (which imports on a CPU host; the matrix's CUDA index would cost the same and
     add nothing a configuration reads), with the pins that keep it importable."""
     src = cuda.vllm.wheels or cuda.vllm.installed  # an image's: its release's wheel
+    if src.kind == "wheel" and src.wheel:  # a wheel file named with --vllm (a nightly's)
+        return [str(src.wheel), *CUDA_PINS]
     if src.kind != "pypi" or not src.version:
         raise InstallError(
             "The emulated GPU columns install the CUDA platform's PyPI wheel, and"
             f" matrix.yaml's cuda platform takes vLLM from {src.describe()}. Pin a PyPI"
             " release there (platforms.cuda.vllm: {kind: pypi, package: vllm, version: ...},"
-            " or vLLM's image of a release: {kind: image, image: vllm/vllm-openai:v0.33.0})."
+            " or vLLM's image of a release: {kind: image, image: vllm/vllm-openai:v0.34.0})."
         )
     return [f"{src.package}=={src.version}", *CUDA_PINS]
 
@@ -173,11 +178,71 @@ def build_env(spec: PlatformSpec, platform: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class Release:
+    """The vLLM a plan installs, as its pins are read before the install: a release an
+    index serves, or a wheel file (a git ref has no metadata without a build)."""
+
+    package: str
+    version: str | None = None
+    wheel: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.package} {self.version}" if self.version else Path(str(self.wheel)).name
+
+
+def release_of(src: VllmSource) -> Release | None:
+    if src.kind == "pypi" and src.version:
+        return Release(src.package, src.version)
+    if src.kind == "wheel" and src.wheel:
+        return Release(src.package, wheel=src.wheel)
+    return None
+
+
+@dataclass(frozen=True)
 class Plan:
-    """What `uv pip install` is given: its arguments and the environment they need."""
+    """What `uv pip install` is given: its arguments and the environment they need; and,
+    for the pin check and the stamp, the release it installs, the overrides asked for and
+    the packages the plan keeps out (kvrig.provision.pins)."""
 
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    release: Release | None = None
+    overrides: tuple[Override, ...] = ()
+    excluded: tuple[str, ...] = ()
+
+    def option(self, name: str) -> list[str]:
+        """The values of one of uv's options in the arguments (--extra-index-url ...)."""
+        return [b for a, b in zip(self.args, self.args[1:], strict=False) if a == name]
+
+
+def platform_spec(matrix: Matrix, platform: str, *, emulated: bool = False) -> PlatformSpec:
+    """The platform whose vLLM is installed: the emulated GPU columns install cuda's."""
+    if emulated:
+        if "cuda" not in matrix.platforms:
+            raise InstallError(
+                f"{matrix.path} defines no cuda platform, whose PyPI wheel the emulated GPU"
+                " columns install. Add it under platforms."
+            )
+        return matrix.platforms["cuda"]
+    if platform not in matrix.platforms:
+        raise InstallError(
+            f"Platform {platform!r} is not in {matrix.path}; it defines"
+            f" {', '.join(matrix.platforms)}. Name one of them (KVRIG_PLATFORM, if set,"
+            " overrides the host probe and must name one too)."
+        )
+    return matrix.platforms[platform]
+
+
+def default_overrides_file() -> Path:
+    """One file per environment installed into: sessions side by side (a CPU one, an
+    emulated one with its own overrides) must not hand each other's overrides to uv."""
+    env = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"kvrig-overrides-{env}.txt"
+
+
+def override_text(excluded: Sequence[str], pinned: Sequence[Override]) -> str:
+    """One --override file for uv: the CPU plan's exclusions, then the overrides asked for."""
+    return cpu_overrides(tuple(excluded)) + "".join(f"{o.requirement}\n" for o in pinned)
 
 
 def plan_for(
@@ -187,30 +252,29 @@ def plan_for(
     emulated: bool = False,
     environ: Mapping[str, str] | None = None,
     overrides: Path | None = None,
+    pinned: Sequence[Override] = (),
 ) -> Plan:
-    """The platform's install as matrix.yaml says (or the emulated GPU columns' one)."""
+    """The platform's install as matrix.yaml says (or the emulated GPU columns' one), with
+    the overrides asked for (`pinned`) in the one file uv's --override reads."""
     environ = os.environ if environ is None else environ
+    spec = platform_spec(matrix, platform, emulated=emulated)
+    overrides = overrides or default_overrides_file()
     if emulated:
-        if "cuda" not in matrix.platforms:
-            raise InstallError(
-                f"{matrix.path} defines no cuda platform, whose PyPI wheel the emulated GPU"
-                " columns install. Add it under platforms."
-            )
-        return Plan(emulated_plan(matrix.platforms["cuda"]))
-    if platform not in matrix.platforms:
-        raise InstallError(
-            f"Platform {platform!r} is not in {matrix.path}; it defines"
-            f" {', '.join(matrix.platforms)}. Name one of them (KVRIG_PLATFORM, if set,"
-            " overrides the host probe and must name one too)."
+        args = emulated_plan(spec)
+        if pinned:
+            overrides.write_text(override_text((), pinned))
+            args = ["--override", str(overrides), *args]
+        return Plan(
+            args,
+            release=release_of(spec.vllm.wheels or spec.vllm.installed),
+            overrides=tuple(pinned),
         )
-    overrides = overrides or Path(tempfile.gettempdir()) / "kvrig-overrides.txt"
-    spec = matrix.platforms[platform]
     find_links = environ.get("PIP_FIND_LINKS")
     local = cpu_torch_folder(spec, find_links)
     index = environ.get("KVRIG_TORCH_INDEX") or spec.torch_index
-    overrides.write_text(
-        cpu_overrides(cpu_excluded(cpu_torchvision(spec.torch_version, local, index)))
-    )
+    excluded = cpu_excluded(cpu_torchvision(spec.torch_version, local, index))
+    excluded = excluded if platform == "cpu" else ()
+    overrides.write_text(override_text(excluded, pinned))
     args = plan(
         spec,
         platform,
@@ -218,4 +282,7 @@ def plan_for(
         overrides=overrides,
         torch_index=environ.get("KVRIG_TORCH_INDEX"),
     )
-    return Plan(args, build_env(spec, platform))
+    if pinned and platform != "cpu":  # the CPU plan names the file already
+        args = ["--override", str(overrides), *args]
+    src = spec.vllm.wheels or spec.vllm.installed
+    return Plan(args, build_env(spec, platform), release_of(src), tuple(pinned), excluded)

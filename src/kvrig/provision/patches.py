@@ -5,11 +5,23 @@ refused there) and applies it over the installed vLLM, on the host or in an imag
 where no git need be installed. Hunks apply at the lines the diff names, with every
 context line as written: a patch made against another vLLM than the base is refused
 rather than fuzzed onto it. Pure: text in, texts or an error out.
+
+One allowance, for hunks that say which function they edit (git's `@@ -810,4 +810,3 @@
+def _check_aligned_block_size(`, with `diff=python`): vLLM moves a function by a few lines
+between releases without changing it, and a patch of that function (the mutation check's)
+should not need remaking each time. Such a hunk, when it does not match at its lines, is
+looked for inside that function only (found with `ast` in the base's file), by all of its
+old lines, exact and in order, and must be found there exactly once; when the function is
+gone or no longer holds those lines, the error names it (`HunkNotInFunction`), so the
+caller can say which release to remake the patch for. Hunks naming no function (or a
+class) stay strictly where they say.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import ast
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +29,25 @@ import whatthepatch
 from whatthepatch.exceptions import HunkApplyException, WhatThePatchException
 
 NULL = "/dev/null"
+# A unified diff's hunk header; git writes the enclosing function's line after the second @@.
+HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@ ?(.*)$")
+DEF = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(")
 
 
 class PatchError(Exception):
     """Why a patch cannot be read or applied, in words the caller puts in its paragraph."""
+
+
+class HunkNotInFunction(PatchError):
+    """A hunk that names its function matched neither at its lines nor inside the base's
+    function of that name: the patch was made for a release whose function differs, and
+    the way on is to remake it for this one (the caller names the release)."""
+
+    def __init__(self, message: str, path: str, function: str, line: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.function = function
+        self.line = line
 
 
 @dataclass(frozen=True)
@@ -29,6 +56,20 @@ class FileDiff:
     created: bool
     deleted: bool
     diff: Any  # whatthepatch's diff
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """One hunk of a file diff: where it says it goes, and the function it says it edits."""
+
+    line: int  # the old file's line its header names
+    function: str | None  # the def named after the second @@, if any
+    changes: tuple[Any, ...]  # whatthepatch's changes of this hunk
+
+    @property
+    def old(self) -> list[tuple[int, str]]:
+        """Its context and removed lines with their line numbers: what must match."""
+        return [(c.old, c.line) for c in self.changes if c.old is not None]
 
 
 def _strip(path: str | None) -> str | None:
@@ -83,8 +124,9 @@ def apply(diffs: list[FileDiff], read_file: Callable[[str], str | None]) -> dict
             raise PatchError(f"it changes {fd.path}, which the base does not have")
         if fd.created and read_file(fd.path) is not None:
             raise PatchError(f"it creates {fd.path}, which the base already has")
+        placed = fd.diff if old is None else _placed(fd, old)
         try:
-            lines = whatthepatch.apply_diff(fd.diff, (old or "").splitlines())
+            lines = whatthepatch.apply_diff(placed, (old or "").splitlines())
         except HunkApplyException as exc:
             raise PatchError(f"{fd.path}: {exc}") from None
         if fd.deleted:
@@ -93,3 +135,140 @@ def apply(diffs: list[FileDiff], read_file: Callable[[str], str | None]) -> dict
         ends = old is None or old.endswith("\n")
         out[fd.path] = "\n".join(lines) + ("\n" if ends and lines else "")
     return out
+
+
+# --- hunks that name their function ---------------------------------------------------------
+
+
+def hunks(fd: FileDiff) -> list[Hunk]:
+    """The file diff's hunks with their headers; a diff whose headers cannot be paired with
+    whatthepatch's hunks (a context diff, an ed script) gets none named, so stays strict."""
+    headers = [m for m in map(HUNK_HEADER.match, (fd.diff.text or "").splitlines()) if m]
+    changes = list(fd.diff.changes or [])
+    numbers = sorted({c.hunk for c in changes})
+    if numbers != list(range(1, len(headers) + 1)):
+        return [Hunk(0, None, tuple(c for c in changes if c.hunk == n)) for n in numbers]
+    out = []
+    for n, header in enumerate(headers, start=1):
+        named = DEF.match(header.group(2))
+        out.append(
+            Hunk(
+                line=int(header.group(1)),
+                function=named.group(1) if named else None,
+                changes=tuple(c for c in changes if c.hunk == n),
+            )
+        )
+    return out
+
+
+def _matches(lines: Sequence[str], hunk: Hunk, shift: int) -> bool:
+    return all(0 < n + shift <= len(lines) and lines[n + shift - 1] == text for n, text in hunk.old)
+
+
+def _placed(fd: FileDiff, old: str) -> Any:
+    """The file diff with each hunk that names its function and does not match at its
+    lines moved to where its lines are in that function; the others as they are (their
+    mismatch is reported by whatthepatch, at the lines they name)."""
+    lines = old.splitlines()
+    shifts = []
+    for hunk in hunks(fd):
+        moved = hunk.function is not None and bool(hunk.old) and not _matches(lines, hunk, 0)
+        shifts.append((hunk, _locate(fd.path, old, lines, hunk) if moved else 0))
+    if not any(shift for _, shift in shifts):
+        return fd.diff
+    _check_order(fd.path, shifts)
+
+    def shifted(c: Any, by: int) -> Any:
+        return c._replace(
+            old=None if c.old is None else c.old + by, new=None if c.new is None else c.new + by
+        )
+
+    return fd.diff._replace(changes=[shifted(c, by) for hunk, by in shifts for c in hunk.changes])
+
+
+def _check_order(path: str, shifts: list[tuple[Hunk, int]]) -> None:
+    """Hunks moved into their functions must still come one after the other, apart: else
+    applying them in the diff's order would interleave their lines."""
+    end = 0
+    for hunk, shift in shifts:
+        first = hunk.old[0][0] + shift if hunk.old else hunk.line + 1
+        if first <= end:
+            raise PatchError(
+                f"{path}: the hunk at line {hunk.line}, found at line {first}, overlaps or"
+                " comes before the hunk ahead of it in the diff"
+            )
+        end = hunk.old[-1][0] + shift if hunk.old else hunk.line
+
+
+def _spans(path: str, old: str, hunk: Hunk) -> list[tuple[int, int]]:
+    """The lines (first, last) of every def of the hunk's function in the base's file,
+    methods and nested functions alike."""
+    try:
+        tree = ast.parse(old)
+    except SyntaxError as exc:
+        raise PatchError(
+            f"{path}: the hunk at line {hunk.line} does not match there, and {hunk.function}"
+            f" cannot be looked for: the file does not parse as Python ({exc.msg}, line"
+            f" {exc.lineno})"
+        ) from None
+    return sorted(
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == hunk.function
+    )
+
+
+def _locate(path: str, old: str, lines: Sequence[str], hunk: Hunk) -> int:
+    """How far the hunk moved: its old lines, exact and in order, begin inside exactly one
+    place in the function it names (git names the def above the hunk's first line)."""
+    name = str(hunk.function)
+    spans = _spans(path, old, hunk)
+    if not spans:
+        raise HunkNotInFunction(
+            f"{path} of this vLLM defines no {name}, which the hunk at line {hunk.line}"
+            " edits: it was moved to another file or renamed",
+            path,
+            name,
+            hunk.line,
+        )
+    needle = [text for _, text in hunk.old]
+    found = sorted(
+        {
+            at
+            for first, last in spans
+            for at in range(first, last + 1)
+            if lines[at - 1 : at - 1 + len(needle)] == needle
+        }
+    )
+    if len(found) == 1:
+        return found[0] - hunk.old[0][0]
+    where = ", ".join(f"{a}-{b}" for a, b in spans)
+    if found:
+        raise HunkNotInFunction(
+            f"{path}: the hunk at line {hunk.line} edits {name}, and its lines are there"
+            f" {len(found)} times (at lines {', '.join(map(str, found))} of {name}, lines"
+            f" {where}): which one it edits cannot be told",
+            path,
+            name,
+            hunk.line,
+        )
+    missing = _first_missing(lines, spans, needle)
+    raise HunkNotInFunction(
+        f"{path}: the hunk at line {hunk.line} edits {name}, but {name} here (lines {where})"
+        f' does not hold its lines in order: the first it lacks is "{missing}"',
+        path,
+        name,
+        hunk.line,
+    )
+
+
+def _first_missing(lines: Sequence[str], spans: list[tuple[int, int]], needle: list[str]) -> str:
+    """The hunk's line where the longest run of its lines found in the function breaks off."""
+    longest = 0
+    for first, last in spans:
+        for at in range(first - 1, last):
+            run = 0
+            while run < len(needle) and at + run < len(lines) and lines[at + run] == needle[run]:
+                run += 1
+            longest = max(longest, run)
+    return needle[longest].strip()

@@ -5,21 +5,36 @@ plan (kvrig.provision.install) is run with uv against this interpreter. uv, not 
 CPU plan keeps CUDA builds of torchvision and friends out with `--override`, which only
 uv has. Where no uv is found (nox's virtualenv backend), it is first installed into the
 environment with pip, which such environments have.
+
+Around the install (`setup`): the release's pins are checked against the index first
+(kvrig.provision.pin_check), a resolver failure of uv's over one of them is said the same
+way, and a finished install leaves its stamp in the environment (kvrig.provision.stamp),
+so that records say when the environment is not the release's own.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import datetime as dt
+import importlib
 import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from kvrig.provision import uv
+from kvrig.define.matrix import Matrix, PlatformSpec
+from kvrig.provision import index, pin_check, pins, stamp, uv
+from kvrig.provision import install as install_mod
 from kvrig.provision.install import InstallError, Plan
+from kvrig.provision.pins import Override
 
 Run = Callable[..., subprocess.CompletedProcess]
+# The end of uv's output kept to read its resolver message from (lines).
+KEPT_LINES = 200
 
 
 def command(uv_exe: str, python: str, plan: Plan) -> list[str]:
@@ -49,12 +64,43 @@ def ensure_uv(python: str, environ: Mapping[str, str], run: Run = subprocess.run
     return uv_in_environment(python)
 
 
+def tee(
+    argv: list[str], env: Mapping[str, str] | None = None, check: bool = False
+) -> subprocess.CompletedProcess:
+    """Runs a command with its stderr shown as it comes and its end kept (`.stderr`): uv
+    says why a resolution failed there, and the user still sees the install go by."""
+    kept: collections.deque[str] = collections.deque(maxlen=KEPT_LINES)
+    with subprocess.Popen(argv, env=env, stderr=subprocess.PIPE) as proc:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            line = raw.decode(errors="replace")
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            kept.append(line)
+        code = proc.wait()
+    return subprocess.CompletedProcess(argv, code, stderr="".join(kept))
+
+
+def run_plan(
+    plan: Plan,
+    *,
+    python: str = sys.executable,
+    environ: Mapping[str, str] | None = None,
+    run: Run = tee,
+) -> subprocess.CompletedProcess:
+    """Runs the plan with uv; what uv left on stderr, when the runner keeps it."""
+    environ = os.environ if environ is None else environ
+    argv = command(ensure_uv(python, environ, run), python, plan)
+    print("+ " + shlex.join(argv), file=sys.stderr, flush=True)
+    return run(argv, env={**environ, **plan.env}, check=False)
+
+
 def install(
     plan: Plan,
     *,
     python: str = sys.executable,
     environ: Mapping[str, str] | None = None,
-    run: Run = subprocess.run,
+    run: Run = tee,
     dry_run: bool = False,
 ) -> int:
     """Runs the plan (or, dry, prints the command it would run); uv's exit status."""
@@ -63,6 +109,126 @@ def install(
         prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in plan.env.items())
         print(prefix + shlex.join(command(uv.find(environ) or "uv", python, plan)))
         return 0
-    argv = command(ensure_uv(python, environ, run), python, plan)
-    print("+ " + shlex.join(argv), file=sys.stderr, flush=True)
-    return run(argv, env={**environ, **plan.env}, check=False).returncode
+    return run_plan(plan, python=python, environ=environ, run=run).returncode
+
+
+# --- `kvrig setup vllm`: the check, the install, the stamp ---------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """One `kvrig setup vllm`: the platform whose vLLM is installed (cuda's for the
+    emulated columns), the overrides asked for, and the command as a user would rerun it
+    (the refusal names it with an --override added)."""
+
+    matrix: Matrix
+    platform: str
+    emulated: bool = False
+    requested: tuple[Override, ...] = ()
+    command: str = "kvrig setup vllm"
+    environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: os.environ)
+
+    @property
+    def spec(self) -> PlatformSpec:
+        return install_mod.platform_spec(self.matrix, self.platform, emulated=self.emulated)
+
+    def plan(self, more: Sequence[Override] = ()) -> Plan:
+        """The install with the overrides asked for and `more` (the matrix's that apply)."""
+        return install_mod.plan_for(
+            self.matrix,
+            self.platform,
+            emulated=self.emulated,
+            environ=self.environ,
+            pinned=[*self.requested, *more],
+        )
+
+
+def checked_plan(job: Job, get: index.Get | None = None) -> Plan:
+    """The plan once the release's pins are checked: refused (pins.PinError) where one is
+    served nowhere and not overridden, with the matrix's pin overrides the release calls
+    for, and each override naming the pin it replaces."""
+    plan = job.plan()
+    request = pin_check.Request(plan, job.platform, job.spec.pin_overrides, job.command)
+    found = pin_check.check(request, job.environ, get or index.http_get)
+    for line in found.lines:
+        print(line, flush=True)
+    if found.applied:
+        plan = job.plan(found.applied)
+    if found.declared and plan.release:
+        named = pins.replacing(plan.overrides, found.declared, str(plan.release))
+        plan = dataclasses.replace(plan, overrides=tuple(named))
+    return plan
+
+
+def setup(job: Job, plan: Plan, run: Run = tee, get: index.Get | None = None) -> int:
+    """Installs the checked plan; uv's failure over a release pin is said as the check
+    says it (or, where the matrix overrides that pin, the install is run again with the
+    override); a finished install leaves its stamp. uv's exit status."""
+    done = run_plan(plan, environ=job.environ, run=run)
+    if done.returncode != 0:
+        retry = _after_failure(job, plan, str(done.stderr or ""), get or index.http_get)
+        if retry is None:
+            return done.returncode
+        plan = retry
+        done = run_plan(plan, environ=job.environ, run=run)
+        if done.returncode != 0:
+            return done.returncode
+    importlib.invalidate_caches()
+    package = plan.release.package if plan.release else "vllm"
+    now = dt.datetime.now(dt.timezone.utc)
+    data = stamp.content(plan, stamp.installed_version(package), job.command, now)
+    print(f"kvrig: installed; stamp {stamp.write(data)}", flush=True)
+    return 0
+
+
+def _after_failure(job: Job, plan: Plan, output: str, get: index.Get) -> Plan | None:
+    """What follows a failed install: the plan to run again (uv named a pin the matrix
+    overrides), or None after a line of advice; raises the paragraph when uv could not
+    resolve one of the release's own pins."""
+    release = plan.release
+    gap = pins.resolver_gap(output, release.package) if release else None
+    if gap is None or release is None:
+        if "No solution found" in output:
+            print(
+                "kvrig: uv found no set of versions to install (its message is above); where"
+                " a pin of the release is what the index cannot serve, `--override PKG==VER`"
+                f" takes another version ({pins.DOCS})",
+                file=sys.stderr,
+            )
+        return None
+    more = [
+        o
+        for o in pins.from_matrix(job.spec.pin_overrides, [gap], job.platform, str(release))
+        if o.key not in {p.key for p in plan.overrides}
+    ]
+    if more:
+        print(
+            f"kvrig: uv found no {gap} ({release} pins it); {more[0].source} takes"
+            f" {more[0].requirement} instead: installing again, into an environment that is"
+            " not the release's own",
+            flush=True,
+        )
+        asked = {o.key for o in job.requested}
+        again = job.plan([*(o for o in plan.overrides if o.key not in asked), *more])
+        return dataclasses.replace(again, overrides=(*plan.overrides, *more))
+    sources = pin_check.sources_for(plan, job.environ)
+    versions = (
+        None if index.offline(job.environ) else _versions_or_none(sources.index, gap.name, get)
+    )
+    raise pins.PinError(
+        pins.refusal(
+            str(release),
+            [pins.Gap(gap, versions)],
+            sources.does(),
+            job.command,
+            job.platform,
+            done="uv installed nothing.",
+        )
+    )
+
+
+def _versions_or_none(where: str, name: str, get: index.Get) -> list[str] | None:
+    try:
+        return index.project(where, name, get).versions
+    except index.Unreachable:
+        return None

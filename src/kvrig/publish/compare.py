@@ -2,9 +2,13 @@
 
 A branch is judged against the release it sits on: the same cells, run on two vLLMs (a
 release and an overlay of a checkout on it, say). What matters is what changed, and
-above all a cell that passed on the first and is red on the second, or is not on the
-second at all (a run cut short is no evidence that the cell still passes): `kvrig compare`
-exits 1 for either. Pure: rows in, changes and a table out.
+above all a cell that passed on the first and is red on the second, no longer shown there
+(skipped, undecided), or not on the second at all (a run cut short is no evidence that
+the cell still passes): `kvrig compare` exits 1 for any of them. A cell unread on the
+second did what it should as far as vLLM's outcome shows, so it is no regression, and
+the table says it is no pass either. Two runs judged under different matrices or by
+different kvrigs are said to be, cell by cell: a verdict may then differ by the matrix or
+by kvrig, not by vLLM. Pure: rows in, changes and a table out.
 """
 
 from __future__ import annotations
@@ -25,8 +29,13 @@ def status(row: Row) -> Status | None:
     """The row's verdict, or None for a status kvrig never writes (counted as no pass)."""
     try:
         return Status(row.get("status"))
-    except ValueError:
+    except (ValueError, TypeError):
         return None
+
+
+# On B, after a pass on A: red, or no longer shown (a skip or an undecided cell proves
+# nothing about the cell), or a status kvrig never writes.
+NOT_SHOWN = (Status.SKIP, Status.UNDECIDED)
 
 
 def aspects(row: Row | None) -> dict[str, str]:
@@ -50,20 +59,47 @@ class Change:
     @property
     def differs(self) -> tuple[str, ...]:
         left, right = aspects(self.a), aspects(self.b)
-        return tuple(k for k in ASPECTS if left[k] != right[k])
+        return tuple(k for k in ASPECTS if _seen(k, left[k]) != _seen(k, right[k]))
 
     @property
     def turned_red(self) -> bool:
-        """Passed (or showed a known defect as recorded) on A; on B failed, undecided, or
-        a status kvrig does not know."""
-        if self.a is None or self.b is None or not _passed(self.a):
+        """Shown on A (passed, showed a known defect as recorded, or did as expected on
+        rules not read for A's vLLM); on B failed, a status kvrig does not know, or no
+        longer shown (skipped, undecided: nothing was proved)."""
+        if self.a is None or self.b is None or not _shown(self.a):
             return False
-        return status(self.b) in (Status.FAIL, Status.UNDECIDED, None)
+        return status(self.b) in (Status.FAIL, *NOT_SHOWN, None)
+
+    @property
+    def mark(self) -> str:
+        """What the table says beside B's line."""
+        now = status(self.b) if self.b is not None else None
+        if not self.turned_red:
+            unread = self.a is not None and _passed(self.a) and now is Status.UNREAD
+            return "  <- unread on B: as expected by vLLM's outcome, not a pass" if unread else ""
+        if now in NOT_SHOWN:
+            return f"  <- no longer shown ({now.value}): regressed"  # type: ignore[union-attr]
+        return "  <- turned red" if now is Status.FAIL else "  <- turned red (unknown status)"
+
+
+# A pass and an unread verdict saw vLLM do the same; only the rules they were checked by
+# differ (the tail of the table counts the unread ones).
+_SAME_OUTCOME = {Status.UNREAD.word: Status.PASS.word}
+
+
+def _seen(aspect: str, value: str) -> str:
+    return _SAME_OUTCOME.get(value, value) if aspect == "verdict" else value
 
 
 def _passed(row: Row) -> bool:
     known = status(row)
     return known is not None and known.passed
+
+
+def _shown(row: Row) -> bool:
+    """What a regression is measured from: vLLM's outcome as the cell expects, whichever
+    rules checked its size (an unread run against its patch is a regression all the same)."""
+    return _passed(row) or status(row) is Status.UNREAD
 
 
 def _keys(rows: Iterable[Row], by_id: bool) -> dict[str, Row]:
@@ -76,7 +112,18 @@ class Comparison:
     only_a: list[str]
     only_b: list[str]
     same: int
-    lost: list[str] = field(default_factory=list)  # of only_a, those that passed on A
+    lost: list[str] = field(default_factory=list)  # of only_a, those shown on A
+    # Per run, the cells judged by rules not read for that run's vLLM.
+    unread: tuple[int, int] = (0, 0)
+    # Of the cells both ran: passed on A and unread on B; judged under another matrix
+    # identity (judged_under) or by another kvrig (judged_by) on B than on A.
+    unread_on_b: list[str] = field(default_factory=list)
+    other_matrix: list[str] = field(default_factory=list)
+    other_kvrig: list[str] = field(default_factory=list)
+    # The vLLM versions of A and B where other_matrix's cells ran different ones.
+    other_vllm: tuple[str, str] | None = None
+    # "A cpu-m-c: 'error'": rows whose status kvrig never writes.
+    unknown: list[str] = field(default_factory=list)
 
     @property
     def turned_red(self) -> list[Change]:
@@ -99,13 +146,46 @@ def compare(rows_a: list[Row], rows_b: list[Row]) -> Comparison:
     both = [Change(k, a[k], b[k]) for k in a if k in b]
     changed = [c for c in both if c.differs]
     only_a = [k for k in a if k not in b]
+    other_matrix = _differ(both, "judged_under")
     return Comparison(
         changed,
         only_a=only_a,
         only_b=[k for k in b if k not in a],
         same=len(both) - len(changed),
-        lost=[k for k in only_a if _passed(a[k])],
+        lost=[k for k in only_a if _shown(a[k])],
+        unread=(_unread(rows_a), _unread(rows_b)),
+        unread_on_b=[c.key for c in both if c.mark.startswith("  <- unread")],
+        other_matrix=other_matrix,
+        other_kvrig=_differ(both, "judged_by"),
+        other_vllm=_other_vllm([c for c in both if c.key in other_matrix]),
+        unknown=[
+            f"{run} {r.get('cell_id')}: {r.get('status')!r}"
+            for run, rows in (("A", rows_a), ("B", rows_b))
+            for r in rows
+            if status(r) is None
+        ],
     )
+
+
+def _unread(rows: list[Row]) -> int:
+    return sum(status(r) is Status.UNREAD for r in rows)
+
+
+def _differ(both: list[Change], key: str) -> list[str]:
+    """The cells whose rows on A and B name different `key`s (one naming none counts)."""
+    return [c.key for c in both if c.a and c.b and c.a.get(key) != c.b.get(key)]
+
+
+def _other_vllm(cells: list[Change]) -> tuple[str, str] | None:
+    """(A's vLLM, B's) when every one of `cells` ran one vLLM on A and another on B: then
+    their matrix identities differ by the pin, as a release diff's two sides do."""
+    pairs = {
+        (str(c.a.get("vllm_version")), str(c.b.get("vllm_version"))) for c in cells if c.a and c.b
+    }
+    if len(pairs) != 1:
+        return None
+    (va, vb) = next(iter(pairs))
+    return (va, vb) if va != vb else None
 
 
 def _names(keys: list[str], limit: int = 6) -> str:
@@ -113,12 +193,36 @@ def _names(keys: list[str], limit: int = 6) -> str:
 
 
 def table(result: Comparison, label_a: str, label_b: str, width: int = 70) -> str:
-    """The changes as an aligned text table, A's facts over B's for each cell."""
+    """The changes as an aligned text table, A's facts over B's for each cell, then what
+    the table cannot show: cells one run lacks, unread and differently judged cells, and
+    the outcome in a line."""
     found = result.changed
     tail = [
         f"{len(found)} cell(s) differ between A ({label_a}) and B ({label_b}), {result.same}"
-        f" are the same; {len(result.turned_red)} passed on A and are red on B"
+        f" are the same; {len(result.turned_red)} passed on A and are red or no longer shown"
+        " on B",
+        *_tail(result),
+        _outcome(result),
     ]
+    if not found:
+        return "\n".join(["no cell differs", *tail])
+    key_w = max(len("cell"), *(len(c.key) for c in found))
+    head = f"{'cell':<{key_w}}  {'run':<3}  {'verdict':<9}  {'outcome':<10}  {'block':<14}  error"
+    lines = [head, "-" * len(head)]
+    for c in found:
+        for run, row in (("A", c.a), ("B", c.b)):
+            x = aspects(row)
+            error = x["error"] if len(x["error"]) <= width else x["error"][: width - 3] + "..."
+            lines.append(
+                f"{c.key if run == 'A' else '':<{key_w}}  {run:<3}  {x['verdict']:<9}"
+                f"  {x['outcome']:<10}  {x['block']:<14}  {error}"
+                f"{c.mark if run == 'B' else ''}"
+            )
+    return "\n".join([*lines, *tail])
+
+
+def _tail(result: Comparison) -> list[str]:
+    tail = []
     if result.only_a:
         tail.append(f"ran on A only ({len(result.only_a)}): {_names(result.only_a)}")
     if result.lost:
@@ -128,19 +232,62 @@ def table(result: Comparison, label_a: str, label_b: str, width: int = 70) -> st
         )
     if result.only_b:
         tail.append(f"ran on B only ({len(result.only_b)}): {_names(result.only_b)}")
-    if not found:
-        return "\n".join(["no cell differs", *tail])
-    key_w = max(len("cell"), *(len(c.key) for c in found))
-    head = f"{'cell':<{key_w}}  {'run':<3}  {'verdict':<7}  {'outcome':<8}  {'block':<14}  error"
-    lines = [head, "-" * len(head)]
-    for c in found:
-        mark = "  <- turned red" if c.turned_red else ""
-        for run, row in (("A", c.a), ("B", c.b)):
-            x = aspects(row)
-            error = x["error"] if len(x["error"]) <= width else x["error"][: width - 3] + "..."
-            lines.append(
-                f"{c.key if run == 'A' else '':<{key_w}}  {run:<3}  {x['verdict']:<7}"
-                f"  {x['outcome']:<8}  {x['block']:<14}  {error}"
-                f"{mark if run == 'B' else ''}"
+    for run, n in zip(("A", "B"), result.unread, strict=True):
+        if n:
+            tail.append(
+                f"{run}: {n} cell(s) judged by kvrig rules not read for its vLLM (UNREAD: vLLM's"
+                " outcome as expected, no pass for the gate)"
             )
-    return "\n".join([*lines, *tail])
+    if result.unread_on_b:
+        tail.append(
+            f"passed on A and unread on B ({len(result.unread_on_b)}):"
+            f" {_names(result.unread_on_b)}; B's vLLM did as they expect, and the size was"
+            " checked by rules not read for it: not shown to pass"
+        )
+    return tail + _judged(result) + [f"status kvrig never writes: {x}" for x in result.unknown]
+
+
+def _judged(result: Comparison) -> list[str]:
+    """The cells A and B were judged differently for, said: a verdict that moved there may
+    have moved with the matrix or with kvrig, not with vLLM."""
+    out = []
+    if result.other_matrix:
+        pins = (
+            f" (here every one ran vLLM {result.other_vllm[0]} on A and {result.other_vllm[1]}"
+            " on B, whose pins differ as a release diff's sides do)"
+            if result.other_vllm
+            else ""
+        )
+        out.append(
+            f"judged under different matrices on A and B ({len(result.other_matrix)}):"
+            f" {_names(result.other_matrix)}; a cell's judged_under covers its case, model"
+            f" and platform spec, the vLLM pinned included{pins}: a difference there may be"
+            " the matrix's, not vLLM's"
+        )
+    if result.other_kvrig:
+        out.append(
+            f"judged by different kvrigs on A and B ({len(result.other_kvrig)}):"
+            f" {_names(result.other_kvrig)}; kvrig's rules, judge or matrix code differ"
+            " between the runs (judged_by), so a verdict may differ by kvrig, not by vLLM:"
+            " rerun both with one kvrig to compare their verdicts"
+        )
+    return out
+
+
+def _outcome(result: Comparison) -> str:
+    """The comparison in a line, as `kvrig compare` exits: regressed (1) or not (0)."""
+    if result.regressed:
+        return (
+            f"compare: REGRESSED ({len(result.turned_red)} passed on A and red or no longer"
+            f" shown on B, {len(result.lost)} missing on B)"
+        )
+    but = [
+        f"{len(x)} {what}"
+        for x, what in (
+            (result.unread_on_b, "unread on B"),
+            (result.other_matrix, "judged under different matrices"),
+            (result.other_kvrig, "judged by different kvrigs"),
+        )
+        if x
+    ]
+    return "compare: no regression" + (f" in vLLM's outcomes ({'; '.join(but)})" if but else "")

@@ -3,10 +3,13 @@
 Required cells are the `gate: true` cases. A required cell that is missing from the
 results, failed, or was skipped fails the gate, so a column that crashed halfway or
 skipped its hard cells cannot pass by omission; so does a row judged under another
-expectation or vLLM than the matrix now pins, a row whose status kvrig never writes, and
-a column that ran no cell at all. Only the release columns are read: side runs (overlays,
-the mutation check, the container check) use the same cell ids, and a red-by-design
-mutation row or a green overlay row must not stand for the release. An allowance in
+expectation or by another kvrig (its rules, judge or matrix code) than this one, a row
+that ran another vLLM than the release's own (another version, an overlay, overrides
+matrix.yaml does not declare), a row whose status kvrig never writes, and a column that
+ran no cell at all. Only the release columns are read: side runs (overlays, the mutation
+check, the container check) use the same cell ids, and a red-by-design mutation row or a
+green overlay row must not stand for the release; a release folder whose record says it
+holds a side run (kvrig.run.holds) fails the gate. An allowance in
 matrix.yaml excuses one cell until its expiry date, at most ALLOWANCE_DAYS ahead; an
 expired allowance fails the gate by itself, so excuses cannot quietly become permanent.
 Against a previous run the gate also names new failures, fixes and every cell whose
@@ -18,18 +21,22 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvrig.define import column_names, gpus
 from kvrig.define.cells import Cell, expand, judged_under
-from kvrig.define.matrix import ALLOWANCE_DAYS, Allowance, Matrix, allowance_too_long
+from kvrig.define.matrix import ALLOWANCE_DAYS, Allowance, Matrix, VllmSource, allowance_too_long
 from kvrig.define.paths import column_of_folder, column_of_side_folder
 from kvrig.judge.verdict import PASSING, Status
-from kvrig.publish.results import block_text, overlays_of
+from kvrig.provision import overlay_inputs
+from kvrig.provision.overlay import Manifest
+from kvrig.publish import results as results_mod
+from kvrig.publish.results import block_text, overlays_of, overrides_of
 from kvrig.rules import versions
+from kvrig.run import holds as holds_mod
 
 Row = dict[str, Any]
 # (cell id, column, image, overlay) -> the commands that rerun it (kvrig.publish.repro.lines)
@@ -78,15 +85,38 @@ def known(row: Row) -> bool:
     return row.get("status") in KNOWN
 
 
-def stale(row: Row, cell: Cell) -> str | None:
+def stale(row: Row, cell: Cell, judged_by: str | None = None) -> str | None:
     """Why a row does not stand for this matrix's cell: judged under another expectation,
-    model or platform spec, or run on another vLLM than the matrix pins; None when it does."""
+    model or platform spec, judged by another kvrig than this one (`judged_by`: its
+    digest, kvrig.publish.results), or run on another vLLM than the matrix pins; None
+    when it does."""
     if row.get("judged_under") != judged_under(cell):
         was = "names none" if not row.get("judged_under") else "differs"
         return f"judged under another expectation (the row's matrix identity {was}): {RERUN}"
+    mine = judged_by or results_mod.judged_by()
+    theirs = row.get("judged_by")
+    if theirs != mine:
+        was = "names none" if not theirs else f"is {theirs}, this kvrig's {mine}"
+        return (
+            "judged by another kvrig (the row's digest of kvrig's rules, judge and matrix"
+            f" code {was}): {RERUN}"
+        )
+    return _version_problem(row, cell)
+
+
+def _version_problem(row: Row, cell: Cell) -> str | None:
+    """Why the row's vLLM is not the one the matrix pins, or None: another version, or
+    none named by a row that counts as passed (a skip or a crash ran none)."""
     pinned = versions.source_version(cell.platform_spec.vllm.installed)
     ran = row.get("vllm_version")
-    if pinned is None or ran is None:  # an image or a wheel pins no version; a skip ran none
+    if ran is None:
+        if row.get("status") not in {s.value for s in PASSING}:
+            return None
+        return (
+            "judged under another expectation (the row names no vLLM version, so it cannot be"
+            f" shown to have run {cell.platform_spec.vllm.installed.describe()}): {RERUN}"
+        )
+    if pinned is None:  # an image or a wheel that names no version
         return None
     try:
         same = versions.parse(str(ran)) == versions.parse(pinned)
@@ -99,13 +129,31 @@ def stale(row: Row, cell: Cell) -> str | None:
     )
 
 
-def _problem(row: Row | None, cell: Cell) -> str | None:
+@dataclass(frozen=True)
+class Standing:
+    """What a row must have been judged by and run on to stand for its cell, besides the
+    cell itself: this kvrig's digest, where matrix.yaml is (an overlay it declares is
+    named relative to it), and the cells read from side runs named with --side (gated as
+    named: their overlay is what they are about)."""
+
+    judged_by: str
+    matrix_dir: Path | None = None
+    side_cells: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, matrix: Matrix, side_cells: Collection[str] = ()) -> Standing:
+        where = matrix.path.parent if matrix.path else None
+        return cls(results_mod.judged_by(), where, frozenset(side_cells))
+
+
+def _problem(row: Row | None, cell: Cell, standing: Standing | None = None) -> str | None:
     """Why a required cell does not count as passed, or None when it does."""
     if row is None:
         return "not run: the results hold no row for it (the column crashed or was cut short?)"
     if not known(row):
         return f"unknown status {row.get('status')!r} (kvrig writes {', '.join(KNOWN)})"
-    old = stale(row, cell)
+    standing = standing or Standing(results_mod.judged_by())
+    old = stale(row, cell, standing.judged_by) or other_vllm(row, cell, standing)
     if old is not None:
         return old
     if row["status"] == Status.FAIL:
@@ -118,6 +166,69 @@ def _problem(row: Row | None, cell: Cell) -> str | None:
     if Status(row["status"]) not in PASSING:
         return f"{row['status']}: {row['reason']}"
     return None
+
+
+def other_vllm(row: Row, cell: Cell, standing: Standing) -> str | None:
+    """Why the row ran on another vLLM than the release's own, though of its version: an
+    overlay matrix.yaml does not declare (unless the row is a side run's, named), or an
+    environment with overrides it does not declare; None when it did not."""
+    if row.get("cell_id") not in standing.side_cells:
+        problem = _overlay_problem(row, cell.platform_spec.vllm, standing.matrix_dir)
+        if problem is not None:
+            return problem
+    ran = results_mod.listed(row.get("vllm_overrides") or [])
+    extra = results_mod.undeclared(ran, list(cell.platform_spec.pin_overrides.values()))
+    if not extra:
+        return None
+    return (
+        f"ran with overrides matrix.yaml does not declare ({', '.join(extra)}): not the"
+        " release's own environment; reinstall it without them (kvrig setup vllm, no"
+        f" --override) and {RERUN}, or declare them in platforms.{cell.platform}.pin_overrides"
+    )
+
+
+def _overlay_problem(row: Row, declared: VllmSource, matrix_dir: Path | None) -> str | None:
+    ran = row.get("vllm_overlay")
+    if not ran:
+        return None
+    if declared.kind == "overlay" and _is_declared(ran, declared, matrix_dir or Path.cwd()):
+        return None
+    return (
+        f"ran on an overlay, not on the vLLM matrix.yaml declares ({declared.describe()}):"
+        f" {_overlay_text(ran)}; a side run's row in the release's column: {RERUN} without"
+        " --vllm-source/--vllm-patch, or gate the overlay's own folder with --side"
+    )
+
+
+def _overlay_text(ran: Any) -> str:
+    try:
+        return Manifest.of_summary(ran).describe()
+    except (TypeError, ValueError, AttributeError):
+        return f"overlay {ran!r}"
+
+
+def _is_declared(ran: Mapping[str, Any], declared: VllmSource, matrix_dir: Path) -> bool:
+    """Whether the row's overlay is the one matrix.yaml declares: the same patch (by its
+    sha256) or the same checkout (by its path), read relative to matrix.yaml."""
+    try:
+        if declared.patch is not None:
+            patch = overlay_inputs.resolve(declared.patch, matrix_dir)
+            return ran.get("patch_sha256") == overlay_inputs.sha256(patch)
+        source = overlay_inputs.resolve(str(declared.source), matrix_dir)
+        return bool(ran.get("source")) and Path(str(ran["source"])).resolve() == source
+    except (OSError, AttributeError):
+        return False
+
+
+def side_folders(held: Mapping[Path, holds_mod.Holds | None]) -> list[str]:
+    """The release folders whose record (kvrig.run.holds) says they hold a side run's rows,
+    each said with what to do: a release column's folder stands for the release only."""
+    return [
+        f"{folder} holds {h.describe()} (its {holds_mod.FILE}), not the release's own run:"
+        f" remove it and {RERUN} into it, or gate it by name with --side {folder}"
+        for folder, h in held.items()
+        if h is not None and h.side
+    ]
 
 
 def row_column(row: Row) -> str | None:
@@ -187,9 +298,9 @@ def changes(rows: list[Row], previous: list[Row]) -> tuple[list[str], list[str],
         old = before.get(r["cell_id"])
         if old is None:
             continue
-        if r["status"] == Status.FAIL and old["status"] != Status.FAIL:
-            new_fail.append(f"{r['cell_id']}: {r['reason']}")
-        elif r["status"] == Status.PASS and old["status"] == Status.FAIL:
+        if r.get("status") == Status.FAIL and old.get("status") != Status.FAIL:
+            new_fail.append(f"{r['cell_id']}: {r.get('reason')}")
+        elif r.get("status") == Status.PASS and old.get("status") == Status.FAIL:
             fixed.append(r["cell_id"])
         was, now = _block(old), _block(r)
         if was[0] is not None and now[0] is not None and was != now:
@@ -272,10 +383,18 @@ def evaluate(
     accept_block_size_changes: bool = False,
     repro: Repro | None = None,
     ignored: list[str] | None = None,
+    standing: Standing | None = None,
+    refused: list[str] | None = None,
 ) -> GateResult:
-    """The gate over `rows` for `columns` (pure); `ignored` names what the caller left
-    out (side runs), and rows of other columns are left out here and named."""
+    """The gate over `rows` for `columns` (pure but for reading a patch matrix.yaml's
+    overlay names); `ignored` names what the caller left out (side runs), `refused` the
+    release folders that hold a side run (`side_folders`), and rows of other columns are
+    left out here and named. `standing` defaults to this kvrig and no side run."""
     tally = _Tally(lines=[f"IGNORED {x}" for x in ignored or []])
+    tally.standing = standing or Standing.of(matrix)
+    for x in refused or []:
+        tally.problems.append(f"{x.split(' holds ')[0]} holds a side run")
+        tally.lines.append(f"FAIL    folder {x}")
     other = _other_columns(rows, columns)
     if other is not None:
         tally.lines.append(f"IGNORED rows of columns the gate does not gate on: {other}")
@@ -290,7 +409,8 @@ def evaluate(
     tally.lines += _not_required_failures(rows, tally.required, repro)
     if previous is not None:
         _since_previous(tally, rows, previous, accept_block_size_changes)
-    return _result(tally, columns, rows)
+    declared = [o for spec in matrix.platforms.values() for o in spec.pin_overrides.values()]
+    return _result(tally, columns, rows, declared)
 
 
 @dataclass
@@ -303,6 +423,7 @@ class _Tally:
     problems: list[str] = field(default_factory=list)
     required: set[str] = field(default_factory=set)
     counts: dict[str, int] = field(default_factory=lambda: {"passed": 0, "allowed": 0, "failed": 0})
+    standing: Standing | None = None
 
 
 def _other_columns(rows: list[Row], columns: list[str]) -> str | None:
@@ -350,7 +471,7 @@ def _gate_cell(
     repro: Repro | None,
 ) -> None:
     """One required cell: passed, allowed, or failed with the commands that rerun it."""
-    why = _problem(row, cell)
+    why = _problem(row, cell, tally.standing)
     if why is None:
         tally.counts["passed"] += 1
         tally.lines.append(f"ok      {cell.id}")
@@ -369,7 +490,7 @@ def _gate_cell(
     tally.lines.append(f"FAIL    {cell.id}: {why}")
     if repro is not None:
         image = row.get("image") if row else None
-        under = row.get("vllm_overlay") if row else None
+        under = results_mod.overlay_of(row) if row else None
         tally.lines += _rerun_lines(repro, cell.id, column, image, under)
 
 
@@ -394,7 +515,11 @@ def _state(row: Row | None) -> str:
 def _rerun_lines(
     repro: Repro, cell_id: str, column: str, image: str | None, under: dict[str, Any] | None
 ) -> list[str]:
-    return [f"          {x}" for x in repro(cell_id, column, image, under)]
+    try:
+        lines = repro(cell_id, column, image, under)
+    except (TypeError, ValueError):  # an overlay not as kvrig writes one: rerun without it
+        lines = repro(cell_id, column, image, None)
+    return [f"          {x}" for x in lines]
 
 
 def _unknown_statuses(tally: _Tally, rows: list[Row]) -> None:
@@ -417,11 +542,11 @@ def _not_required_failures(rows: list[Row], required: set[str], repro: Repro | N
         return []
     lines = [f"not required, failed ({len(others)}):"]
     for r in others:
-        lines.append(f"        {r['cell_id']}: {r['reason']}")
+        lines.append(f"        {r['cell_id']}: {r.get('reason')}")
         if repro is not None:
             column = r.get("column") or r["cell_id"].split("-", 1)[0]
             lines += _rerun_lines(
-                repro, r["cell_id"], column, r.get("image"), r.get("vllm_overlay")
+                repro, r["cell_id"], column, r.get("image"), results_mod.overlay_of(r)
             )
     return lines
 
@@ -447,13 +572,14 @@ def _since_previous(tally: _Tally, rows: list[Row], previous: list[Row], accept:
         )
 
 
-def _result(tally: _Tally, columns: list[str], rows: list[Row]) -> GateResult:
+def _result(tally: _Tally, columns: list[str], rows: list[Row], declared: list[str]) -> GateResult:
     counts = tally.counts
     lines = [
         *tally.lines,
         f"required cells on {', '.join(columns) or 'no column'}: {counts['passed']} passed,"
         f" {counts['allowed']} allowed, {counts['failed']} failed",
         *(f"vLLM under test: {text}" for text in overlays_of(rows)),
+        *(f"vLLM under test: {text}" for text in overrides_of(rows, declared)),
     ]
     passed = not tally.problems
     verdict = "PASS" if passed else f"FAIL ({'; '.join(tally.problems)})"

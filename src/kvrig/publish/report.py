@@ -4,7 +4,9 @@ The renderers are pure (rows and details in, text out); `gather` and `write` are
 parts that read records and logs from disk. The Markdown suits $GITHUB_STEP_SUMMARY and
 Buildkite annotations; the HTML page is one file a person can open anywhere, with the
 matrix as a grid (case rows, platform columns) whose cells open their record, the tail of
-their log and the commands that rerun them.
+their log and the commands that rerun them. A row kvrig did not write as it writes rows
+(a status it never writes, a field missing) is shown as such, never a traceback; the
+command that reads rows (`kvrig report`) counts it as a problem.
 """
 
 from __future__ import annotations
@@ -31,8 +33,41 @@ _ICON = {
     Status.SKIP: "⏭️",
     Status.XFAIL: "⚠️",
     Status.UNDECIDED: "❔",
+    Status.UNREAD: "📖",
 }
+UNKNOWN_ICON = "❓"
 LOG_TAIL_LINES = 40
+
+
+def status_of(row: Row) -> Status | None:
+    """The row's verdict, or None for a status kvrig never writes."""
+    try:
+        return Status(row.get("status"))
+    except (ValueError, TypeError):
+        return None
+
+
+def word(row: Row) -> str:
+    """The verdict as the tables show it; a status kvrig never writes as itself with `?`."""
+    known = status_of(row)
+    return known.word if known else f"{row.get('status')!s}?".upper()
+
+
+def css(row: Row) -> str:
+    """The verdict's class in the HTML page (never the row's own text: it may hold anything)."""
+    known = status_of(row)
+    return known.value if known else "unknown"
+
+
+def unknown_statuses(rows: list[Row]) -> list[str]:
+    """One line per row whose status kvrig never writes: something else wrote or changed
+    it, so it is no verdict of kvrig's (kvrig.judge.verdict.Status)."""
+    known = ", ".join(s.value for s in Status)
+    return [
+        f"{r.get('cell_id')}: status {r.get('status')!r}, which kvrig never writes ({known})"
+        for r in rows
+        if status_of(r) is None
+    ]
 
 
 @dataclass(frozen=True)
@@ -45,11 +80,12 @@ class Detail:
 
 
 def _what(row: Row) -> str:
-    return row["reason"].removeprefix("as expected: ")
+    return str(row.get("reason") or "").removeprefix("as expected: ")
 
 
 def counts(rows: list[Row]) -> Counter[Status]:
-    return Counter(Status(r["status"]) for r in rows)
+    """The rows by verdict; those with a status kvrig never writes are not counted here."""
+    return Counter(s for r in rows if (s := status_of(r)) is not None)
 
 
 def _tally(rows: list[Row]) -> str:
@@ -58,6 +94,14 @@ def _tally(rows: list[Row]) -> str:
     known = f", {xfail} known vLLM defect(s) (xfail)" if xfail else ""
     if c[Status.UNDECIDED]:
         known += f", {c[Status.UNDECIDED]} undecided without a device"
+    if c[Status.UNREAD]:
+        known += (
+            f", {c[Status.UNREAD]} unread (as expected by vLLM's outcome, judged by rules not"
+            " read for this vLLM: no pass)"
+        )
+    odd = len(rows) - sum(c.values())
+    if odd:
+        known += f", {odd} with a status kvrig never writes"
     return f"{c[Status.PASS]} passed, {c[Status.FAIL]} failed, {c[Status.SKIP]} skipped{known}"
 
 
@@ -69,9 +113,9 @@ def terminal(rows: list[Row]) -> str:
         f"{'cell':<{id_w}}  {'verdict':<7}  {'expected':<11}  {'block':<14}  {'time':>6}  what"
     ]
     for r in rows:
-        wall = f"{r['wall_s']:.0f}s" if r.get("wall_s") is not None else "-"
+        wall = f"{r['wall_s']:.0f}s" if isinstance(r.get("wall_s"), int | float) else "-"
         lines.append(
-            f"{r['cell_id']:<{id_w}}  {Status(r['status']).word:<7}  {r['expected']:<11}  "
+            f"{r['cell_id']:<{id_w}}  {word(r):<7}  {r.get('expected') or '-'!s:<11}  "
             f"{results_mod.block_text(r):<14}  {wall:>6}  {_what(r)}"
         )
     lines.append(_tally(rows))
@@ -144,12 +188,60 @@ def run_facts(rows: list[Row]) -> list[str]:
         span = f"{starts[0]} to {ends[-1]}" if starts and ends else "times unknown"
         lines.append(
             f"{column_label(column, rows)}: {len(mine)} cells, {_tally(mine)};"
-            f" vLLM {values('vllm_version')}"
-            f" (commit {values('vllm_commit')}), rig {values('rig_version')},"
-            f" host {values('host_id')}; {span}"
+            f" vLLM {values('vllm_version')}{results_mod.overrides_text(mine)}"
+            f" (commit {values('vllm_commit')}), rig {values('rig_version')}"
+            f"{_judged_by(mine)}, host {values('host_id')}; {span}"
         )
         lines.extend(f"  vLLM under test: {text}" for text in results_mod.overlays_of(mine))
     return lines
+
+
+def _judged_by(rows: list[Row]) -> str:
+    """ ", judged by kvrig <digest>", or how many kvrigs judged rows merged into one column:
+    verdicts of different kvrig code are not one run's."""
+    seen = Counter(str(r.get("judged_by") or "none named") for r in rows)
+    if len(seen) <= 1:
+        return f", judged by kvrig {next(iter(seen), 'none named')}"
+    shown = ", ".join(f"{d} ({n})" for d, n in sorted(seen.items()))
+    return f", judged by {len(seen)} different kvrigs ({shown}: not one kvrig's verdicts)"
+
+
+def judged_notes(rows: list[Row], identity: dict[str, str], mine: str, matrix: str) -> list[str]:
+    """What the rows were judged under and by, against the matrix (`identity`: each cell's
+    judged_under under it, for the release its row ran) and this kvrig (`mine`): a row of
+    another matrix or kvrig is not a verdict this one would give, and merged with others
+    it would pass for one."""
+    other_matrix = [
+        r["cell_id"]
+        for r in rows
+        if r["cell_id"] in identity and r.get("judged_under") != identity[r["cell_id"]]
+    ]
+    other_kvrig = [r["cell_id"] for r in rows if r.get("judged_by") != mine]
+    out = []
+    if other_matrix:
+        out.append(
+            f"note: {len(other_matrix)} cell(s) judged under another matrix than {matrix}"
+            " (their case, model or platform spec, the vLLM pinned included, differ from it"
+            f" now): {_names(other_matrix)}; rerun them to judge them under it"
+        )
+    if other_kvrig:
+        out.append(
+            f"note: {len(other_kvrig)} cell(s) judged by another kvrig than this one"
+            f" ({mine}; their rows name {_digests(rows, other_kvrig)}): {_names(other_kvrig)};"
+            " their verdicts may not be this kvrig's: rerun them"
+        )
+    return out
+
+
+def _digests(rows: list[Row], cells: list[str]) -> str:
+    chosen = set(cells)
+    return ", ".join(
+        sorted({str(r.get("judged_by") or "none") for r in rows if r["cell_id"] in chosen})
+    )
+
+
+def _names(keys: list[str], limit: int = 6) -> str:
+    return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 # --- Markdown ------------------------------------------------------------------------------
@@ -189,10 +281,7 @@ def _md_table(rows: list[Row], platforms: list[str]) -> list[str]:
         for p in platforms:
             r = by_platform.get(p)
             cells.append(
-                "·"
-                if r is None
-                else f"{_ICON[Status(r['status'])]} {Status(r['status']).word}"
-                f" {results_mod.block_text(r)}"
+                "·" if r is None else f"{_icon(r)} {_md(word(r))} {results_mod.block_text(r)}"
             )
         out.append(f"| {family} | {model} | {case}{gate} | " + " | ".join(cells) + " |")
     return out
@@ -206,20 +295,30 @@ def markdown(rows: list[Row], title: str, repro: Callable[[Row], list[str]] | No
         if heading:
             out += [f"## {heading}", "", EMULATED_NOTE, ""]
         out += _md_table(rows, platforms)
-    failed = [r for r in rows if r["status"] == Status.FAIL]
+    failed = [r for r in rows if r.get("status") == Status.FAIL]
     if failed:
         out += ["", f"## Failures ({len(failed)})", ""]
         for r in failed:
             out.append(
-                f"- **`{r['cell_id']}`**{' (gate)' if r.get('gate') else ''}: {_md(r['reason'])}"
+                f"- **`{r['cell_id']}`**{' (gate)' if r.get('gate') else ''}:"
+                f" {_md(str(r.get('reason')))}"
             )
             if repro is not None:
                 out += ["  ```", *(f"  {x}" for x in repro(r)), "  ```"]
-    skipped = [r for r in rows if r["status"] == Status.SKIP]
+    skipped = [r for r in rows if r.get("status") == Status.SKIP]
     if skipped:
         out += ["", f"## Skipped ({len(skipped)})", ""]
         out += [f"- `{r['cell_id']}`: {_md(_what(r))}" for r in skipped]
+    odd = unknown_statuses(rows)
+    if odd:
+        out += ["", f"## Not kvrig's verdicts ({len(odd)})", ""]
+        out += [f"- {_md(x)}" for x in odd]
     return "\n".join(out) + "\n"
+
+
+def _icon(row: Row) -> str:
+    known = status_of(row)
+    return _ICON[known] if known else UNKNOWN_ICON
 
 
 # --- HTML ----------------------------------------------------------------------------------
@@ -229,7 +328,7 @@ body{font-family:system-ui,sans-serif;margin:1.5em}
 table{border-collapse:collapse}th,td{padding:4px 10px;border:1px solid #ddd;text-align:left}
 td.cell{cursor:pointer;font-weight:600}td.cell:hover{outline:2px solid #333}
 .pass{background:#d7f5dd}.fail{background:#f9d0d0}.skip{background:#e6e6e6}
-.xfail{background:#fbe9c6}
+.xfail{background:#fbe9c6}.unknown{background:#f9d0d0;outline:2px dashed #a00}
 td.none{color:#aaa}small{color:#555;font-weight:normal}
 dialog{max-width:90vw;width:70em}pre{white-space:pre-wrap;background:#f6f6f6;padding:6px}
 body.only-fail tr.clean{display:none}
@@ -263,11 +362,11 @@ def _esc(x: object) -> str:
 def _template(r: Row, d: Detail) -> str:
     record = json.dumps(d.record, indent=2, sort_keys=True) if d.record else "(no record)"
     parts = [
-        f"<h2>{_esc(r['cell_id'])}"
-        f" <span class={r['status']}>{Status(r['status']).word}</span></h2>",
-        f"<p>{_esc(r['reason'])}</p>",
+        f"<h2>{_esc(r['cell_id'])} <span class={css(r)}>{_esc(word(r))}</span></h2>",
+        f"<p>{_esc(r.get('reason'))}</p>",
         f"<p>expected {_esc(r.get('expected'))}; block size {_esc(results_mod.block_text(r))};"
-        f" vLLM {_esc(r.get('vllm_version'))}; host {_esc(r.get('host_id'))}</p>",
+        f" vLLM {_esc(r.get('vllm_version'))}{_esc(results_mod.overrides_text([r]))};"
+        f" host {_esc(r.get('host_id'))}</p>",
     ]
     if d.repro:
         parts.append(
@@ -294,7 +393,11 @@ def _html_table(
         if not any(p in by_platform for p in platforms):
             continue
         gate = " <small>gate</small>" if any(r.get("gate") for r in by_platform.values()) else ""
-        clean = all(by_platform[p]["status"] != Status.FAIL for p in platforms if p in by_platform)
+        clean = all(
+            status_of(by_platform[p]) not in (Status.FAIL, None)
+            for p in platforms
+            if p in by_platform
+        )
         tds = []
         for p in platforms:
             r = by_platform.get(p)
@@ -302,8 +405,8 @@ def _html_table(
                 tds.append("<td class=none>·</td>")
                 continue
             tds.append(
-                f"<td class='cell {r['status']}' data-cell='{_esc(r['cell_id'])}' tabindex=0"
-                f" title='{_esc(_what(r))}'>{Status(r['status']).word}"
+                f"<td class='cell {css(r)}' data-cell='{_esc(r['cell_id'])}' tabindex=0"
+                f" title='{_esc(_what(r))}'>{_esc(word(r))}"
                 f" <small>{_esc(results_mod.block_text(r))}</small></td>"
             )
             templates.append(_template(r, details.get(r["cell_id"], Detail())))
@@ -330,16 +433,23 @@ def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = Non
                 + _html_table(rows, platforms, details, templates, "emulated-grid")
             )
     facts = "".join(f"<li>{_esc(x)}</li>" for x in run_facts(rows))
-    failed = [r for r in rows if r["status"] == Status.FAIL]
+    failed = [r for r in rows if r.get("status") == Status.FAIL]
     failures = (
         f"<h2>Failures ({len(failed)})</h2><ul id=failures>"
         + "".join(
-            f"<li><code>{_esc(r['cell_id'])}</code>: {_esc(r['reason'])}</li>" for r in failed
+            f"<li><code>{_esc(r['cell_id'])}</code>: {_esc(r.get('reason'))}</li>" for r in failed
         )
         + "</ul>"
         if failed
         else ""
     )
+    odd = unknown_statuses(rows)
+    if odd:
+        failures += (
+            f"<h2>Not kvrig's verdicts ({len(odd)})</h2><ul id=unknown>"
+            + "".join(f"<li>{_esc(x)}</li>" for x in odd)
+            + "</ul>"
+        )
     return (
         "<!doctype html><html lang=en><meta charset=utf-8>"
         f"<title>{_esc(title)}</title><style>{_STYLE}</style><body>"
@@ -364,7 +474,11 @@ def log_tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
 
 
 def repro_lines(r: Row) -> list[str]:
-    return repro_mod.lines(r["cell_id"], column_of(r), r.get("image"), r.get("vllm_overlay"))
+    overlay = results_mod.overlay_of(r)
+    try:
+        return repro_mod.lines(r["cell_id"], column_of(r), r.get("image"), overlay)
+    except (TypeError, ValueError):  # an overlay not as kvrig writes one: rerun without it
+        return repro_mod.lines(r["cell_id"], column_of(r), r.get("image"), None)
 
 
 def gather(merged: results_mod.Merged) -> dict[str, Detail]:

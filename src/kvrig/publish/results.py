@@ -4,7 +4,8 @@ The file is append-only so a crash loses nothing already judged and concurrent p
 workers can share it; readers take the last line per cell, so a rerun supersedes.
 
 Each row carries what is needed to trust it away from the machine that wrote it (the
-host's fingerprint, vLLM's version and commit, the rig's version, start and end times),
+host's fingerprint, vLLM's version and commit, the rig's version, start and end times,
+what the matrix said of the cell and a digest of the kvrig code that judged it),
 because report and gate merge folders from several machines: cell ids start with the
 platform, so columns never clash, and a cell found in two folders keeps its newest row.
 """
@@ -12,15 +13,18 @@ platform, so columns never clash, and a cell found in two folders keeps its newe
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from kvrig.define.cells import Cell, judged_under
+from kvrig.define.matrix import EXACT_PIN, package_key
 from kvrig.judge.verdict import Verdict
 from kvrig.provision.overlay import Manifest
 from kvrig.run.record import Record
@@ -34,6 +38,36 @@ def rig_version() -> str:
         return metadata.version("kvrig")
     except metadata.PackageNotFoundError:
         return "0"
+
+
+# What a verdict is made by, besides the matrix (judged_under) and vLLM: the code that
+# expands cells (define), computes the size (rules), judges (judge), and turns what the
+# processes left into the facts judged (the record, its assembly, the probe).
+JUDGING_CODE = ("define", "rules", "judge", "run/record.py", "run/collect.py", "run/vllm_plugin")
+
+
+def code_digest(root: Path, parts: Iterable[str] = JUDGING_CODE) -> str:
+    """A sha256 of the Python files of `parts` under `root` (kvrig's package folder), by
+    their paths there and contents: the same source installed anywhere (a host, an image)
+    gives the same digest, and any change to a rule or the judge gives another."""
+    h = hashlib.sha256()
+    for part in parts:
+        base = root / part
+        found = [base] if base.is_file() else sorted(base.rglob("*.py")) if base.is_dir() else []
+        for path in found:
+            if "__pycache__" in path.parts:
+                continue
+            h.update(path.relative_to(root).as_posix().encode() + b"\0")
+            h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def judged_by() -> str:
+    """This kvrig's digest of its judging code (`code_digest`), as results rows carry it:
+    a verdict written by another kvrig (before a fix of a rule or of the judge, say) is
+    not this one's, and the gate refuses it as it refuses a row of another matrix."""
+    return code_digest(Path(__file__).resolve().parents[1])
 
 
 def block_text(row: dict[str, Any]) -> str:
@@ -68,6 +102,8 @@ def row(
         **cell.identity(),
         # What the matrix said of the cell when it was judged (kvrig.define.cells).
         "judged_under": judged_under(cell),
+        # What judged it: kvrig's rules, judge and matrix code (`judged_by`).
+        "judged_by": judged_by(),
         "host_isa": rec.host.get("isa_class"),
         "gate": cell.case.gate,
         "expected": cell.expect.outcome,
@@ -84,6 +120,7 @@ def row(
         "vllm_version": rec.vllm_version,
         "vllm_commit": rec.vllm_commit,
         "vllm_overlay": rec.vllm_overlay,
+        "vllm_overrides": rec.vllm_overrides,
         "rig_version": rig_version(),
         "host": rec.host,
         "host_id": host_id(rec.host),
@@ -122,7 +159,8 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a crash
-        if isinstance(entry, dict) and "cell_id" in entry:
+        # A line without a cell id as text is no row of kvrig's (nothing could name it).
+        if isinstance(entry, dict) and isinstance(entry.get("cell_id"), str):
             latest[entry["cell_id"]] = entry
     return list(latest.values())
 
@@ -174,15 +212,76 @@ def collect(paths: list[Path], name: str = RESULTS_FILE) -> Merged:
     return merge([(f, _read_file(f)) for f in files(paths, name)])
 
 
+def overlay_of(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The overlay a row names, where it names one as kvrig writes it (a mapping): what
+    rebuilds it for a repro line. Anything else there is said by `overlays_of`."""
+    o = row.get("vllm_overlay")
+    return o if isinstance(o, dict) and o else None
+
+
+def listed(value: Any) -> list[str]:
+    """A row's list of strings (its overrides), read as such however it was written."""
+    return [str(x) for x in value] if isinstance(value, list) else [str(value)]
+
+
+def pin_key(requirement: str) -> str:
+    """An exact pin as indexes compare it (flashinfer_python==0.7.4 is
+    flashinfer-python==0.7.4); any other requirement as written."""
+    m = EXACT_PIN.match(requirement)
+    return f"{package_key(m['name'])}=={m['version']}" if m else requirement.strip()
+
+
+def undeclared(overrides: Iterable[str], declared: Collection[str]) -> list[str]:
+    """The overrides that are none of the `declared` pins (a platform's pin_overrides)."""
+    keys = {pin_key(d) for d in declared}
+    return [o for o in overrides if pin_key(o) not in keys]
+
+
+def overrides_text(rows: list[dict[str, Any]], declared: Collection[str] = ()) -> str:
+    """What follows "vLLM 0.34.0" for rows whose environment overrode the release's
+    requirements (kvrig.provision.stamp): " with overrides X (not the release's own
+    environment)", with how many cells when only some, and whether matrix.yaml's
+    pin_overrides (`declared`) chose them; "" when none did. A report that said only the
+    version would pass the environment off as the release's. Rows that ran no vLLM
+    (skips) are not counted."""
+    ran = [r for r in rows if r.get("vllm_version")]
+    marked = [r for r in ran if r.get("vllm_overrides")]
+    if not marked:
+        return ""
+    named = sorted({x for r in marked for x in listed(r["vllm_overrides"])})
+    some = f"in {len(marked)} of {len(ran)} cells; " if len(marked) < len(ran) else ""
+    ours = "; matrix.yaml's pin_overrides declares them" if not undeclared(named, declared) else ""
+    return f" with overrides {', '.join(named)} ({some}not the release's own environment{ours})"
+
+
+def overrides_of(rows: list[dict[str, Any]], declared: Collection[str] = ()) -> list[str]:
+    """The vLLM versions that ran with overrides, each with them: "vLLM 0.34.0 with
+    overrides flashinfer-python==0.7.4 (not the release's own environment)"."""
+    by_version: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("vllm_version"):
+            by_version.setdefault(str(r["vllm_version"]), []).append(r)
+    return [
+        f"vLLM {version}{text}"
+        for version, rs in sorted(by_version.items())
+        if (text := overrides_text(rs, declared))
+    ]
+
+
 def overlays_of(rows: list[dict[str, Any]]) -> list[str]:
     """The overlays the rows ran under, described: the Python under test is not the
     release's, and a report that said only "vLLM 0.32.0" would hide it."""
     seen: dict[str, str] = {}
     for r in rows:
         o = r.get("vllm_overlay")
-        if o:
+        if not o:
+            continue
+        try:
             m = Manifest.of_summary(o)
             more = f" and {len(m.files) - 8} more" if len(m.files) > 8 else ""
             files = ", ".join(m.files[:8]) + more
-            seen[m.digest] = f"{m.describe()} ({files or 'none'}; overlay {m.digest})"
+            seen[str(m.digest)] = f"{m.describe()} ({files or 'none'}; overlay {m.digest})"
+        except (TypeError, ValueError, AttributeError):
+            # Not as kvrig writes an overlay: said as found, never taken for the release.
+            seen[repr(o)] = f"an overlay the row does not describe as kvrig does ({o!r})"
     return sorted(seen.values())

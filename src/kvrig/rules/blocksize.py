@@ -312,12 +312,18 @@ def uses_aligned(cell: Cell) -> bool:
 
 
 def expected(
-    cell: Cell, config: dict[str, Any], *, cpu: isa.Facts | None, gpu_arch: str | None = None
+    cell: Cell,
+    config: dict[str, Any],
+    *,
+    cpu: isa.Facts | None,
+    gpu_arch: str | None = None,
+    rules: versions.Rules | None = None,
 ) -> Expected:
     """Follows update_block_size_for_backend for this cell, step by step, at the release
     its platform installs; `cpu` is what the cell's CPU class decides (kvrig.host.isa),
     None off CPU; `gpu_arch` the CUDA compute capability, which decides the GDN prefill
-    kernel (None: unknown, and a size that depends on it raises ConfigError)."""
+    kernel (None: unknown, and a size that depends on it raises ConfigError). `rules`
+    stands in for the release's own (a release diff asks what one switch explains)."""
     if cpu is not None and not cpu.fp8_kv_cache and "fp8" in (cell.case.knobs.kv_cache_dtype or ""):
         return Expected(
             None,
@@ -327,8 +333,13 @@ def expected(
     refusal = choices.sparse_mla_refusal(cell.platform, cell.model.family, gpu_arch)
     if refusal is not None:
         return Expected(None, steps=[refusal], unsupported=refusal)
-    aligned = aligned_size(cell, config, cpu, gpu_arch) if uses_aligned(cell) else None
-    return _expected(cell, config, bool(cpu and cpu.resets_ssm_to_float32), aligned, gpu_arch)
+    avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
+    aligned = (
+        _expected(cell, config, avx512_bf16, None, gpu_arch, rules).block_size
+        if uses_aligned(cell)
+        else None
+    )
+    return _expected(cell, config, avx512_bf16, aligned, gpu_arch, rules)
 
 
 def aligned_size(
@@ -382,8 +393,9 @@ def _expected(
     avx512_bf16: bool,
     aligned: int | None,
     gpu_arch: str | None,
+    rules: versions.Rules | None = None,
 ) -> Expected:
-    rules = cell_rules(cell)
+    rules = rules or cell_rules(cell)
     knobs = cell.case.knobs
     family = cell.model.family
     page = None

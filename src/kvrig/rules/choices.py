@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from kvrig.define import gpus
 from kvrig.rules.shapes import ConfigError, Shapes, dtype_name
 from kvrig.rules.versions import Rules, shown
 
@@ -71,7 +72,39 @@ def compute_capability(gpu_arch: str) -> tuple[int, int]:
     if m.group(2) is not None:
         return int(m.group(1)), int(m.group(2))
     digits = m.group(1)
-    return int(digits[:-1] or 0), int(digits[-1])
+    if len(digits) == 1:  # "9": a major version, as nvidia-smi's 9.0; no SM label is 0.9
+        return int(digits), 0
+    return int(digits[:-1]), int(digits[-1])
+
+
+# The CUDA architectures kvrig keeps rules for: each GPU the emulated columns fake
+# (kvrig.define.gpus), every one confirmed by its column, and GB10's 12.1, confirmed by a
+# published log (tests/unit/rules/test_published_logs.py). vLLM's stock backends and GDN
+# prefill are restated for these; below 8.0 neither FLASH_ATTN nor FLASHINFER is valid
+# (supports_compute_capability), and what vLLM falls back to there is not restated.
+PREDICTED_GPUS = {**{a: g.examples for a, g in gpus.CUDA_GPUS.items()}, "12.1": "GB10"}
+
+
+def known_gpu_arch(gpu_arch: str) -> str:
+    """The compute capability --gpu-arch names ("9.0"), if kvrig keeps rules for it;
+    else ConfigError naming those it keeps, so no GPU gets another GPU's answer."""
+    major, minor = compute_capability(gpu_arch)
+    arch = f"{major}.{minor}"
+    if arch in PREDICTED_GPUS:
+        return arch
+    listed = ", ".join(f"{a} ({boards})" for a, boards in PREDICTED_GPUS.items())
+    below = (
+        " vLLM's FLASH_ATTN and FLASHINFER need compute capability 8.0 or newer, so there"
+        " it falls back to TRITON_ATTN (and a bfloat16 model to float16), which kvrig does"
+        " not restate."
+        if major < 8
+        else ""
+    )
+    raise ConfigError(
+        f"kvrig keeps no rules for CUDA compute capability {arch} (--gpu-arch {gpu_arch}):"
+        f" it predicts for {listed} only.{below} Pass the compute capability of one of"
+        " those GPUs; for another, kvrig has no answer."
+    )
 
 
 def flashinfer_gdn_prefill(s: Shapes, platform: str, gpu_arch: str | None) -> bool | None:

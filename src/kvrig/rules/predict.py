@@ -168,8 +168,9 @@ _JSON_KINDS = {list: "a list", str: "a string", int: "a number", float: "a numbe
 
 
 def check_input(config: object, settings: Settings) -> None:
-    """Refuses, in one paragraph each, what no engine starts with: a config.json that is
-    not one JSON object, and a user block size below one token."""
+    """Refuses, in one paragraph each, what no engine starts with, or no rule of kvrig's
+    answers, before any shape is read: a config.json that is not one JSON object, then
+    the settings (check_settings)."""
     if not isinstance(config, dict):
         kind = "null" if config is None else _JSON_KINDS.get(type(config), type(config).__name__)
         raise shapes.ConfigError(
@@ -177,12 +178,33 @@ def check_input(config: object, settings: Settings) -> None:
             " object of fields (architectures, num_key_value_heads, ...). Pass the"
             " checkpoint's config.json or its folder."
         )
+    check_settings(settings)
+
+
+def check_settings(settings: Settings) -> None:
+    """A user block size of at least one token, dtypes vLLM's options take, and a GPU
+    architecture only on CUDA, one kvrig keeps rules for."""
     if settings.block_size is not None and settings.block_size < 1:
         raise shapes.ConfigError(
             f"--block-size {settings.block_size} is no block size: a KV-cache block holds a"
             " whole number of tokens, at least 1. Give a positive size, or leave it out for"
             " the size vLLM chooses."
         )
+    for option, value in (
+        ("--dtype", settings.dtype),
+        ("--kv-cache-dtype", settings.kv_cache_dtype),
+        ("--mamba-ssm-cache-dtype", settings.mamba_ssm_cache_dtype),
+    ):
+        if value is not None:
+            shapes.option_dtype(option, value)
+    if settings.gpu_arch is None:
+        return
+    if settings.platform != "cuda":
+        raise shapes.ConfigError(
+            f"--gpu-arch {settings.gpu_arch} names a CUDA GPU's compute capability, and"
+            f" kvrig's {settings.platform} rules read none; leave it out."
+        )
+    choices.known_gpu_arch(settings.gpu_arch)
 
 
 def _no_attention(config: dict[str, Any], s: shapes.Shapes, settings: Settings) -> str | None:
@@ -241,7 +263,8 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
     if early is not None:
         raise shapes.ConfigError(early)
     chosen = backend(settings)
-    dtype = shapes.dtype_name(settings.dtype) if settings.dtype else shapes.model_dtype(config)
+    given = settings.dtype if settings.dtype not in (None, "auto") else None
+    dtype = shapes.dtype_name(given) if given else shapes.model_dtype(config)
     if dtype is None:
         raise shapes.ConfigError(
             "The config names no dtype (dtype or torch_dtype), so the KV and state dtypes"
@@ -268,6 +291,9 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
     gdn_align = s.family == "gdn" and mode == "align" and rules.checkpoint_term
     if gdn_align and settings.platform == "cuda" and settings.gpu_arch is None:
         raise GpuDecides
+    refused = _selector_refusal(chosen, settings)
+    if refused is not None:
+        raise shapes.ConfigError(refused)
     checkpoint = checkpoint_for(
         s.family, config, rules, align_mode=mode == "align", gpu_arch=settings.gpu_arch
     )
@@ -281,6 +307,9 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
         gdn=s.family == "gdn",
     )
     assert out.block_size is not None  # one stock backend: phase 1 always finds a size
+    refused = _engine_refusal(out.block_size, out.rejecting, chosen)
+    if refused is not None:
+        raise shapes.ConfigError(refused)
     steps += [("step", line) for line in out.steps[1:]]
     return Prediction(
         block_size=out.block_size,
@@ -294,6 +323,43 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
         mamba_cache_mode=mode,
         steps=steps,
         log=out.log,
+    )
+
+
+def _selector_refusal(chosen: Backend, settings: Settings) -> str | None:
+    """Why CUDA's attention selector finds no backend for a user's --block-size: it
+    validates each backend with a size the user gives (selector.py), and every stock CUDA
+    backend kvrig restates takes multiples of 16 only."""
+    size = settings.block_size
+    if settings.platform != "cuda" or size is None or chosen.supports(size):
+        return None
+    return (
+        f"vLLM refuses --block-size {size} on CUDA: its attention selector validates each"
+        f" backend with a size the user gives, and {chosen.name} takes {_kernels(chosen)}"
+        " (as every stock CUDA backend kvrig restates, multiples of 16), so no backend is"
+        " valid and no engine starts. Give a multiple of 16, or leave --block-size out."
+    )
+
+
+def _engine_refusal(size: int, rejecting: tuple[str, ...], chosen: Backend) -> str | None:
+    """Why the engine stops with the size the steps end on: the early check refuses an
+    aligned size the backend does not take, and a user's size that alignment leaves as it
+    is but no kernel block size divides stops the KV cache's sizing."""
+    if rejecting:
+        return (
+            "vLLM stops before it sizes the KV cache: ValueError: Aligned KV cache block size"
+            f" {size} is not supported by attention backend(s): {', '.join(rejecting)}."
+            " kvrig predicts no size for an engine that does not start; leave --block-size"
+            " out, or name another --backend."
+        )
+    if chosen.supports(size):
+        return None
+    return (
+        f"vLLM starts, then stops when it sizes the KV cache: the block size stays {size}"
+        f" (your --block-size, which alignment leaves as it is), and {chosen.name} takes"
+        f" {_kernels(chosen)}, so no kernel block size divides it (select_common_block_size:"
+        f" No common block size for {size}). Give a --block-size {chosen.name} takes, or"
+        " leave it out."
     )
 
 

@@ -26,7 +26,23 @@ DTYPE_BYTES = {
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
 }
-DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}
+DTYPE_ALIASES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float": "float32",
+}
+# What each of vLLM's dtype options takes (ModelDType, CacheDType and MambaDType in
+# vllm/config), as far as kvrig restates the sizes: a value vLLM's argument parser refuses
+# (--dtype fp8, --kv-cache-dtype float32) is refused here too, not answered.
+OPTION_DTYPES = {
+    "--dtype": ("auto", "half", "float16", "bfloat16", "float", "float32"),
+    "--kv-cache-dtype": ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
+    "--mamba-ssm-cache-dtype": ("auto", "float32", "float16", "bfloat16"),
+}
+# The dtypes a model's weights are loaded in (a config's dtype or torch_dtype).
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
 # Architectures whose linear-attention layers are gated delta nets (GDN_ATTN), with the
 # class vLLM resolves them to; their state is
@@ -89,6 +105,18 @@ def dtype_name(name: str) -> str:
     return canon
 
 
+def option_dtype(option: str, value: str) -> str:
+    """`value` of one of vLLM's dtype options, as given (checked), or ConfigError."""
+    takes = OPTION_DTYPES[option]
+    if value.lower() not in takes:
+        raise ConfigError(
+            f"{option} {value} is not a value kvrig restates vLLM's {option} for: it takes"
+            f" {', '.join(takes)} (a value vLLM's own parser refuses, or one whose page size"
+            " kvrig does not restate). Pass one of them."
+        )
+    return value.lower()
+
+
 def dtype_bytes(name: str) -> int:
     return DTYPE_BYTES[dtype_name(name)]
 
@@ -127,8 +155,20 @@ def model_dtype(config: dict[str, Any]) -> str | None:
     for source in (text_config(config), config):
         for key in ("dtype", "torch_dtype"):
             if isinstance(source.get(key), str):
-                return dtype_name(source[key])
+                return _weights_dtype(source[key], key)
     return None
+
+
+def _weights_dtype(name: str, key: str) -> str:
+    """A config's dtype, one a model's weights are loaded in, or ConfigError."""
+    canon = DTYPE_ALIASES.get(name, name)
+    if canon not in MODEL_DTYPES:
+        raise ConfigError(
+            f"The config's {key} is {name!r}, and vLLM loads a model's weights in"
+            f" {', '.join(MODEL_DTYPES)} only, so kvrig cannot say the KV and state dtypes."
+            " Fix the config, or pass --dtype."
+        )
+    return canon
 
 
 def config_ssm_dtype(cfg: dict[str, Any], arch: str) -> str | None:
@@ -183,13 +223,39 @@ def kv_heads_per_rank(total: int, tp: int) -> int:
     return max(1, total // tp)
 
 
+def check_kv_heads_split(total: int, tp: int, arch: str) -> None:
+    """What every attention class of vLLM asserts before it shards its KV heads: as many
+    ranks or more, a whole number per rank; fewer, a whole number of ranks per head."""
+    if total % tp if total >= tp else tp % total:
+        how = "a multiple of" if total >= tp else "a divisor of"
+        raise ConfigError(
+            f"vLLM refuses --tp {tp} for this {arch}: its {total} KV head(s) are sharded"
+            f" across the ranks or replicated over them, so their number must be {how} the"
+            f" tensor-parallel size (the model's attention asserts it), and no engine starts."
+            f" Pick a --tp that {'divides' if total >= tp else 'is a multiple of'} {total}."
+        )
+
+
 def head_size(cfg: dict[str, Any], arch: str) -> int:
     """ModelConfig.get_head_size: head_dim when the config sets it, else hidden / heads."""
     for key in ("head_dim", "attention_head_dim"):
-        if cfg.get(key):
+        if cfg.get(key) is not None:  # 0 is a head size no engine has, not "unset"
             return _whole(cfg, arch, key)
     hidden = _field(cfg, arch, "hidden_size")
     return hidden // _field(cfg, arch, "num_attention_heads")
+
+
+def check_config(config: dict[str, Any], arch: str) -> None:
+    """The matrix loader's own checks (kvrig.define.models.check_config), so a config it
+    refuses is never answered here: no engine starts with it, or kvrig cannot read it."""
+    try:
+        models.check_config(config, models.FAMILY_OF.get(arch))
+    except models.ModelConfigError as exc:
+        raise ConfigError(
+            f"kvrig predicts no size for this {arch} config: {exc}. Fix the config, or pass"
+            " the checkpoint's own config.json (a config with `text_config` is read from"
+            " there)."
+        ) from None
 
 
 def check_heads_split(cfg: dict[str, Any], arch: str, tp: int) -> None:
@@ -255,8 +321,11 @@ def shapes(config: dict[str, Any], *, tp: int = 1, num_speculative_tokens: int =
             " shapes to kvrig.rules.shapes (from the model's get_mamba_state_shape_from_config"
             " in vLLM), or pass the config of a supported architecture."
         )
+    check_config(config, arch)
     check_heads_split(cfg, arch, tp)
-    kv = kv_heads_per_rank(_field(cfg, arch, "num_key_value_heads"), tp)
+    total_kv = _field(cfg, arch, "num_key_value_heads")
+    check_kv_heads_split(total_kv, tp, arch)
+    kv = kv_heads_per_rank(total_kv, tp)
     head = head_size(cfg, arch)
     spec = num_speculative_tokens
     if arch in GDN or arch in MAMBA2:
@@ -283,6 +352,7 @@ def _gdn_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tuple
     dk = _field(cfg, arch, "linear_key_head_dim")
     dv = _field(cfg, arch, "linear_value_head_dim")
     kernel = _field(cfg, arch, "linear_conv_kernel_dim")
+    _divide(nk, tp, "linear_num_key_heads", arch)  # the projections are viewed per key head
     temporal = (_divide(nv, tp, "linear_num_value_heads", arch), dv, dk)
     return dk * nk * 2 + dv * nv, kernel, temporal
 
@@ -308,6 +378,13 @@ def _mamba2_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tu
         groups = _field(cfg, arch, "mamba_n_groups")
         state = _field(cfg, arch, "mamba_d_state")
         kernel = _field(cfg, arch, "mamba_d_conv")
+    if groups % tp and groups != 1:
+        raise ConfigError(
+            f"vLLM refuses --tp {tp} for this {arch}: its {groups} Mamba groups do not split"
+            " across the ranks, and MambaMixer2 replicates only a single group (it asserts"
+            " n_groups % tp == 0 or n_groups == 1), so no engine starts. Pick a --tp that"
+            f" divides {groups}."
+        )
     conv_dim = inner + 2 * (groups + extra_groups(groups, tp)) * state
     return conv_dim, kernel, (_divide(heads, tp, "the Mamba heads", arch), hdim, state)
 

@@ -10,47 +10,57 @@ Pure: a version string and a platform in, facts out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvrig.define.releases import (
     CHECKPOINT_TERM,
     CPU_PHASE1,
+    DEFAULT_START,
     NEMOTRON_SSM_FALLBACK,
     PLAIN_ALIGN_GDN,
     PLAIN_ALIGN_MAMBA2,
+    READ,
     SWITCHES,
     XPU_GDN_ROUND,
     Switch,
     Version,
     VersionError,
     known_releases,
+    newest_read,
     parse,
     shown,
     source_version,
     unknown_at,
+    unread_note,
 )
 
 __all__ = [
     "CHECKPOINT_TERM",
     "CPU_PHASE1",
     "CPU_START",
-    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_START",
+    "FIELDS",
     "NEMOTRON_SSM_FALLBACK",
     "NEWEST",
     "PLAIN_ALIGN_GDN",
     "PLAIN_ALIGN_MAMBA2",
+    "READ",
     "SWITCHES",
     "XPU_GDN_ROUND",
     "Rules",
     "Switch",
     "Version",
     "VersionError",
+    "differing",
     "known_releases",
+    "newest_read",
     "parse",
+    "reverted",
     "rules",
     "shown",
     "source_version",
     "unknown_at",
+    "unread_note",
 ]
 
 
@@ -67,11 +77,20 @@ class Rules:
     xpu_gdn_round: bool | None
     plain_align_gdn: bool | None
     plain_align_mamba2: bool | None
+    # Set when the release is newer than any kvrig's rules were read in: what every size
+    # computed with these rules says of itself (kvrig.define.releases.unread_note).
+    unread: str | None = None
 
     @property
     def label(self) -> str:
-        """The rule set's name in output: the platform and the release it follows."""
-        return f"{self.platform}@{shown(self.version)}"
+        """The rule set's name in output: the platform and the release it follows, and the
+        release it was read in when that is an older one."""
+        base = f"{self.platform}@{shown(self.version)}"
+        if self.unread is None:
+            return base
+        newest = newest_read(self.platform)
+        read = f"read for {shown(newest)} only" if newest else "never read for it"
+        return f"{base} (rules {read})"
 
     def plain_align_mode(self, family: str) -> bool | None:
         """Whether align mode leaves the size to the plain arithmetic for this family
@@ -81,10 +100,33 @@ class Rules:
         return self.plain_align_mamba2 if family == "hybrid_mamba" else True
 
 
-# The newest release these rules were read in.
-NEWEST: Version = (0, 33, 0)
-# The size phase 1 starts from (CacheConfig.DEFAULT_BLOCK_SIZE), and CPU's 128.
-DEFAULT_BLOCK_SIZE = 16
+# Which field of Rules each switch sets: a release diff reverts one switch at a time to
+# name the one that explains a moved cell.
+FIELDS = {
+    DEFAULT_START.name: "start",
+    CPU_PHASE1.name: "phase1",
+    CHECKPOINT_TERM.name: "checkpoint_term",
+    NEMOTRON_SSM_FALLBACK.name: "nemotron_ssm_fallback",
+    XPU_GDN_ROUND.name: "xpu_gdn_round",
+    PLAIN_ALIGN_GDN.name: "plain_align_gdn",
+    PLAIN_ALIGN_MAMBA2.name: "plain_align_mamba2",
+}
+
+
+def differing(old: Rules, new: Rules) -> list[Switch]:
+    """The switches whose value differs between two releases' rules on one platform."""
+    return [s for s in SWITCHES if getattr(old, FIELDS[s.name]) != getattr(new, FIELDS[s.name])]
+
+
+def reverted(new: Rules, old: Rules, switch: Switch) -> Rules:
+    """`new` with one switch set back to its value in `old`."""
+    field = FIELDS[switch.name]
+    return replace(new, **{field: getattr(old, field)})
+
+
+# The newest release these rules were read in, on the GPU platforms.
+NEWEST: Version = newest_read("cuda") or (0, 0, 0)
+# The size CpuPlatform's phase 1 starts from: a literal, not CacheConfig's default.
 CPU_START = 128
 
 
@@ -92,15 +134,25 @@ def rules(platform: str, version: str | Version) -> Rules:
     """The rules an engine of this release follows on this platform."""
     v = parse(version) if isinstance(version, str) else version
     cpu = platform == "cpu"
+    start = CPU_START if cpu else DEFAULT_START.at(v)
+    if start is None:
+        raise VersionError(
+            f"vLLM {shown(v)} falls between {shown(DEFAULT_START.old_seen)}, whose phase 1"
+            f" starts at {DEFAULT_START.old}, and {shown(DEFAULT_START.since)}, which starts"
+            f" at {DEFAULT_START.new} ({DEFAULT_START.where}); kvrig does not know which it"
+            " follows. Give a release it knows, or add the one that changed it to"
+            " kvrig.define.releases."
+        )
     phase1 = bool(CPU_PHASE1.at(v)) if cpu else True
     return Rules(
         version=v,
         platform=platform,
         phase1=phase1,
-        start=CPU_START if cpu else DEFAULT_BLOCK_SIZE,
+        start=int(start),  # type: ignore[call-overload]
         checkpoint_term=bool(CHECKPOINT_TERM.at(v)),
         nemotron_ssm_fallback=NEMOTRON_SSM_FALLBACK.at(v),  # type: ignore[arg-type]
         xpu_gdn_round=XPU_GDN_ROUND.at(v) if platform == "xpu" else False,  # type: ignore[arg-type]
         plain_align_gdn=PLAIN_ALIGN_GDN.at(v),  # type: ignore[arg-type]
         plain_align_mamba2=PLAIN_ALIGN_MAMBA2.at(v),  # type: ignore[arg-type]
+        unread=unread_note(platform, v),
     )

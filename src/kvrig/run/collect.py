@@ -3,7 +3,9 @@
 Three sources, in order of trust: the probe's events from the process that chose the
 block size, the front end's own summary, and the exit status the runner saw. The root
 cause of an error is the probe's when there is one, because in the multiprocess engine
-the front end only sees "Engine core initialization failed".
+the front end only sees "Engine core initialization failed". Each fact says where it was
+read (`sources`, `error.source`): a worker's error read from the log is text, not the
+worker's own probe, and the verdict weighs it so.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kvrig.define.cells import Cell
 from kvrig.run.record import ErrorInfo, KVGroup, Outcome, Record
 
 _EXC_LINE = re.compile(
-    r"^(?:\(\w+ pid=\d+\)\s*)?(?:\S+\s+)?([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$"
+    r"^(?:\(\w+ pid=(?P<pid>\d+)\)\s*)?(?:\S+\s+)?([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$"
 )
 _FRAME_LINE = re.compile(r'^\s*File "[^"]+", line \d+, in (\w+)')
 _WRAPPER_ERRORS = ("Engine core initialization failed", "WorkerProc initialization failed")
@@ -56,6 +58,8 @@ def root_cause_from_log(log: str) -> ErrorInfo | None:
 
     A multiprocess engine that fails outside the probed functions (e.g. while loading the
     model) prints the real exception in the child and hands the caller a wrapper error.
+    Its source is the log ("log:<pid>" when the line names its process): text, not the
+    worker's probe, so the verdict trusts it only where that worker reported its hooks.
     """
     lines = log.splitlines()
     function = None
@@ -65,12 +69,13 @@ def root_cause_from_log(log: str) -> ErrorInfo | None:
             function = frame.group(1)
             continue
         m = _EXC_LINE.match(line.strip())
-        if m and not any(w in m.group(2) for w in _WRAPPER_ERRORS):
+        if m and not any(w in m.group(3) for w in _WRAPPER_ERRORS):
             return ErrorInfo(
-                type=m.group(1).rsplit(".", 1)[-1],
-                message=m.group(2),
+                type=m.group(2).rsplit(".", 1)[-1],
+                message=m.group(3),
                 function=function,
                 process="worker",
+                source=f"log:{m['pid']}" if m["pid"] else "log",
             )
     return None
 
@@ -82,6 +87,7 @@ _FRONTEND_FIELDS = (
     "vllm_version",
     "vllm_commit",
     "vllm_file",
+    "vllm_overrides",
     "torch_version",
     "emulation",
 )
@@ -102,10 +108,14 @@ def assemble(
     probed = _Probed(front_pid=front.get("pid"))
     for ev in events:
         probed.read(ev)
+    summary = f"summary:{front.get('pid')}" if front.get("pid") is not None else "summary"
     front_err = (
-        ErrorInfo.model_validate(front["frontend_error"]) if front.get("frontend_error") else None
+        ErrorInfo.model_validate({**front["frontend_error"], "source": summary})
+        if front.get("frontend_error")
+        else None
     )
     root, sized_before_error = _root_cause(probed, front_err, log_text)
+    alignment = alignment_lines(log_text)
     rec: dict[str, Any] = {
         **cell.identity(),
         "multiprocessing": cell.multiprocessing,
@@ -115,7 +125,8 @@ def assemble(
         "kv_cache_groups": probed.groups,
         "probe_hooks": sorted(probed.hooks),
         "probe_hooks_by_pid": probed.by_pid,
-        "alignment_log": alignment_lines(log_text),
+        "frontend_pid": front.get("pid"),
+        "alignment_log": alignment,
         "kv_cache_sized_seen": probed.sized,
         **{key: front[key] for key in _FRONTEND_FIELDS if key in front},
         "frontend_error": front_err,
@@ -123,7 +134,37 @@ def assemble(
         "kv_cache_sized_before_error": sized_before_error if root else None,
         "outcome": _outcome(ended_by, frontend, root),
     }
+    rec["sources"] = _sources(rec, probed, summary if frontend else None, root, bool(alignment))
     return Record.model_validate(rec)
+
+
+_SUMMARY_FACTS = ("engine_block_size", "tokens_generated", "vllm_version", "frontend_error")
+
+
+def _sources(
+    rec: dict[str, Any],
+    probed: _Probed,
+    summary: str | None,
+    root: ErrorInfo | None,
+    logged: bool,
+) -> dict[str, str]:
+    """Where each fact of the record was read: the probe of which process, the front end's
+    summary, or the log. A fact read from the log or from another process than the one it
+    is about is said so, and the verdict weighs it so."""
+    out: dict[str, str] = {}
+    if probed.fields.get("sizing_pid") is not None:
+        out["worker_block_size"] = f"probe:{probed.fields['sizing_pid']}"
+    if probed.fields.get("kv_sized_pid") is not None:
+        out["kv_cache_groups"] = f"probe:{probed.fields['kv_sized_pid']}"
+    if probed.kernel_pid is not None:
+        out["kernel_block_sizes"] = f"probe:{probed.kernel_pid}"
+    if logged:
+        out["alignment_log"] = "log"
+    if summary is not None:
+        out.update({k: summary for k in _SUMMARY_FACTS if rec.get(k) is not None})
+    if root is not None and root.source:
+        out["error"] = root.source
+    return out
 
 
 @dataclass
@@ -140,6 +181,7 @@ class _Probed:
     sized: bool = False
     error: ErrorInfo | None = None
     sized_before_error: bool | None = None
+    kernel_pid: Any = None
 
     def read(self, ev: dict[str, Any]) -> None:
         kind = ev.get("event")
@@ -153,12 +195,17 @@ class _Probed:
             self._kernel_block_sizes(ev)
         if "error" in ev and self.error is None:
             process = "front end" if ev.get("pid") == self.front_pid else "worker"
-            self.error = ErrorInfo.model_validate({**ev["error"], "process": process})
+            source = f"probe:{ev.get('pid')}"
+            self.error = ErrorInfo.model_validate(
+                {**ev["error"], "process": process, "source": source}
+            )
             self.sized_before_error = self.sized
 
     def _installed(self, ev: dict[str, Any]) -> None:
         self.hooks.update(ev.get("hooks") or [])
         self.by_pid.setdefault(str(ev.get("pid")), []).extend(ev.get("hooks") or [])
+        # A hook the release gave no place for, with the vLLM name it lacks.
+        self.fields.setdefault("probe_missing", {}).update(ev.get("missing") or {})
 
     def _block_size_update(self, ev: dict[str, Any]) -> None:
         f = self.fields
@@ -182,6 +229,7 @@ class _Probed:
         self.groups = [KVGroup.model_validate(g) for g in ev.get("groups", [])]
 
     def _kernel_block_sizes(self, ev: dict[str, Any]) -> None:
+        self.kernel_pid = ev.get("pid")
         self.fields["kernel_block_sizes"] = ev["kernel_block_sizes"]
         for group, size in zip(self.groups, ev["kernel_block_sizes"], strict=False):
             group.kernel_block_size = size

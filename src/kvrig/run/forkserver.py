@@ -165,16 +165,27 @@ def _thread_count() -> int:
 
 
 def _preload(modules: tuple[str, ...]) -> list[str]:
-    """The required modules that failed to import, each with its error."""
+    """The required modules that failed to import, each with its error. A vLLM module the
+    release no longer has is not one: each cell then meets its absence itself and says which
+    name it lacked (kvrig.run.vllm_plugin.symbols), instead of no cell running at all."""
     missing = []
     for name in modules:
         optional = name.startswith(OPTIONAL)
         try:
             importlib.import_module(name.lstrip(OPTIONAL))
         except Exception as exc:
-            if not optional:
+            if not optional and not gone_from_vllm(name, exc):
                 missing.append(f"{name} ({type(exc).__name__}: {exc})")
     return missing
+
+
+def gone_from_vllm(name: str, exc: BaseException) -> bool:
+    """Whether the import failed because the vLLM module (or a package above it) is gone
+    from this release, rather than failing inside a module that is there."""
+    if not isinstance(exc, ModuleNotFoundError) or not name.startswith("vllm."):
+        return False
+    lost = exc.name or ""
+    return lost.startswith("vllm.") and (name == lost or name.startswith(f"{lost}."))
 
 
 def _child(request: dict[str, Any], warm: bool, python: str) -> None:

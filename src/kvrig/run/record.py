@@ -28,7 +28,21 @@ class ErrorInfo(BaseModel):
     function: str | None = None
     # The process that raised it: "front end" (in-process engines too) or "worker".
     process: Literal["worker", "front end"] = "front end"
+    # Where the record read it (kvrig.run.collect): "probe:<pid>", the probe's own event in
+    # that process; "log" or "log:<pid>", text a child printed (the pid its line names);
+    # "summary:<pid>", the front end's summary. A worker's word is only the first: log text
+    # says nothing of whether the worker's probe saw the KV cache sized before it. None in
+    # records written before sources were kept.
+    source: str | None = None
     frames: list[str] = Field(default_factory=list)
+    # The vLLM name kvrig's own code reached for and the release lacks (a MissingVllmSymbol,
+    # kvrig.run.vllm_plugin.symbols): kvrig does not fit the release, vLLM did not fail.
+    missing_vllm_symbol: str | None = None
+
+    def source_pid(self) -> str | None:
+        """The pid of the process the source names ("probe:20", "log:5"), or None."""
+        _, _, pid = (self.source or "").partition(":")
+        return pid or None
 
     def one_line(self) -> str:
         msg = self.message.strip().splitlines()[0] if self.message.strip() else ""
@@ -97,8 +111,15 @@ class Record(BaseModel):
     # The hooks each process reported (by pid), and the processes that chose the block
     # size and sized the KV cache: a hook counts only in the process whose event it wraps.
     probe_hooks_by_pid: dict[str, list[str]] = Field(default_factory=dict)
+    # Hooks the probe could not install, each with the vLLM name this release lacks.
+    probe_missing: dict[str, str] = Field(default_factory=dict)
     sizing_pid: int | None = None
     kv_sized_pid: int | None = None
+    # The cell's own process (the front end), so that a worker is known as any other pid.
+    frontend_pid: int | None = None
+    # Where each fact was read, by field: "probe:<pid>", "summary:<pid>" or "log" (as for
+    # ErrorInfo.source). A fact is only as good as the process that gave it.
+    sources: dict[str, str] = Field(default_factory=dict)
     # Errors: the root cause (from the process that raised it) and what the caller saw.
     error: ErrorInfo | None = None
     frontend_error: ErrorInfo | None = None
@@ -114,6 +135,9 @@ class Record(BaseModel):
     # or patch sha256, files overlaid), and where the front end's vllm was imported from.
     vllm_overlay: dict[str, Any] | None = None
     vllm_file: str | None = None
+    # The requirements the environment's install overrode (`kvrig setup vllm --override`,
+    # a platform's pin_overrides; kvrig.provision.stamp): not the release's own environment.
+    vllm_overrides: list[str] = Field(default_factory=list)
     torch_version: str | None = None
     host: dict[str, Any] = Field(default_factory=dict)
     log: str | None = None

@@ -20,8 +20,9 @@ from typing import Any, Protocol
 
 from kvrig.define.cells import Cell
 from kvrig.host import hardware
-from kvrig.provision import overlay
+from kvrig.provision import overlay, stamp
 from kvrig.run import cell as cellmod
+from kvrig.run import holds as holds_mod
 from kvrig.run.collect import assemble, parse_events
 from kvrig.run.forkserver import ForkServer, Pool, ServerError
 from kvrig.run.procs import kill_session, rss_mb, session_pids
@@ -190,6 +191,7 @@ def _skipped(cell: Cell) -> Record:
         skip_reason=cell.expect.reason,
         host=hardware.fingerprint(),
         vllm_overlay=overlay.named(os.environ),
+        vllm_overrides=stamp.overrides_in_force(stamp.read()),
     )
 
 
@@ -263,6 +265,8 @@ def _record(
     rec.peak_rss_mb = round(ending.peak_mb, 1)
     rec.host = hardware.fingerprint()
     rec.vllm_overlay = overlay.named(env)
+    # A cell that crashed before it read the environment's stamp still ran in it.
+    rec.vllm_overrides = rec.vllm_overrides or stamp.overrides_in_force(stamp.read())
     rec.log = str(paths.log)
     note = _ending_note(ending, limits, rec.outcome, sig)
     if note is not None:
@@ -316,9 +320,17 @@ class ResultsFolderError(Exception):
     """The results folder cannot take a column's records; the message says what to do."""
 
 
-def check_results_folder(results: Path, min_free_mb: float = MIN_FREE_MB) -> None:
+def check_results_folder(
+    results: Path, min_free_mb: float = MIN_FREE_MB, holds: holds_mod.Holds | None = None
+) -> None:
     """Fails before any cell runs if records could not be written, rather than losing
-    the first record after minutes of engines."""
+    the first record after minutes of engines; and, given what the run will hold, if the
+    folder is another kind of run's (kvrig.run.holds), then records it there."""
+    if holds is not None:
+        try:
+            holds_mod.check(results, holds)
+        except holds_mod.HoldsError as exc:
+            raise ResultsFolderError(str(exc)) from None
     advice = (
         " Free some space or choose another folder with --results (kvrig column --results"
         " DIR), then run the column again."
@@ -343,3 +355,5 @@ def check_results_folder(results: Path, min_free_mb: float = MIN_FREE_MB) -> Non
             f"The results folder {results} has {free_mb:.0f} MB free, less than the"
             f" {min_free_mb:.0f} MB a column's records and logs need." + advice
         )
+    if holds is not None:
+        holds_mod.write(results, holds)

@@ -305,7 +305,7 @@ def test_fingerprint_carries_the_environment_parts(tmp_path: Path) -> None:
 
 def test_environment_parts_hash_the_rigs_own_files() -> None:
     env = resume.environment_parts()
-    assert sorted(env) == ["rig", "rig_files", "vllm", "vllm_files"]
+    assert sorted(env) == ["rig", "rig_files", "vllm", "vllm_files", "vllm_overrides"]
     rig = resume.package_folder("kvrig")
     assert rig is not None
     assert env["rig_files"] == resume.tree_digest(rig, "*")

@@ -260,10 +260,10 @@ def test_tag_changes_with_the_dockerfile(checkout: Path) -> None:
 def test_tag_changes_with_the_vllm_source(checkout: Path) -> None:
     before = plan_for(checkout, ["cuda"]).image
     matrix = checkout / "matrix.yaml"
-    matrix.write_text(matrix.read_text().replace('version: "0.33.0"', 'version: "0.33.1"'))
+    matrix.write_text(matrix.read_text().replace('version: "0.33.0"', 'version: "0.34.1"'))
     after = plan_for(checkout, ["cuda"])
     assert after.image != before
-    assert "VLLM_VERSION=0.33.1" in flag_values(after.build, "--build-arg")
+    assert "VLLM_VERSION=0.34.1" in flag_values(after.build, "--build-arg")
 
 
 def test_tag_changes_with_the_rig_source_but_not_with_bytecode(checkout: Path) -> None:
@@ -695,7 +695,7 @@ def test_a_runner_labelled_for_another_gpu_stops_before_any_build(
 
 
 def test_a_gpu_kvrig_keeps_no_expectations_for_is_refused(checkout: Path) -> None:
-    with pytest.raises(c.UsageError, match=r"'7\.5' is not a cuda architecture kvrig knows"):
+    with pytest.raises(c.UsageError, match=r"compute capability 7\.5, an architecture kvrig"):
         launch.on_device(c.parse_args(["cuda"], {}), _gpu("7.5"))
 
 

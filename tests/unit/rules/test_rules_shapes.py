@@ -48,10 +48,11 @@ def test_a_single_mamba_group_is_replicated_for_every_rank() -> None:
 
 
 def test_a_dimension_that_does_not_split_is_refused() -> None:
-    # 24 attention heads split across 3 ranks; the 32 GDN value heads do not.
-    text = {**QWEN36["text_config"], "num_attention_heads": 24}
+    # 24 attention heads and 6 KV heads split across 3 ranks; the 16 GDN key heads do not
+    # (so neither would the 32 value heads, a whole number of them per key head).
+    text = {**QWEN36["text_config"], "num_attention_heads": 24, "num_key_value_heads": 6}
     with pytest.raises(
-        shapes.ConfigError, match=r"linear_num_value_heads .* does not split across 3"
+        shapes.ConfigError, match=r"linear_num_key_heads .* does not split across 3"
     ):
         shapes.shapes({**QWEN36, "text_config": text}, tp=3)
 

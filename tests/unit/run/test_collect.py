@@ -98,6 +98,7 @@ def test_run_collects_groups_and_kernel_sizes() -> None:
     assert [g.kernel_block_size for g in rec.kv_cache_groups] == [384, 128]
     assert rec.backends_accept == {"A": True}
     assert rec.vllm_version == "0.32.0"
+    assert rec.vllm_overrides == []
     assert rec.error is None
     assert rec.kv_cache_sized_before_error is None
 
@@ -182,3 +183,79 @@ def test_a_kill_names_the_outcome_before_anything_the_cell_wrote() -> None:
     assert _outcome(None, summary, err) == "error"
     assert _outcome(None, summary, None) == "configured"
     assert _outcome(None, {}, None) == "ran"
+
+
+def test_the_environments_overrides_go_from_the_front_end_into_the_record() -> None:
+    front = {"pid": 20, "vllm_version": "0.34.0", "vllm_overrides": ["flashinfer-python==0.7.4"]}
+    rec = assemble(CELL, frontend=front, events=[], exit_code=0, signal_name=None, ended_by=None)
+    assert rec.vllm_overrides == ["flashinfer-python==0.7.4"]
+
+
+# --- where each fact was read ---------------------------------------------------------------
+
+WRAPPED = {
+    "type": "RuntimeError",
+    "function": "wait_for_engine_startup",
+    "message": "Engine core initialization failed. See root cause above.",
+}
+
+
+def test_each_fact_says_where_it_was_read() -> None:
+    events = [
+        ev("probe_installed", 20, hooks=["CpuPlatform.update_block_size_for_backend"]),
+        ev("block_size_update", 20, block_size=384, backends=["A"], accepts={"A": True}),
+        ev("kv_cache_sized", 20, groups=[]),
+        ev("kernel_block_sizes", 20, kernel_block_sizes=[384]),
+    ]
+    log = "INFO Setting attention block size to 384 tokens to ensure that attention page size"
+    front = {"pid": 10, "tokens_generated": 4, "engine_block_size": 384, "vllm_version": "0.32.0"}
+    rec = assemble(
+        CELL, frontend=front, events=events, exit_code=0, signal_name=None, ended_by=None,
+        log_text=log,
+    )  # fmt: skip
+    assert rec.frontend_pid == 10
+    assert rec.sources == {
+        "worker_block_size": "probe:20",
+        "kv_cache_groups": "probe:20",
+        "kernel_block_sizes": "probe:20",
+        "alignment_log": "log",
+        "engine_block_size": "summary:10",
+        "tokens_generated": "summary:10",
+        "vllm_version": "summary:10",
+    }
+
+
+def test_an_error_says_whether_the_probe_the_log_or_the_summary_gave_it() -> None:
+    probed = assemble(
+        CELL,
+        frontend={"pid": 10, "frontend_error": WRAPPED},
+        events=early_events(20),
+        exit_code=0,
+        signal_name=None,
+        ended_by=None,
+    )
+    assert probed.error.source == "probe:20" and probed.error.source_pid() == "20"
+    assert probed.frontend_error.source == "summary:10"
+    assert probed.sources["error"] == "probe:20"
+    log = "\n".join(
+        [
+            '  File "/v/interface.py", line 9, in _check_aligned_block_size',
+            f"(EngineCore_DP0 pid=20) ValueError: {EARLY_MSG}",
+        ]
+    )
+    read = assemble(
+        CELL, frontend={"pid": 10, "frontend_error": WRAPPED}, events=[], exit_code=0,
+        signal_name=None, ended_by=None, log_text=log,
+    )  # fmt: skip
+    assert (read.error.process, read.error.source) == ("worker", "log:20")
+    unnamed = root_cause_from_log(f"ValueError: {EARLY_MSG}")
+    assert unnamed is not None and unnamed.source == "log" and unnamed.source_pid() is None
+    plain = assemble(
+        CELL,
+        frontend={"pid": 10, "frontend_error": {"type": "ValueError", "message": "bad knob"}},
+        events=[],
+        exit_code=0,
+        signal_name=None,
+        ended_by=None,
+    )
+    assert (plain.error.process, plain.error.source) == ("front end", "summary:10")

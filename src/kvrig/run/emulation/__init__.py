@@ -68,6 +68,17 @@ def fakes(device: Gpu, stub_symbols: int | None = None) -> list[str]:
         "VLLM_DISABLE_SHARED_EXPERTS_STREAM=1: MoE layers open no CUDA stream",
         "the model built on the meta device: real layers, no weights, no kernels run;"
         " tensors a layer asks for on the GPU by name are made on the meta device too",
+        *(
+            [
+                "while the model is built: torch.cuda.Stream and torch.cuda.Event are kvrig's"
+                " inert stand-ins (made freely, any use raises: the cell is then undecided),"
+                " so vllm.utils.torch_utils.aux_stream() and the layers' events need no"
+                " driver; torch.accelerator.current_device_index() answers 0, whose"
+                " properties are the emulated device's"
+            ]
+            if device.platform == "cuda"
+            else []
+        ),
         "torch.distributed on gloo (a forked process per tensor-parallel rank), with vLLM's"
         " base device communicator instead of NCCL or oneCCL",
         f"KV-cache memory fixed at {KV_CACHE_BYTES >> 20} MiB, not profiled",

@@ -9,6 +9,12 @@ same way, from the device the cell emulates (kvrig.define.gpus), fixed for the p
 from __future__ import annotations
 
 from kvrig.define.gpus import Gpu
+from kvrig.run.vllm_plugin.symbols import need
+
+USER = "kvrig's emulated platform"
+COMMUNICATOR = (
+    "vllm.distributed.device_communicators.base_device_communicator.DeviceCommunicatorBase"
+)
 
 
 class DeviceAnswers:
@@ -37,7 +43,7 @@ class DeviceAnswers:
     @classmethod
     def get_device_communicator_cls(cls) -> str:
         """vLLM's base communicator, over the gloo group: the ranks of a tensor-parallel
-        cell only meet to build their groups, and NCCL/oneCCL would need the device."""
-        return (
-            "vllm.distributed.device_communicators.base_device_communicator.DeviceCommunicatorBase"
-        )
+        cell only meet to build their groups, and NCCL/oneCCL would need the device. Looked
+        up here, so a release that moved it names it rather than failing to import it."""
+        need(COMMUNICATOR, USER)
+        return COMMUNICATOR

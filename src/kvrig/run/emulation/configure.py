@@ -29,11 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvrig.run.emulation import KV_CACHE_BYTES, fakes, target
-from kvrig.run.emulation.meta import GpuToMeta
+from kvrig.run.emulation import KV_CACHE_BYTES, fakes, standins, target
 from kvrig.run.identity import vllm_identity
+from kvrig.run.vllm_plugin import probe
 from kvrig.run.vllm_plugin.probe import error_info
+from kvrig.run.vllm_plugin.symbols import need, need_attr
 
+USER = "kvrig's emulation"
 RANK_FILE = "rank{}.json"
 STORE_FILE = "dist-store"
 
@@ -55,8 +57,6 @@ def run(workdir: Path, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"timings": {}, "tokens_generated": 0, "pid": os.getpid()}
     t0 = time.monotonic()
     import torch
-
-    # Imported before the plugin loads, so the probe wraps this module's reference too.
 
     out["timings"]["import_s"] = round(time.monotonic() - t0, 3)
     wrong = vllm_identity(out)
@@ -93,6 +93,8 @@ def run(workdir: Path, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
     for pid in children:
         os.waitpid(pid, 0)
     out["emulation"]["ranks"] = _ranks(workdir, ranks, out)
+    if probe.missing:  # hooks whose vLLM names the release lacks: the verdict names them
+        out["emulation"]["probe_missing"] = dict(probe.missing)
     out["timings"]["cell_s"] = round(time.monotonic() - t0, 3)
     return out
 
@@ -132,68 +134,89 @@ def _configure(
     return out
 
 
+def _vllm(name: str) -> Any:
+    """One of vLLM's names the steps call, named in the record if the release lacks it."""
+    return need(f"vllm.{name}", USER)
+
+
+def model_runner(config: Any) -> str:
+    """Which model runner the release's workers build, as a fact of the release: 0.34.0
+    removed Model Runner V1 and, with it, the config's switch."""
+    if not hasattr(config, "use_v2_model_runner"):
+        return "v2 (VllmConfig has no use_v2_model_runner: Model Runner V1 removed in this release)"
+    return "v2" if config.use_v2_model_runner else "v1"
+
+
 def _steps(
     kwargs: dict[str, Any], workdir: Path, rank: int, world: int, out: dict[str, Any]
 ) -> None:
     import torch
-    from vllm.config.vllm import set_current_vllm_config
-    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.model_executor.model_loader import get_model_loader
-    from vllm.platforms import current_platform
-    from vllm.utils.torch_utils import set_default_torch_dtype
 
-    config = EngineArgs(**kwargs).create_engine_config()
+    set_current_vllm_config = _vllm("config.vllm.set_current_vllm_config")
+    config = _vllm("engine.arg_utils.EngineArgs")(**kwargs).create_engine_config()
+    platform_cls = type(_vllm("platforms.current_platform"))
     emulation = out.setdefault("emulation", {})
-    emulation["platform_class"] = type(current_platform).__name__
-    emulation["model_runner"] = "v2" if config.use_v2_model_runner else "v1"
+    emulation["platform_class"] = platform_cls.__name__
+    emulation["model_runner"] = model_runner(config)
     store = workdir / STORE_FILE
     with set_current_vllm_config(config):
-        init_distributed_environment(world, rank, f"file://{store}", rank, "gloo")
-        ensure_model_parallel_initialized(world, 1)
+        _vllm("distributed.init_distributed_environment")(
+            world, rank, f"file://{store}", rank, "gloo"
+        )
+        _vllm("distributed.ensure_model_parallel_initialized")(world, 1)
     # The worker sets its workspace manager up before the model runner builds a layer
     # (gpu_worker.py, _init_workspace_and_model_runner); sparse MLA layers take theirs.
-    from vllm.v1.worker.workspace import init_workspace_manager
-
-    init_workspace_manager(torch.device("meta"))
-    loader = get_model_loader(config.load_config)
-    with (
-        set_current_vllm_config(config),
-        set_default_torch_dtype(config.model_config.dtype),
-        torch.device("meta"),
-        GpuToMeta(),
-    ):
-        loader.create_model(vllm_config=config, model_config=config.model_config)
-    type(current_platform).update_block_size_for_backend(config)
+    _vllm("v1.worker.workspace.init_workspace_manager")(torch.device("meta"))
+    _build_model(config)
+    need_attr(platform_cls, "update_block_size_for_backend", USER)(config)
     out["engine_block_size"] = config.cache_config.block_size
     _kv_cache(config, kwargs)
+
+
+def _build_model(config: Any) -> None:
+    """vLLM's loader builds the real layers, on the meta device, with the CUDA objects
+    some layers take as they are built standing in (kvrig.run.emulation.standins)."""
+    import torch
+
+    from kvrig.run.emulation.meta import GpuToMeta
+
+    loader = _vllm("model_executor.model_loader.get_model_loader")(config.load_config)
+    with (
+        _vllm("config.vllm.set_current_vllm_config")(config),
+        _vllm("utils.torch_utils.set_default_torch_dtype")(config.model_config.dtype),
+        torch.device("meta"),
+        GpuToMeta(),
+        standins.while_built(target()),
+    ):
+        loader.create_model(vllm_config=config, model_config=config.model_config)
 
 
 def _kv_cache(config: Any, kwargs: dict[str, Any]) -> None:
     """The engine core's KV-cache planning and the worker's kernel block sizes."""
     import torch
-    from vllm.config.vllm import set_current_vllm_config
-    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
-    from vllm.v1.attention.backends.utils import (
-        get_supported_kv_cache_layouts,
-        resolve_kv_cache_layout,
-    )
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
-    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
-    from vllm.v1.worker.gpu import attn_utils
 
-    register_all_kvcache_specs(config)
+    set_current_vllm_config = _vllm("config.vllm.set_current_vllm_config")
+    planning = "v1.core.kv_cache_planning"
+    attn_utils = _vllm("v1.worker.gpu.attn_utils")
+    get_kv_cache_spec = _vllm("v1.worker.gpu.attn_utils.get_kv_cache_spec")
+    init_attn_backend = _vllm("v1.worker.gpu.attn_utils.init_attn_backend")
+    # The probe's wrapper, in force now (the warm parent imported attn_utils before the
+    # plugin loaded, so the probe replaced this module's reference too).
+    chosen = _vllm("v1.worker.gpu.attn_utils.prepare_kernel_block_sizes")
+
+    _vllm("v1.core.single_type_kv_cache_manager.register_all_kvcache_specs")(config)
     memory = int(kwargs.get("kv_cache_memory_bytes") or KV_CACHE_BYTES)
     with set_current_vllm_config(config):
-        specs = attn_utils.get_kv_cache_spec(config)
-        layouts = [
-            x.name for x in get_supported_kv_cache_layouts(get_current_attn_backends(config))
-        ]
-        resolve_kv_cache_layout(config, [layouts], list(specs.values()))
-        groups = get_global_kv_cache_groups(config, [specs])
-        config.adjust_dcp_kv_cache_interleave_size(groups)
-        kv_config = get_kv_cache_configs(config, [specs], [memory], groups)[0]
-    chosen = attn_utils.prepare_kernel_block_sizes  # the probe's wrapper, in force now
+        specs = get_kv_cache_spec(config)
+        backends = _vllm("distributed.kv_transfer.kv_connector.utils.get_current_attn_backends")
+        supported = _vllm("v1.attention.backends.utils.get_supported_kv_cache_layouts")
+        layouts = [x.name for x in supported(backends(config))]
+        _vllm("v1.attention.backends.utils.resolve_kv_cache_layout")(
+            config, [layouts], list(specs.values())
+        )
+        groups = _vllm(f"{planning}.get_global_kv_cache_groups")(config, [specs])
+        need_attr(config, "adjust_dcp_kv_cache_interleave_size", USER)(groups)
+        kv_config = _vllm(f"{planning}.get_kv_cache_configs")(config, [specs], [memory], groups)[0]
 
     def stop_after(kv_cache_config: Any, attn_groups: Any) -> list[int]:
         raise KernelSizesChosen(list(chosen(kv_cache_config, attn_groups)))
@@ -201,6 +224,6 @@ def _kv_cache(config: Any, kwargs: dict[str, Any]) -> None:
     attn_utils.prepare_kernel_block_sizes = stop_after
     try:
         with set_current_vllm_config(config):
-            attn_utils.init_attn_backend(kv_config, config, torch.device("meta"))
+            init_attn_backend(kv_config, config, torch.device("meta"))
     finally:
         attn_utils.prepare_kernel_block_sizes = chosen

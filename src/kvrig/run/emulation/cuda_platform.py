@@ -13,11 +13,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from vllm.platforms.cuda import NonNvmlCudaPlatform
-from vllm.platforms.interface import DeviceCapability
 
 from kvrig.run.emulation import target
-from kvrig.run.emulation.answers import DeviceAnswers
+from kvrig.run.emulation.answers import USER, DeviceAnswers
+from kvrig.run.vllm_plugin.symbols import need
+
+# vLLM's classes this platform is made of, named in every record if a release moves them.
+NonNvmlCudaPlatform = need("vllm.platforms.cuda.NonNvmlCudaPlatform", USER)
+DeviceCapability = need("vllm.platforms.interface.DeviceCapability", USER)
 
 _DEVICE = target()
 if _DEVICE is None or _DEVICE.capability is None:  # pragma: no cover - a misuse, said loud

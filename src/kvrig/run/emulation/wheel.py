@@ -24,7 +24,7 @@ def wanted_release(matrix: Matrix, platform: str) -> str:
     # The cuda platform's PyPI release: its pin, or the release its vLLM image is of.
     wheels = cuda.vllm.wheels if cuda else None
     cuda_release = versions.source_version(wheels) if wheels else None
-    if wheels is None or wheels.kind != "pypi" or cuda_release is None:
+    if wheels is None or wheels.kind not in ("pypi", "wheel") or cuda_release is None:
         raise EmulationError(
             "The emulated GPU columns run the CUDA wheel the matrix pins, and matrix.yaml's"
             " cuda platform pins no PyPI release (platforms.cuda.vllm: {kind: pypi, package:"
@@ -61,7 +61,10 @@ def check_installed(matrix: Matrix, platform: str) -> str:
         installed = metadata.version(package)
     except metadata.PackageNotFoundError:
         installed = None
-    if installed is None or versions.parse(installed) != versions.parse(release):
+    exact = wheels is not None and wheels.kind == "wheel"  # a nightly's: its own version
+    if installed is None or (
+        installed != release if exact else versions.parse(installed) != versions.parse(release)
+    ):
         have = f"{package} {installed}" if installed else _other_vllm()
         raise EmulationError(
             f"The emulated {platform} column runs vLLM's CUDA wheel {package}=={release}, and"

@@ -88,8 +88,12 @@ install_stubs()
 # torch.ops._C.silu_and_mul); on XPU vllm_xpu_kernels._C registers them, here the CUDA
 # wheel's own library does. Looked up, never run: the model is on the meta device.
 import torch  # noqa: E402
-import vllm._C_stable_libtorch  # noqa: E402, F401
-from vllm.platforms.xpu import XPUPlatform  # noqa: E402  (after the stubs it imports)
+
+from kvrig.run.emulation.answers import USER  # noqa: E402
+from kvrig.run.vllm_plugin.symbols import need  # noqa: E402
+
+need("vllm._C_stable_libtorch", USER)
+XPUPlatform = need("vllm.platforms.xpu.XPUPlatform", USER)  # after the stubs it imports
 
 # Ops only vllm_xpu_kernels registers that layers look up as they are built (NemotronH's
 # activation). Named one by one: other code asks hasattr(torch.ops._C, ...) to detect a

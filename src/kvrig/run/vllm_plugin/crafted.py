@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvrig.run.vllm_plugin.symbols import need, optional
+
 # Built classes, reachable as "kvrig.run.vllm_plugin.crafted.<NAME>" so vLLM can import them by
 # path in any process (the spec travels in the environment, so every process rebuilds
 # the same classes before it resolves a path).
@@ -101,30 +103,36 @@ def __getattr__(name: str) -> type:
     raise AttributeError(name)
 
 
+USER = "kvrig's plugin (crafted backends)"
+REGISTRY = "vllm.v1.attention.backends.registry"
+
+
+def _backend(name: str) -> Any:
+    """A member of vLLM's AttentionBackendEnum (a backend a crafted one builds on, or
+    CUSTOM), named in full when the release has no such member."""
+    return need(f"{REGISTRY}.AttentionBackendEnum.{name}", USER)
+
+
 def install(craft: CraftSpec) -> None:
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+    backends = need(f"{REGISTRY}.AttentionBackendEnum", USER)
+    register_backend = need(f"{REGISTRY}.register_backend", USER)
 
     def add_member(cls: type) -> None:
         # Attention.__init__ looks its backend up by get_name(), so the name must be a member.
-        if cls.__name__ not in AttentionBackendEnum.__members__:
+        if cls.__name__ not in backends.__members__:
             register_backend(cls.__name__, f"{__name__}.{cls.__name__}")
 
     if craft.replace is not None:
         spec = craft.replace
-        base_cls = AttentionBackendEnum[spec.base].get_class()
-        cls = make_backend(base_cls, spec)
+        cls = make_backend(_backend(spec.base).get_class(), spec)
         add_member(cls)
-        target = (
-            AttentionBackendEnum.CUSTOM
-            if craft.route == "custom"
-            else (AttentionBackendEnum[spec.base])
-        )
+        target = _backend("CUSTOM" if craft.route == "custom" else spec.base)
         register_backend(target, f"{__name__}.{cls.__name__}")
 
     if craft.siblings:
         siblings = []
         for spec in craft.siblings:
-            cls = make_backend(AttentionBackendEnum[spec.base].get_class(), spec)
+            cls = make_backend(_backend(spec.base).get_class(), spec)
             add_member(cls)
             siblings.append((spec.layers or "", cls))
         _route_layers(siblings)
@@ -132,15 +140,13 @@ def install(craft: CraftSpec) -> None:
 
 def _route_layers(siblings: list[tuple[str, type]]) -> None:
     """Hands chosen layers their sibling backend through the layers' own attn_backend=."""
-    from vllm.model_executor.layers.attention.attention import Attention
-
-    layer_classes: list[type] = [Attention]
-    try:
-        from vllm.model_executor.layers.attention.mla_attention import MLAAttention
-
-        layer_classes.append(MLAAttention)
-    except ImportError:  # pragma: no cover - older layouts
-        pass
+    layer_classes: list[type] = [
+        need("vllm.model_executor.layers.attention.attention.Attention", USER)
+    ]
+    # MLA layers are their own class where the release has one.
+    mla = optional("vllm.model_executor.layers.attention.mla_attention.MLAAttention")
+    if mla is not None:
+        layer_classes.append(mla)
 
     for layer_cls in layer_classes:
         layer_cls.__init__ = _with_siblings(layer_cls.__init__, siblings)  # type: ignore[method-assign]

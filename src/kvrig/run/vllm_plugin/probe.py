@@ -20,6 +20,8 @@ import sys
 import traceback
 from typing import Any
 
+from kvrig.run.vllm_plugin.symbols import MissingVllmSymbol, missing_in, need, need_attr
+
 _path: str | None = None
 
 
@@ -35,14 +37,22 @@ def emit(event: str, **data: Any) -> None:
 
 
 def error_info(exc: BaseException) -> dict[str, Any]:
-    """Type, message and the innermost function of the traceback: where it was raised."""
+    """Type, message and the innermost function of the traceback: where it was raised. A
+    vLLM name kvrig reached for and did not find is the error, even where vLLM re-raised
+    it as its own, and the record names it (missing_vllm_symbol)."""
+    missing = missing_in(exc)
+    if missing is not None:
+        exc = missing
     frames = traceback.extract_tb(exc.__traceback__)
-    return {
+    info: dict[str, Any] = {
         "type": type(exc).__name__,
         "message": str(exc),
         "function": frames[-1].name if frames else None,
         "frames": [f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in frames[-8:]],
     }
+    if missing is not None:
+        info["missing_vllm_symbol"] = missing.symbol
+    return info
 
 
 _KERNEL_LIB = re.compile(r"/vllm/(_C(?:_[A-Z0-9]+)?)\.[\w.-]*so$")
@@ -75,13 +85,29 @@ def isa_view(cache_config: Any) -> dict[str, Any]:
     }
 
 
+# The hooks this process could not install, each with the MissingVllmSymbol message that
+# names the vLLM name it needed (an emulated cell's record carries them).
+missing: dict[str, str] = {}
+USER = "kvrig's probe"
+
+
 def install(path: str) -> None:
     """Wraps the two places that matter and says which it reached: a record whose probe
-    did not report its hooks cannot tell an early error from a late one."""
+    did not report its hooks cannot tell an early error from a late one. A hook whose vLLM
+    name the release lacks is left out and said, by name: the cell still runs, and its
+    verdict says why its record cannot be trusted."""
     global _path
     _path = path
-    hooks = [_wrap_update_block_size(), *_wrap_prepare_kernel_block_sizes()]
-    emit("probe_installed", hooks=hooks)
+    hooks: list[str] = []
+    for name, wrap in (
+        ("update_block_size_for_backend", _wrap_update_block_size),
+        ("prepare_kernel_block_sizes", _wrap_prepare_kernel_block_sizes),
+    ):
+        try:
+            hooks.extend(wrap())
+        except MissingVllmSymbol as exc:
+            missing[name] = str(exc)
+    emit("probe_installed", hooks=hooks, **({"missing": dict(missing)} if missing else {}))
 
 
 def _layer_backends(vllm_config: Any) -> dict[str, str]:
@@ -98,11 +124,13 @@ def _layer_backends(vllm_config: Any) -> dict[str, str]:
     return out
 
 
-def _wrap_update_block_size() -> str:
-    from vllm.platforms import current_platform
-
-    platform_cls = type(current_platform)
-    original = platform_cls.update_block_size_for_backend.__func__  # type: ignore[attr-defined]
+def _wrap_update_block_size() -> list[str]:
+    platform_cls = type(need("vllm.platforms.current_platform", USER))
+    original = need_attr(platform_cls, "update_block_size_for_backend", USER).__func__
+    # What the wrapper reads once vLLM has chosen: missing, the hook is not installed
+    # rather than failing the cell after vLLM's own code succeeded.
+    need_attr(platform_cls, "_find_non_ssm_backends", USER)
+    need("vllm.config.vllm.set_current_vllm_config", USER)
 
     def update_block_size_for_backend(cls: type, vllm_config: Any) -> None:
         cache = vllm_config.cache_config
@@ -122,7 +150,7 @@ def _wrap_update_block_size() -> str:
                 error=error_info(exc),
             )
             raise
-        backends = cls._find_non_ssm_backends(vllm_config)
+        backends = cls._find_non_ssm_backends(vllm_config)  # type: ignore[attr-defined]
         accepts = _accepts(vllm_config, backends, cache.block_size)
         emit(
             "block_size_update",
@@ -144,7 +172,7 @@ def _wrap_update_block_size() -> str:
     platform_cls.update_block_size_for_backend = classmethod(  # type: ignore[method-assign]
         update_block_size_for_backend
     )
-    return f"{platform_cls.__name__}.update_block_size_for_backend"
+    return [f"{platform_cls.__name__}.update_block_size_for_backend"]
 
 
 def _accepts(vllm_config: Any, backends: list[type], block_size: int) -> dict[str, bool]:
@@ -174,9 +202,7 @@ def _group_info(group: Any, backends: list[str]) -> dict[str, Any]:
 
 
 def _wrap_prepare_kernel_block_sizes() -> list[str]:
-    from vllm.v1.worker import utils
-
-    original = utils.prepare_kernel_block_sizes
+    original = need("vllm.v1.worker.utils.prepare_kernel_block_sizes", USER)
 
     def prepare_kernel_block_sizes(kv_cache_config: Any, attn_groups: Any) -> list[int]:
         groups = []

@@ -1,0 +1,80 @@
+"""Where in matrix.yaml a field is written: the line a refusal names.
+
+The loader keeps each mapping key's line beside the key (`__lines__`, kvrig.define.matrix),
+and every refusal names a field by its path ("cases.3.expect.cpu.match"). A path is not
+always cut at its dots: an `expect_by_arch` key is "8.0, 8.9", so cutting it there would
+lose the key and report the refusal at the top of the file; and a refusal about a list
+item (a group inside a group, an allowance) belongs at that item's own line, not at the
+line of the list that holds it.
+
+Pure: parsed data in, a line out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+LINES = "__lines__"
+
+
+def line_of(data: Any, loc: Iterable[Any]) -> int | None:
+    """The line of the deepest part of `loc` written in the parsed file: a mapping key's
+    own line, or a list item's (its `id`'s for a case, else its first key's)."""
+    line = None
+    node = data
+    for part in loc:
+        if isinstance(node, dict):
+            lines = node.get(LINES, {})
+            if part in lines:
+                line = lines[part]
+            if part not in node:
+                break
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+            line = _item_line(node) or line
+        else:
+            break
+    return line
+
+
+def _item_line(item: Any) -> int | None:
+    """A list item's line: a case's is its id's (a grouped case's shared keys are written
+    above it), any other mapping's its first key's; none for a scalar."""
+    lines = item.get(LINES) if isinstance(item, dict) else None
+    if not lines:
+        return None
+    return lines.get("id") or min(lines.values())
+
+
+def split_field(data: Any, dotted: str) -> tuple[Any, ...]:
+    """A dotted field path as the parts it names in the parsed file: a key that holds a
+    dot ("8.0, 8.9") stays whole where the file has it, a list index is a number; what the
+    file does not have is cut at its dots."""
+    parts: list[Any] = []
+    node = data
+    rest = dotted
+    while rest:
+        part, rest = _next_part(node, rest)
+        parts.append(part)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return tuple(parts)
+
+
+def _next_part(node: Any, rest: str) -> tuple[Any, str]:
+    """The first part of `rest` and what follows it: the longest key of `node` it starts
+    with, else the text to the next dot (a number as an index)."""
+    if isinstance(node, dict):
+        keys = sorted((k for k in node if k != LINES), key=lambda k: len(str(k)), reverse=True)
+        for key in keys:
+            text = str(key)
+            if rest == text or rest.startswith(text + "."):
+                return key, rest[len(text) + 1 :]
+    head, _, tail = rest.partition(".")
+    return (int(head) if head.isdigit() else head), tail

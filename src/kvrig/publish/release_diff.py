@@ -1,0 +1,483 @@
+"""What moved between two vLLMs, cell by cell, and whether kvrig's rules say why.
+
+On the day a release ships, the question a release manager has is not "is it green" but
+"what did it change, and do we understand it". Both releases run the same emulated
+columns (vLLM's own code deciding every cell); this compares their records, not their
+verdicts: the outcome, the block size, the backends chosen, the kernel block sizes and
+the error. A cell that moved is explained when each release's own rules compute what that
+release did and a switch of kvrig.define.releases (reverted alone) accounts for the
+difference; any other move is unexplained, and red, because it is what someone must read.
+It ends with the changes to matrix.yaml the moves imply, for review: nothing is applied.
+
+Pure: cells, records and results rows in; a Diff and its texts out.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvrig.define.cells import Cell
+from kvrig.define.matrix import EarlyError, Runs
+from kvrig.judge.verdict import EARLY_FUNCTION, computed_kind, early_error_backends
+from kvrig.rules import blocksize, shapes, versions
+
+Row = dict[str, Any]
+Record = dict[str, Any]
+PHASE1_FUNCTION = "_preferred_block_size_for_backends"
+# What the rules compute; the other facts of a record are vLLM's alone.
+MODELED = ("kind", "block", "rejecting")
+ASPECTS = ("kind", "block", "rejecting", "backends", "kernels", "error")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One vLLM of the two: how the report names it, the release whose rules judge it, and
+    why those rules may not be its own (a release newer than any read, a patch)."""
+
+    label: str
+    release: str
+    unread: str | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one record shows, in the terms the rules speak (kind, block, rejecting) and
+    beyond them; the kernel sizes and error text with the block size written as N, so a
+    size that moves is one move, not three."""
+
+    kind: str
+    block: int | None = None
+    rejecting: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ()
+    kernels: tuple[str, ...] = ()
+    error: str = ""
+
+    def get(self, aspect: str) -> object:
+        return getattr(self, aspect)
+
+    def text(self, aspect: str) -> str:
+        value = self.get(aspect)
+        if isinstance(value, tuple):
+            return ", ".join(value) or "-"
+        return "-" if value in (None, "") else str(value)
+
+
+def _kind(record: Record, row: Row | None) -> str:
+    """The outcome in the rules' words: runs (a late error too: its size passed the early
+    check), early_error, phase1_error, unsupported; or undecided, skipped, not run."""
+    status = (row or {}).get("status")
+    if status in ("undecided", "skip"):
+        return "undecided" if status == "undecided" else "skipped"
+    outcome = record.get("outcome")
+    if outcome in ("ran", "configured"):
+        return "runs"
+    error = record.get("error") or {}
+    if outcome != "error" or not error:
+        return str(outcome or "not run")
+    if error.get("function") == EARLY_FUNCTION:
+        return "early_error"
+    if error.get("function") == PHASE1_FUNCTION:
+        return "phase1_error"
+    return "runs" if record.get("kv_cache_sized_before_error") else "unsupported"
+
+
+def observe(record: Record | None, row: Row | None = None) -> Observed:
+    if record is None:
+        return Observed("not run")
+    kind = _kind(record, row)
+    error = record.get("error") or {}
+    message = str(error.get("message") or "").strip().splitlines()[:1]
+    block, rejecting = record.get("worker_block_size"), ()
+    if kind == "early_error":
+        parsed = early_error_backends(message[0] if message else "")
+        block, rejecting = (parsed[0], tuple(sorted(parsed[1]))) if parsed else (None, ())
+    text = ""
+    if error and kind != "early_error":
+        text = f"{error.get('type')} from {error.get('function')}: {message[0] if message else ''}"
+    return Observed(
+        kind=kind,
+        block=block,
+        rejecting=rejecting,
+        backends=tuple(sorted(set((record.get("layer_backends") or {}).values()))),
+        kernels=tuple(_as_n(str(k), block) for k in record.get("kernel_block_sizes") or []),
+        error=_as_n(text, block),
+    )
+
+
+def _as_n(text: str, block: int | None) -> str:
+    """The block size written as N (whole numbers only)."""
+    return text if block is None else re.sub(rf"\b{block}\b", "N", text)
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """What one release's rules compute for a cell."""
+
+    kind: str
+    block: int | None
+    rejecting: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        if self.kind == "early_error":
+            return f"an early error at {self.block} naming {', '.join(self.rejecting)}"
+        if self.kind == "runs":
+            return f"a run at {self.block}"
+        return self.kind.replace("_", " ")
+
+
+def predict(cell: Cell, rules: versions.Rules | None = None) -> tuple[Predicted | None, str]:
+    """The rules' outcome for an emulated cell (or why there is none)."""
+    try:
+        exp = blocksize.expected(cell, cell.config, cpu=None, gpu_arch=cell.gpu_arch, rules=rules)
+    except (shapes.ConfigError, KeyError, ValueError) as exc:
+        return None, str(exc)
+    kind = computed_kind(exp)
+    return Predicted(kind, exp.block_size, tuple(sorted(exp.rejecting))), exp.explain()
+
+
+def agrees(seen: Observed, predicted: Predicted | None) -> bool:
+    """Whether a release did what its rules compute, in the facts the rules speak of."""
+    if predicted is None or seen.kind != predicted.kind:
+        return False
+    if seen.kind in ("runs", "early_error") and seen.block != predicted.block:
+        # A late error stops before the size is known to the record; its kind is enough.
+        return seen.block is None and seen.kind == "runs"
+    return seen.kind != "early_error" or seen.rejecting == predicted.rejecting
+
+
+@dataclass(frozen=True)
+class Move:
+    """One cell that moved: what, on which side, and whether the rules say why."""
+
+    column: str
+    cell_id: str
+    where: str | None
+    old: Observed
+    new: Observed
+    aspects: tuple[str, ...]
+    explained: bool
+    why: str
+    switches: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MatrixChange:
+    """An edit of matrix.yaml a move implies, for review."""
+
+    where: str
+    cell_id: str
+    what: str
+
+
+@dataclass
+class Diff:
+    old: Side
+    new: Side
+    columns: list[str] = field(default_factory=list)
+    compared: int = 0
+    moves: list[Move] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    changes: list[MatrixChange] = field(default_factory=list)
+
+    @property
+    def unexplained(self) -> list[Move]:
+        return [m for m in self.moves if not m.explained]
+
+    @property
+    def red(self) -> bool:
+        """An unexplained move, or a cell one side could not show: a release manager's."""
+        return bool(self.unexplained or self.missing)
+
+
+@dataclass(frozen=True)
+class CellPair:
+    """One cell on both sides: as each side's matrix expands it, with its record and row."""
+
+    column: str
+    old_cell: Cell
+    new_cell: Cell
+    old_record: Record | None
+    new_record: Record | None
+    old_row: Row | None = None
+    new_row: Row | None = None
+
+
+def explain(pair: CellPair, old: Side, new: Side) -> Move | None:
+    """The cell's move, explained or not; None when nothing moved."""
+    seen_old = observe(pair.old_record, pair.old_row)
+    seen_new = observe(pair.new_record, pair.new_row)
+    moved = tuple(a for a in ASPECTS if seen_old.get(a) != seen_new.get(a))
+    if not moved:
+        return None
+    base = {
+        "column": pair.column,
+        "cell_id": pair.old_cell.id,
+        "where": pair.old_cell.source,
+        "old": seen_old,
+        "new": seen_new,
+        "aspects": moved,
+    }
+    why, switches = _why(pair, moved, seen_old, seen_new, old, new)
+    return Move(**base, explained=bool(switches), why=why, switches=switches)
+
+
+def _why(
+    pair: CellPair,
+    moved: tuple[str, ...],
+    seen_old: Observed,
+    seen_new: Observed,
+    old: Side,
+    new: Side,
+) -> tuple[str, tuple[str, ...]]:
+    """(why, the explaining switches: empty when unexplained)."""
+    beyond = [a for a in moved if a not in MODELED]
+    if beyond:
+        facts = "; ".join(f"{a}: {seen_old.text(a)} -> {seen_new.text(a)}" for a in beyond)
+        return f"moved where kvrig's rules do not reach ({facts}): no switch says why", ()
+    rules_old, rules_new = _rules(pair.old_cell), _rules(pair.new_cell)
+    if rules_old is None or rules_new is None:
+        return "no rules for one side's release", ()
+    p_old, how_old = predict(pair.old_cell, rules_old)
+    p_new, how_new = predict(pair.new_cell, rules_new)
+    checks = ((old.label, seen_old, p_old, how_old), (new.label, seen_new, p_new, how_new))
+    for label, seen, p, how in checks:
+        if not agrees(seen, p):
+            computed = p.text() if p else f"nothing ({how})"
+            return f"vLLM {label} did {_did(seen)}; its rules compute {computed}", ()
+    if p_old == p_new:
+        return (
+            f"kvrig's rules compute the same for both ({p_new.text() if p_new else '-'}):"
+            f" vLLM moved where no switch of kvrig.define.releases does{_unread(new)}",
+            (),
+        )
+    names = _explaining(pair.new_cell, rules_old, rules_new, p_old)
+    what = "; ".join(names) if names else "the switches together"
+    return f"{what}: rules compute {p_old.text()} -> {p_new.text()}, as vLLM did", tuple(  # type: ignore[union-attr]
+        names or [s.name for s in versions.differing(rules_old, rules_new)]
+    )
+
+
+def _did(seen: Observed) -> str:
+    if seen.kind == "early_error":
+        return f"an early error at {seen.block} naming {', '.join(seen.rejecting)}"
+    if seen.kind == "runs":
+        return f"a run at {seen.block}"
+    return seen.kind.replace("_", " ")
+
+
+def _unread(side: Side) -> str:
+    return f" (its rules were not read for it: {side.unread})" if side.unread else ""
+
+
+def _rules(cell: Cell) -> versions.Rules | None:
+    try:
+        return blocksize.cell_rules(cell)
+    except (shapes.ConfigError, versions.VersionError):
+        return None
+
+
+def _explaining(
+    cell: Cell, old: versions.Rules, new: versions.Rules, p_old: Predicted | None
+) -> list[str]:
+    """The switches that, reverted alone, give the old release's outcome back."""
+    out = []
+    for switch in versions.differing(old, new):
+        back, _ = predict(cell, versions.reverted(new, old, switch))
+        if back == p_old:
+            out.append(f"{switch.name} {switch.old} -> {switch.new} ({switch.where})")
+    return out
+
+
+def implied_changes(pair: CellPair, seen_new: Observed) -> list[MatrixChange]:
+    """Where matrix.yaml states what the new release no longer does: a size written out,
+    or an outcome (an expectation the new release's record contradicts)."""
+    cell, where = pair.new_cell, pair.new_cell.source or "matrix.yaml"
+    expect = cell.expect
+    key = f"{cell.platform}" + (f" ({cell.gpu_arch})" if cell.gpu_arch else "")
+    out = []
+    literal = expect.invariants.block_size if isinstance(expect, Runs) else None
+    if literal is not None and seen_new.kind == "runs" and seen_new.block not in (None, literal):
+        out.append(MatrixChange(where, cell.id, f"{key}: block size {literal} -> {seen_new.block}"))
+    wanted = "early_error" if isinstance(expect, EarlyError) else expect.outcome
+    if seen_new.kind in ("runs", "early_error", "phase1_error") and _outcome_differs(
+        wanted, seen_new.kind
+    ):
+        what = f"{key}: expected {wanted}, the release shows {_did(seen_new)}"
+        out.append(MatrixChange(where, cell.id, what))
+    return out
+
+
+def _outcome_differs(wanted: str, kind: str) -> bool:
+    as_kind = {"runs": "runs", "late_error": "runs", "early_error": "early_error"}
+    if wanted == "unsupported":
+        return kind in ("runs", "early_error")
+    return as_kind.get(wanted, wanted) != kind
+
+
+def diff(pairs: Sequence[CellPair], old: Side, new: Side) -> Diff:
+    out = Diff(old, new, columns=sorted({p.column for p in pairs}))
+    for pair in pairs:
+        if pair.old_record is None or pair.new_record is None:
+            side = old.label if pair.old_record is None else new.label
+            out.missing.append(f"{pair.old_cell.id} (no record on {side})")
+            continue
+        out.compared += 1
+        move = explain(pair, old, new)
+        if move is not None:
+            out.moves.append(move)
+            out.changes.extend(implied_changes(pair, move.new))
+    return out
+
+
+# --- texts -----------------------------------------------------------------------------
+
+
+def _facts(m: Move, side: str) -> str:
+    seen = m.old if side == "old" else m.new
+    return "; ".join(f"{a} {seen.text(a)}" for a in m.aspects)
+
+
+def summary(d: Diff) -> str:
+    verdict = "RED" if d.red else "explained"
+    return (
+        f"{verdict}: {d.compared} cells compared on {len(d.columns)} column(s), {len(d.moves)}"
+        f" moved, {len(d.moves) - len(d.unexplained)} explained by a rule switch,"
+        f" {len(d.unexplained)} unexplained, {len(d.missing)} not on both sides"
+    )
+
+
+def _header(d: Diff) -> list[str]:
+    lines = [f"A: vLLM {d.old.label}", f"B: vLLM {d.new.label}"]
+    for name, side in (("A", d.old), ("B", d.new)):
+        if side.unread:
+            lines.append(f"{name} is judged by rules not read for it: {side.unread}")
+    return lines
+
+
+def terminal(d: Diff) -> str:
+    lines = _header(d)
+    if d.moves:
+        w = max(len(m.cell_id) for m in d.moves)
+        lines.append(f"{'cell':<{w}}  {'':<11}  A -> B")
+        for m in d.moves:
+            mark = "explained  " if m.explained else "UNEXPLAINED"
+            lines.append(f"{m.cell_id:<{w}}  {mark}  {_facts(m, 'old')} -> {_facts(m, 'new')}")
+            lines.append(f"{'':<{w}}  {'':<11}  {m.why}")
+    lines += [f"not on both sides: {x}" for x in d.missing]
+    if d.changes:
+        lines.append("matrix.yaml changes the moves imply (for review; nothing was applied):")
+        lines += [f"  {c.where}: {c.cell_id}: {c.what}" for c in d.changes]
+    lines.append(summary(d))
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(d: Diff, title: str) -> str:
+    out = [f"# {title}", "", *[f"- {x}" for x in _header(d)], "", f"**{summary(d)}**", ""]
+    if d.moves:
+        out += ["| cell | | A | B | why |", "|---|---|---|---|---|"]
+        for m in d.moves:
+            mark = "explained" if m.explained else "**UNEXPLAINED**"
+            out.append(
+                f"| `{m.cell_id}` | {mark} | {_md(_facts(m, 'old'))} | {_md(_facts(m, 'new'))}"
+                f" | {_md(m.why)} |"
+            )
+        out.append("")
+    if d.missing:
+        out += ["## Not on both sides", "", *[f"- {x}" for x in d.missing], ""]
+    if d.changes:
+        out += ["## matrix.yaml changes the moves imply (for review, not applied)", ""]
+        out += [f"- `{c.where}` `{c.cell_id}`: {c.what}" for c in d.changes]
+        out.append("")
+    return "\n".join(out)
+
+
+def to_html(d: Diff, title: str) -> str:
+    e = html.escape
+    rows = "".join(
+        f"<tr class='{'ok' if m.explained else 'red'}'><td><code>{e(m.cell_id)}</code></td>"
+        f"<td>{'explained' if m.explained else 'UNEXPLAINED'}</td><td>{e(_facts(m, 'old'))}</td>"
+        f"<td>{e(_facts(m, 'new'))}</td><td>{e(m.why)}</td></tr>"
+        for m in d.moves
+    )
+    changes = "".join(
+        f"<li><code>{e(c.where)}</code> <code>{e(c.cell_id)}</code>: {e(c.what)}</li>"
+        for c in d.changes
+    )
+    missing = "".join(f"<li>{e(x)}</li>" for x in d.missing)
+    head = "".join(f"<li>{e(x)}</li>" for x in _header(d))
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
+        "body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:4px;vertical-align:top}"
+        "table{border-collapse:collapse}.red{background:#fdd}.ok{background:#efe}"
+        f"</style></head><body><h1>{e(title)}</h1><ul>{head}</ul><p><b>{e(summary(d))}</b></p>"
+        "<table><tr><th>cell</th><th></th><th>A</th><th>B</th><th>why</th></tr>"
+        f"{rows}</table>"
+        + (f"<h2>Not on both sides</h2><ul>{missing}</ul>" if missing else "")
+        + (
+            "<h2>matrix.yaml changes the moves imply (for review, not applied)</h2>"
+            f"<ul>{changes}</ul>"
+            if changes
+            else ""
+        )
+        + "</body></html>"
+    )
+
+
+def as_json(d: Diff) -> dict[str, Any]:
+    return {
+        "old": vars(d.old),
+        "new": vars(d.new),
+        "columns": d.columns,
+        "compared": d.compared,
+        "red": d.red,
+        "moves": [
+            {
+                "column": m.column,
+                "cell_id": m.cell_id,
+                "where": m.where,
+                "aspects": list(m.aspects),
+                "old": vars(m.old),
+                "new": vars(m.new),
+                "explained": m.explained,
+                "switches": list(m.switches),
+                "why": m.why,
+            }
+            for m in d.moves
+        ],
+        "missing": d.missing,
+        "changes": [vars(c) for c in d.changes],
+    }
+
+
+def pairs_of(
+    column: str,
+    old_cells: Sequence[Cell],
+    new_cells: Sequence[Cell],
+    old_records: Mapping[str, Record],
+    new_records: Mapping[str, Record],
+    old_rows: Mapping[str, Row] | None = None,
+    new_rows: Mapping[str, Row] | None = None,
+) -> list[CellPair]:
+    """The cells of one column on both sides, matched by id (the same case on both)."""
+    news = {c.id: c for c in new_cells}
+    return [
+        CellPair(
+            column,
+            c,
+            news[c.id],
+            old_records.get(c.id),
+            new_records.get(c.id),
+            (old_rows or {}).get(c.id),
+            (new_rows or {}).get(c.id),
+        )
+        for c in old_cells
+        if c.id in news and c.expect.outcome != "skip"
+    ]

@@ -1,0 +1,127 @@
+"""`kvrig release diff` and `kvrig release check` without vLLM: the sides and their folders,
+the previous release, the unread vLLM the check makes, and a diff of records written by hand
+(what the columns would have left), read with --no-run the way a user re-reads a diff."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from kvrig.cli import release
+from kvrig.cli.command import main
+from kvrig.cli.usage import UsageError
+from kvrig.define import named_release
+from kvrig.define.matrix import load
+from kvrig.provision import patches
+
+from ..builders import ROOT
+
+PIN = named_release.pinned(load(ROOT / "matrix.yaml"), "cuda")
+
+
+def _ns(**kw: object) -> argparse.Namespace:
+    base = {"old": "0.33.0", "new": "0.34.0", "vllm_patch": None, "vllm_source": None,
+            "results": None}  # fmt: skip
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_the_pinned_side_runs_into_the_releases_own_folders(tmp_path: Path) -> None:
+    a, b = release.sides(_ns(), tmp_path, "0.34.0")
+    assert a.folder == tmp_path / "a"
+    assert b.folder == Path("results").resolve()  # results/<column>, resumed if finished
+    a, b = release.sides(_ns(results=str(tmp_path)), tmp_path, "0.34.0")
+    assert b.folder == tmp_path / "b"  # a folder of its own when one is named
+
+
+def test_a_patched_side_is_never_the_release_folder(tmp_path: Path) -> None:
+    patch = tmp_path / "x.diff"
+    a, b = release.sides(_ns(old="0.34.0", vllm_patch=str(patch)), tmp_path, "0.34.0")
+    assert a.folder == Path("results").resolve()
+    assert b.folder.parent == tmp_path and b.folder.name.startswith("b-")
+    assert b.overlay == ("--vllm-patch", str(patch)) and "with the Python of" in b.label
+
+
+def test_a_release_against_itself_or_two_new_sides_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="against itself shows nothing"):
+        release.sides(_ns(old="0.34.0"), tmp_path, "0.34.0")
+    with pytest.raises(UsageError, match="not both"):
+        release.sides(_ns(vllm_patch="a", vllm_source="b"), tmp_path, "0.34.0")
+
+
+def test_devices_and_the_previous_release() -> None:
+    assert release.devices(["cuda:9.0"]) == [("cuda", "9.0")]
+    assert ("xpu", "bmg") in release.devices(None)
+    with pytest.raises(UsageError, match="not an emulated device"):
+        release.devices(["cuda:7.5"])
+    assert release.previous_release("0.34.0") == "0.33.0"
+    assert release.previous_release("0.35.0") == "0.34.0"
+    with pytest.raises(UsageError, match="no release before"):
+        release.previous_release("0.20.0")
+
+
+def test_the_unread_vllm_doubles_the_start_size_and_applies(tmp_path: Path) -> None:
+    package = tmp_path / "vllm"
+    (package / "config").mkdir(parents=True)
+    text = "class CacheConfig:\n    DEFAULT_BLOCK_SIZE: ClassVar[int] = 64\n    other = 1\n"
+    (package / "config" / "cache.py").write_text(text)
+    diff = release.start_size_patch(package)
+    (new,) = patches.apply(patches.read(diff), lambda path: text).values()
+    assert "DEFAULT_BLOCK_SIZE: ClassVar[int] = 128" in str(new)
+    (package / "config" / "cache.py").write_text("class CacheConfig:\n    pass\n")
+    with pytest.raises(UsageError, match="declares no `DEFAULT_BLOCK_SIZE"):
+        release.start_size_patch(package)
+
+
+def _record(cell_id: str, block: int) -> dict:
+    return {
+        "cell_id": cell_id,
+        "outcome": "configured",
+        "worker_block_size": block,
+        "kernel_block_sizes": [block, block],
+        "layer_backends": {"model.layers.1.self_attn.attn": "FLASH_ATTN"},
+    }
+
+
+def _column(folder: Path, records: dict[str, int]) -> None:
+    (folder / "records").mkdir(parents=True)
+    for cell_id, block in records.items():
+        (folder / "records" / f"{cell_id}.json").write_text(json.dumps(_record(cell_id, block)))
+
+
+def test_a_diff_of_what_the_folders_hold_explains_or_reds_each_move(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    column = "cuda-sm90-emulated"
+    cell = f"{column}-granite_hybrid-default"
+    _column(tmp_path / "a" / column, {cell: 144})
+    _column(tmp_path / "b" / column, {cell: 192})
+    argv = ["release", "diff", "0.33.0", "0.34.0", "--only", "cuda:9.0", "--no-run"]
+    code = main([*argv, "--results", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert cell in out and "explained" in out and "default_block_size 16 -> 64" in out
+    # Every other cell of the column has no record on either side: red, and said.
+    assert code == 1 and "not on both sides" in out
+    data = json.loads((tmp_path / "diff.json").read_text())
+    assert [m["cell_id"] for m in data["moves"]] == [cell] and data["moves"][0]["explained"]
+    assert (tmp_path / "diff.md").is_file() and (tmp_path / "diff.html").is_file()
+
+
+def test_a_release_kvrig_cannot_know_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["release", "diff", "0.33.4", "0.34.0", "--results", str(tmp_path)]
+    assert main(argv) == 2
+    assert "falls between" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.skipif(PIN is None, reason="the matrix pins no CUDA release")
+def test_without_releases_the_diff_is_the_previous_read_one_against_the_pin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["release", "diff", "--only", "cuda:9.0", "--no-run", "--results", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert f"B: vLLM {PIN}" in out and f"A: vLLM {release.previous_release(str(PIN))}" in out

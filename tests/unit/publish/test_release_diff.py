@@ -1,0 +1,148 @@
+"""The release diff on hand-built records of two releases' emulated CUDA 9.0 cells: which
+moves kvrig's rule switches explain, and which are red."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kvrig.define import named_release
+from kvrig.define.cells import Cell, expand
+from kvrig.define.matrix import Matrix
+from kvrig.publish import release_diff as rd
+
+from ..builders import gpu_matrix
+
+
+def _cells(version: str, **case: Any) -> Cell:
+    data = gpu_matrix(**case)
+    matrix = Matrix.model_validate(copy.deepcopy(data))
+    matrix = named_release.apply(matrix, ["cuda"], named_release.parse(version))
+    return expand(matrix, "cuda", gpu_arch="9.0", device_emulated=True)[0]
+
+
+def _ran(block: int, kernels: list[int] | None = None, backend: str = "FLASH_ATTN") -> dict:
+    return {
+        "outcome": "configured",
+        "worker_block_size": block,
+        "kernel_block_sizes": kernels if kernels is not None else [block, block],
+        "layer_backends": {"model.layers.0.mixer": "MAMBA2_ATTN", "model.layers.1.a": backend},
+    }
+
+
+def _early(block: int, *names: str) -> dict:
+    message = (
+        f"Aligned KV cache block size {block} is not supported by attention backend(s):"
+        f" {', '.join(names)}."
+    )
+    return {
+        "outcome": "error",
+        "error": {
+            "type": "ValueError",
+            "message": message,
+            "function": "_check_aligned_block_size",
+        },
+        "kv_cache_sized_before_error": False,
+        "layer_backends": {"model.layers.1.a": "FLASH_ATTN"},
+    }
+
+
+OLD = rd.Side("0.33.0", "0.33.0")
+NEW = rd.Side("0.34.0", "0.34.0")
+
+
+def _pair(old: dict, new: dict, **case: Any) -> rd.CellPair:
+    return rd.CellPair(
+        "cuda-sm90-emulated", _cells("0.33.0", **case), _cells("0.34.0", **case), old, new
+    )
+
+
+def test_the_new_start_size_explains_granite_moving_from_144_to_192() -> None:
+    found = rd.diff([_pair(_ran(144), _ran(192))], OLD, NEW)
+    assert found.compared == 1 and len(found.moves) == 1
+    move = found.moves[0]
+    assert move.explained, move.why
+    assert move.aspects == ("block",)  # the kernel sizes follow the block: not a move
+    assert move.switches and move.switches[0].startswith("default_block_size 16 -> 64")
+    assert "a run at 144 -> a run at 192" in move.why
+    assert not found.red
+    assert "explained: 1 cells compared" in rd.summary(found)
+
+
+def test_nothing_moved_is_no_move() -> None:
+    assert rd.diff([_pair(_ran(144), _ran(144))], OLD, OLD).moves == []
+
+
+def test_a_size_the_rules_do_not_compute_is_red() -> None:
+    found = rd.diff([_pair(_ran(144), _ran(256))], OLD, NEW)
+    move = found.moves[0]
+    assert not move.explained and found.red
+    assert "vLLM 0.34.0 did a run at 256; its rules compute a run at 192" in move.why
+
+
+def test_a_move_where_both_releases_rules_agree_is_red_and_names_the_unread_side() -> None:
+    patched = rd.Side("0.34.0 with the Python of x.diff", "0.34.0", unread="a patch")
+    pair = rd.CellPair(
+        "cuda-sm90-emulated", _cells("0.34.0"), _cells("0.34.0"), _ran(192), _ran(256)
+    )
+    move = rd.diff([pair], NEW, patched).moves[0]
+    assert not move.explained
+    assert "its rules compute a run at 192" in move.why
+
+
+def test_moves_the_rules_cannot_speak_of_are_red() -> None:
+    found = rd.diff([_pair(_ran(144), _ran(192, backend="FLASHINFER"))], OLD, NEW)
+    move = found.moves[0]
+    assert not move.explained
+    assert "backends: FLASH_ATTN, MAMBA2_ATTN -> FLASHINFER, MAMBA2_ATTN" in move.why
+    found = rd.diff([_pair(_ran(144), _ran(192, kernels=[192, 64]))], OLD, NEW)
+    assert not found.moves[0].explained and "kernels" in found.moves[0].aspects
+
+
+def test_an_early_error_that_moved_with_the_start_is_explained() -> None:
+    # An exact [16, 64] sibling takes either start; alignment lands past both.
+    sizes = [16, 64]
+    sibling = {"siblings": [{"name": "KVRIG_SIBLING", "layers": "model.layers.3.", "sizes": sizes}]}
+    case = {
+        "crafted": sibling,
+        "expect": {"cuda": {"outcome": "early_error", "backends": ["KVRIG_SIBLING"]}},
+    }
+    assert rd.predict(_cells("0.33.0", **case))[0] == rd.Predicted(
+        "early_error", 144, ("KVRIG_SIBLING",)
+    )
+    pair = _pair(_early(144, "KVRIG_SIBLING"), _early(192, "KVRIG_SIBLING"), **case)
+    move = rd.diff([pair], OLD, NEW).moves[0]
+    assert move.explained, move.why
+    assert move.aspects == ("block",)
+    # The same move naming another backend than the rules compute is red.
+    pair = _pair(_early(144, "KVRIG_SIBLING"), _early(192, "FLASH_ATTN"), **case)
+    assert not rd.diff([pair], OLD, NEW).moves[0].explained
+
+
+def test_a_cell_missing_on_one_side_is_red() -> None:
+    found = rd.diff([_pair(_ran(144), None)], OLD, NEW)  # type: ignore[arg-type]
+    assert found.red and found.missing and "no record on 0.34.0" in found.missing[0]
+
+
+def test_a_literal_size_the_new_release_moves_is_a_matrix_change_for_review() -> None:
+    expect = {"cuda": {"outcome": "runs", "invariants": {"block_size": 144}}}
+    found = rd.diff([_pair(_ran(144), _ran(192), expect=expect)], OLD, NEW)
+    assert [c.what for c in found.changes] == ["cuda (9.0): block size 144 -> 192"]
+    text = rd.terminal(found)
+    assert "for review; nothing was applied" in text and "144 -> 192" in text
+    assert "UNEXPLAINED" not in text
+
+
+def test_an_outcome_the_new_release_contradicts_is_a_matrix_change() -> None:
+    found = rd.diff([_pair(_ran(144), _early(192, "FLASH_ATTN"))], OLD, NEW)
+    assert any("expected runs, the release shows an early error" in c.what for c in found.changes)
+
+
+def test_the_texts_carry_every_move_and_the_verdict() -> None:
+    found = rd.diff([_pair(_ran(144), _ran(192)), _pair(_ran(144), _ran(256))], OLD, NEW)
+    md = rd.markdown(found, "t")
+    page = rd.to_html(found, "t")
+    assert md.count("`cuda-sm90-emulated-granite_hybrid-c`") == 2 and "**UNEXPLAINED**" in md
+    assert "class='red'" in page and "class='ok'" in page
+    data = rd.as_json(found)
+    assert data["red"] is True and len(data["moves"]) == 2
