@@ -1,6 +1,7 @@
 """Every cell matrix.yaml expands to, on every column, as one digest each: what a reshaped
 matrix must keep (define/test_matrix_shorthands.py). Regenerate after a deliberate change
-of the cells (not of their prose):
+of the cells (a case added or changed; not their prose), from the checkout's root, and
+review the diff (REGENERATE, which the failing test prints):
 
     python -m tests.unit.cells_snapshot > tests/unit/data/matrix-cells.json
 """
@@ -20,6 +21,8 @@ from kvrig.host import isa
 from .builders import ROOT
 
 MATRIX = ROOT / "matrix.yaml"
+# The one command that writes the snapshot; the test that reads it prints it on failure.
+REGENERATE = "python -m tests.unit.cells_snapshot > tests/unit/data/matrix-cells.json"
 PROSE = {"doc", "review", "expect", "expect_by_isa", "expect_by_arch"}
 
 

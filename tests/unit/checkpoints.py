@@ -80,6 +80,11 @@ QWEN36_35B = {
         "dtype": "bfloat16",
     },
 }
+# HF Qwen/Qwen3.5-35B-A3B: the text_config shapes of Qwen3.6-35B-A3B above (public copies
+# of both), which are also transformers' Qwen3_5MoeTextConfig defaults, documented for
+# this checkpoint (hidden 2048, 40 layers, 16 heads / 2 KV heads of 256, GDN 16 key / 32
+# value heads of 128, conv 4)
+QWEN35_35B = QWEN36_35B
 QWEN35_27B = {
     # HF Qwen/Qwen3.5-27B text_config (hidden 5120, 24 heads / 4 KV heads of 256, GDN 16 key
     # / 48 value heads of 128, mamba_ssm_dtype float32), as in public copies of it

@@ -20,8 +20,10 @@ from typing import Any
 from kvrig.cli import in_turn
 from kvrig.cli.usage import UsageError
 from kvrig.define import column_choice, column_options, gpus, named_release
-from kvrig.define.matrix import Matrix, VllmSource, default_matrix, load
+from kvrig.define.loader import default_matrix
+from kvrig.define.matrix import Matrix, load
 from kvrig.define.paths import column_name, results_folder
+from kvrig.define.platform_spec import VllmSource
 from kvrig.host import hardware, isa
 from kvrig.provision import overlay, release_env
 from kvrig.publish import pipeline
@@ -311,13 +313,7 @@ def register(sub: Any) -> None:
         " args go to each column's pytest)",
         allow_abbrev=False,
     )
-    em.add_argument(
-        "--only",
-        action="append",
-        metavar="DEVICE",
-        help="only this device (cuda:9.0, xpu:bmg) or platform (cuda); repeatable",
-    )
-    em.add_argument("--rerun", action="store_true", help="run every cell again (default: resume)")
+    in_turn.declare_emulated(em)
     em.add_argument(
         "--vllm",
         metavar="RELEASE",

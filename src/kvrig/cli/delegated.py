@@ -1,6 +1,6 @@
 """Commands whose command line is their own module's: `kvrig container` and `kvrig bench`.
 
-The container's options are read with its plan (kvrig.containers.plan: what --dry-run
+The container's options are read by kvrig.containers.args (what --dry-run
 prints is what runs, and its pytest arguments pass through exactly as given), the
 benchmark's with the benchmark; kvrig hands them everything after the command's name.
 """
@@ -20,7 +20,7 @@ def _container(argv: Sequence[str], matrix: str | None) -> int:
 
 
 def _bench(argv: Sequence[str], matrix: str | None) -> int:
-    if matrix:  # read by every process the benchmark starts (kvrig.define.matrix)
+    if matrix:  # read by every process the benchmark starts (kvrig.define.loader)
         os.environ["KVRIG_MATRIX"] = matrix
     return bench.main(list(argv))
 

@@ -16,7 +16,8 @@ from typing import Any
 from kvrig.cli.results import folders_of
 from kvrig.cli.usage import UsageError
 from kvrig.define.column_names import hardware_columns
-from kvrig.define.matrix import PLATFORMS, load
+from kvrig.define.matrix import load
+from kvrig.define.vllm_names import PLATFORMS
 from kvrig.publish import gate as gate_mod
 from kvrig.publish import repro
 from kvrig.publish import results as results_mod

@@ -7,11 +7,27 @@ process and the outcome is one line per column, red if any column is.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
 Run = Callable[[Sequence[str]], int]
+
+
+def declare_emulated(parser: argparse.ArgumentParser) -> None:
+    """`--only DEVICE` and `--rerun`, as every command that runs the emulated columns in
+    turn takes them (`kvrig emulated`, `kvrig release diff`): declared once, so the two
+    choose devices and resume alike and say so in the same words."""
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="DEVICE",
+        help="only this device (cuda:9.0, xpu:bmg) or platform (cuda); repeatable",
+    )
+    parser.add_argument(
+        "--rerun", action="store_true", help="run every cell again (default: resume)"
+    )
 
 
 def kvrig_command(matrix: str | None, *args: str) -> list[str]:

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from kvrig.cli.usage import UsageError
-from kvrig.define import column_choice
+from kvrig.define import column_choice, show
 from kvrig.define.cells import Cell, expand
-from kvrig.define.matrix import PLATFORMS, load
+from kvrig.define.matrix import Matrix, load
+from kvrig.define.vllm_names import PLATFORMS
 from kvrig.host import hardware, isa
 from kvrig.publish import pipeline
 from kvrig.rules import versions
@@ -30,6 +31,8 @@ def cmd_validate(ns: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_cells(ns: argparse.Namespace, extra: list[str]) -> int:
     m = load(ns.matrix)
+    if ns.show:
+        return _show(m, ns.show)
     # Named, not run: a class or a device this host lacks still lists its cells.
     choice = column_choice.requested(ns.platform, ns.isa, ns.emulate, ns.gpu_arch)
     cells = expand(
@@ -45,6 +48,15 @@ def cmd_cells(ns: argparse.Namespace, extra: list[str]) -> int:
     for cell in cells:
         gate = " [gate]" if cell.case.gate else ""
         print(f"{cell.id:<45} {cell.expect.outcome:<12}{gate}")
+    return 0
+
+
+def _show(m: Matrix, wanted: str) -> int:
+    """A case or cell as it expands, each value after its line (kvrig.define.show)."""
+    try:
+        print("\n".join(show.show(m, wanted)))
+    except show.UnknownId as exc:
+        raise UsageError(str(exc)) from None
     return 0
 
 
@@ -88,6 +100,12 @@ def register(sub: Any) -> None:
         "--explain",
         metavar="CELL",
         help="print how kvrig.rules computes this cell's outcome (the verdict's steps)",
+    )
+    cl.add_argument(
+        "--show",
+        metavar="ID",
+        help="print a case (its id, or <model>-<case>) or a cell as it expands, each value"
+        " after the matrix.yaml line it comes from",
     )
     cl.set_defaults(run=cmd_cells)
     pl = sub.add_parser("pipeline", help="print the CI pipeline generated from the matrix")

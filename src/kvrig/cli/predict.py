@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from kvrig.cli.usage import UsageError
-from kvrig.define.matrix import MatrixError, default_matrix, load
+from kvrig.define.loader import default_matrix
+from kvrig.define.matrix import MatrixError, load
 from kvrig.host import hardware, isa
-from kvrig.rules import choices, shapes, versions
+from kvrig.rules import choices, rocm, shapes, versions
 from kvrig.rules import predict as predict_mod
 
 
@@ -77,6 +78,7 @@ def cmd_predict(ns: argparse.Namespace, extra: list[str]) -> int:
         num_speculative_tokens=ns.num_speculative_tokens,
         gpu_arch=ns.gpu_arch,
         isa=cls if ns.platform == "cpu" else None,
+        aiter=ns.aiter,
     )
     try:
         out = predict_mod.predict(config, settings)
@@ -120,7 +122,13 @@ def register(sub: Any) -> None:
     pr.add_argument(
         "--gpu-arch",
         help="the CUDA GPU's compute capability (decides the backend and GDN prefill), one"
-        f" kvrig keeps rules for: {', '.join(choices.PREDICTED_GPUS)}",
+        f" kvrig keeps rules for: {', '.join(choices.PREDICTED_GPUS)}; on rocm the gfx target"
+        f" (decides the backend): {', '.join(rocm.ARCHS)} (default: the Instinct boards')",
+    )
+    pr.add_argument(
+        "--aiter",
+        action="store_true",
+        help="on rocm: VLLM_ROCM_USE_AITER=1 with AMD's aiter installed (off by default)",
     )
     pr.add_argument("--isa", help=f"the CPU class on cpu (default: this host's): {isa.CLASSES}")
     pr.add_argument("--json", action="store_true", help="one JSON object")

@@ -26,7 +26,8 @@ from kvrig.cli import in_turn
 from kvrig.cli.usage import UsageError
 from kvrig.define import gpus, named_release
 from kvrig.define.cells import expand
-from kvrig.define.matrix import Matrix, default_matrix, load
+from kvrig.define.loader import default_matrix
+from kvrig.define.matrix import Matrix, load
 from kvrig.define.paths import RESULTS_ROOT
 from kvrig.provision import overlay
 from kvrig.publish import release_diff
@@ -374,11 +375,8 @@ def register(sub: Any) -> None:
     )
     d.add_argument("--vllm-patch", metavar="FILE", help="the new side: NEW with this diff")
     d.add_argument("--vllm-source", metavar="PATH", help="the new side: this checkout over NEW")
-    d.add_argument(
-        "--only", action="append", metavar="DEVICE", help="only cuda:9.0, xpu:bmg or cuda, ..."
-    )
+    in_turn.declare_emulated(d)
     d.add_argument("--results", metavar="DIR", help="default: results/release-diff/OLD--NEW")
-    d.add_argument("--rerun", action="store_true", help="run every cell again (default: resume)")
     d.add_argument(
         "--no-run", action="store_true", help="compare what the folders hold; run nothing"
     )

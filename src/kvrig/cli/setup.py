@@ -17,7 +17,9 @@ from typing import Any
 
 from kvrig.containers import base_image
 from kvrig.define import column_choice, named_release
-from kvrig.define.matrix import PLATFORMS, default_matrix, load
+from kvrig.define.loader import default_matrix
+from kvrig.define.matrix import load
+from kvrig.define.vllm_names import PLATFORMS
 from kvrig.provision import (
     compiler,
     engines,

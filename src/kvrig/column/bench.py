@@ -36,7 +36,8 @@ import threading
 import time
 from pathlib import Path
 
-from kvrig.define.matrix import default_matrix, load
+from kvrig.define.loader import default_matrix
+from kvrig.define.matrix import load
 from kvrig.host import hardware, isa
 from kvrig.provision import install, uv, vllm_install
 from kvrig.run.procs import pss_mb, tree_pids

@@ -11,18 +11,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
+from kvrig.column.column_run import COLUMN_KEY, ColumnRun
 from kvrig.column.one_cell import Judged, run_and_judge
 from kvrig.define.cells import Cell
 from kvrig.judge.verdict import Status
 from kvrig.publish import report, repro, results
 from kvrig.run.forkserver import ServerError
-
-if TYPE_CHECKING:
-    from kvrig.column.plugin import ColumnRun
 
 
 class CellFailed(Exception):
@@ -54,8 +52,9 @@ class MatrixFile(pytest.File):
 
 
 def markers(cell: Cell) -> list[str]:
-    """The family, the expectation, and `gate` for cells that gate a release."""
-    marks = [cell.model.family, f"expect_{cell.expect.outcome}"]
+    """The family, the expectation, and `gate` for cells that gate a release: plain str,
+    as pytest-xdist sends an item's keywords to the controller and cannot send an enum."""
+    marks = [cell.model.family.value, f"expect_{cell.expect.outcome}"]
     return [*marks, "gate"] if cell.case.gate else marks
 
 
@@ -107,6 +106,3 @@ class CellItem(pytest.Item):
         source = self.cell.source or ""
         _, _, line = source.rpartition(":")
         return self.path, (int(line) - 1 if line.isdigit() else None), self.cell.id
-
-
-COLUMN_KEY = pytest.StashKey["ColumnRun"]()

@@ -10,39 +10,37 @@ emulates, refusing a host that cannot run it), with the options of
 kvrig.define.column_options under their `--kvrig-` names, resumes an
 unfinished run (kvrig.column.resume), keeps one warm vLLM parent pool per pytest(-xdist)
 process, shows progress, and prints the column's summary and report at the end.
+
+The hooks alone: the run they share with the items is kvrig.column.column_run.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kvrig.column import progress, resume
-from kvrig.column.items import COLUMN_KEY, CellItem, MatrixFile
-from kvrig.define import column_choice, column_options, named_release
-from kvrig.define.cells import Cell, expand, skipped_for_needs, with_needs_met
-from kvrig.define.matrix import Matrix, MatrixError, load
-from kvrig.define.paths import results_folder
+from kvrig.column import column_run, progress, resume
+from kvrig.column.column_run import COLUMN_KEY, column_facts
+from kvrig.column.items import CellItem, MatrixFile
+from kvrig.define import column_choice, column_options
+from kvrig.define.matrix import MatrixError
+from kvrig.define.vllm_models import Family
 from kvrig.host import device
-from kvrig.provision import install, libcuda_stub
+from kvrig.provision import libcuda_stub
 from kvrig.publish import pipeline, report
 from kvrig.publish import results as results_mod
-from kvrig.run.cell import STUB_ENV, STUB_SYMBOLS_ENV, cell_env
-from kvrig.run.emulation import wheel
 from kvrig.run.emulation.wheel import EmulationError
-from kvrig.run.forkserver import Pool, die_with_parent, preload_for
+from kvrig.run.forkserver import die_with_parent
 from kvrig.run.runner import ResultsFolderError, check_results_folder
 
 MARKERS = {
-    "hybrid_mamba": "cells of hybrid Mamba2 models (GraniteMoeHybrid, NemotronH)",
-    "gdn": "cells of gated-delta-net models (Qwen3-Next)",
-    "dsa": "cells of DeepSeek sparse attention models (DeepSeek-V3.2)",
-    "dense": "cells of non-hybrid control models",
+    Family.HYBRID_MAMBA: "cells of hybrid Mamba2 models (GraniteMoeHybrid, NemotronH)",
+    Family.GDN: "cells of gated-delta-net models (Qwen3-Next)",
+    Family.DSA: "cells of DeepSeek sparse attention models (DeepSeek-V3.2)",
+    Family.DENSE: "cells of non-hybrid control models",
     "gate": "cells that gate a release",
     "expect_runs": "cells expected to run and generate",
     "expect_early_error": "cells expected to fail early in _check_aligned_block_size",
@@ -50,56 +48,6 @@ MARKERS = {
     "expect_unsupported": "cells expected to hit a platform's not-supported error",
     "expect_skip": "cells the matrix skips, with a reason",
 }
-
-
-@dataclass
-class ColumnRun:
-    """This pytest process's view of the run: the matrix (parsed once), the column's
-    cells, where results go, and (lazily) the warm parents its items fork from."""
-
-    matrix: Matrix
-    choice: column_choice.Choice
-    cells: list[Cell]
-    results: Path
-    cold: bool
-    resumed: bool = False
-    state: dict[str, Any] = field(default_factory=dict)
-    _pool: Pool | None = None
-
-    @property
-    def column(self) -> str:
-        return self.choice.column
-
-    @property
-    def platform(self) -> str:
-        return self.choice.platform
-
-    @property
-    def isa(self) -> str | None:
-        return self.choice.isa
-
-    @property
-    def emulated(self) -> bool:
-        return self.choice.emulated
-
-    @property
-    def device(self) -> str | None:
-        """The GPU architecture an emulated device's column fakes (None: real hardware)."""
-        return self.choice.device
-
-    def pool(self) -> Pool:
-        if self._pool is None:
-            self._pool = Pool(
-                warm=not self.cold,
-                log_dir=self.results / "logs",
-                preload=preload_for(self.platform, emulated=self.device is not None),
-            )
-        return self._pool
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -133,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
             f"A column run takes one matrix file; got {', '.join(map(str, matrices))}."
         )
     try:
-        run = _column_run(config, matrices[0])
+        run = column_run.from_config(config, matrices[0])
     except (
         MatrixError,
         column_choice.ChoiceError,
@@ -155,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # its warm parent and that parent's cells; otherwise it would finish its queue.
         die_with_parent()
         run.resumed = bool(config.workerinput.get("kvrig_resumed"))
-        _prestart(run)
+        run.prestart()
         return
     try:
         check_results_folder(run.results)
@@ -169,7 +117,9 @@ def pytest_configure(config: pytest.Config) -> None:
             "shard": config.getoption("--kvrig-shard"),
             "cells": sorted(config.getoption("--kvrig-cell")),
             "cold": run.cold,
-            "vllm": config.getoption("--kvrig-vllm"),
+            # The release run, not how it was asked for: `--vllm 0.34.0` where 0.34.0 is
+            # the pin resumes the plain column (the release check's pinned side does).
+            "vllm": run.named.describe() if run.named else None,
         },
         column_facts(run),
         resume.environment_parts(),
@@ -182,78 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
         progress.ProgressPlugin(config, max(1, workers)), "kvrig-progress"
     )
     if not workers:
-        _prestart(run)
-
-
-def column_facts(run: ColumnRun) -> dict[str, Any]:
-    """What a resumed run must share with the one it resumes: the column, and which cells
-    the environment could not run (a module installed since, torchvision's CPU build, must
-    not leave the first run's skips standing)."""
-    lacking = sorted(
-        c.id for c in run.cells if c.expect.outcome == "skip" and skipped_for_needs(c.expect.reason)
-    )
-    return {"column": run.column, "isa": run.isa, "device": run.device, "lacking": lacking}
-
-
-def _prestart(run: ColumnRun) -> None:
-    """The warm parent of the process that runs cells starts importing vLLM now, while
-    pytest (and xdist) collect, rather than when the first cell asks for it."""
-    first = next((c for c in run.cells if c.expect.outcome != "skip"), None)
-    if first is not None and not run.cold:
-        run.pool().prestart(cell_env(first, run.results / "cells" / first.id))
-
-
-def _column_run(config: pytest.Config, matrix_path: Path) -> ColumnRun:
-    choice = column_choice.choose(
-        config.getoption("--kvrig-platform"),
-        config.getoption("--kvrig-isa"),
-        config.getoption("--kvrig-emulate"),
-        gpu_arch=config.getoption("--kvrig-gpu-arch"),
-    )
-    # A release named on the command line stands in for the pin, in memory only.
-    matrix, named = named_release.for_column(
-        load(matrix_path), choice.platform, bool(choice.device), config.getoption("--kvrig-vllm")
-    )
-    if choice.device:
-        _prepare_emulation(config, matrix, choice.platform)
-        cells = expand(matrix, choice.platform, gpu_arch=choice.device, device_emulated=True)
-    else:
-        # A real GPU's own architecture picks its per-architecture expectations.
-        cells = expand(
-            matrix, choice.platform, isa=choice.isa, emulated=choice.emulated, gpu_arch=choice.arch
-        )
-    # A model's cells need what its vLLM code imports (Qwen3.5 on CPU: torchvision).
-    cells = with_needs_met(
-        cells, lambda m: importlib.util.find_spec(m) is not None, install.missing_module_hint
-    )
-    if not cells:
-        raise MatrixError(
-            f"{matrix_path} has no cell for the {choice.platform} platform"
-            f"{' to emulate' if choice.device else ''}: no case has an expectation under"
-            f" `expect: {choice.platform}:`. Add one, or run another platform's column."
-        )
-    given = config.getoption("--kvrig-results")
-    folder = results_folder(named_release.folder_name(choice.column, named))
-    results = Path(given) if given else config.invocation_params.dir / folder
-    return ColumnRun(
-        matrix=matrix,
-        choice=choice,
-        cells=cells,
-        results=results.resolve(),
-        cold=bool(config.getoption("--kvrig-cold")),
-    )
-
-
-def _prepare_emulation(config: pytest.Config, matrix: Matrix, platform: str) -> None:
-    """An emulated device's column runs on the matrix's CUDA wheel, with the stand-in
-    driver built, before any cell starts (not for a collection, which starts none)."""
-    if config.option.collectonly:
-        return
-    wheel.check_installed(matrix, platform)
-    folder, symbols = libcuda_stub.ensure()
-    # Inherited by xdist workers and every cell's environment (kvrig.run.cell).
-    os.environ[STUB_ENV] = str(folder)
-    os.environ[STUB_SYMBOLS_ENV] = str(symbols)
+        run.prestart()
 
 
 _MESSAGE_KEY = pytest.StashKey[str]()

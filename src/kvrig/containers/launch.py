@@ -4,9 +4,9 @@
         [--matrix PATH] [--results DIR] [--podman-compat] [--registry REG] [--push]
         [--build-only] [--from-wheels] [-- pytest args...]
 
-The commands come from kvrig.containers.plan (pure); this module is the edge that checks
-the host (kvrig.containers.preflight), runs them, and removes the container on Ctrl-C or
-SIGTERM.
+The commands come from kvrig.containers.plan (decided from values), put together by
+kvrig.containers.assemble; this module is the edge that checks the host
+(kvrig.containers.preflight), runs them, and removes the container on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -23,21 +23,16 @@ from types import FrameType
 
 from kvrig.containers import base_image, preflight
 from kvrig.containers import settings as es
+from kvrig.containers.args import Args, parse_args, requested_engine, with_gpu_arch
+from kvrig.containers.assemble import make_plan
+from kvrig.containers.facts import cache_dir, find_root, host_facts
 from kvrig.containers.plan import (
-    Args,
     Plan,
     UsageError,
-    cache_dir,
     dry_run_lines,
-    find_root,
-    host_facts,
-    make_plan,
-    parse_args,
     passage_on,
     pull_failed_line,
     push_failure,
-    requested_engine,
-    with_gpu_arch,
 )
 from kvrig.define import column_choice, gpus
 from kvrig.provision import overlay_image
@@ -165,6 +160,8 @@ def _build(plan: Plan) -> None:
         overlay_image.stage(plan.overlay, plan.stage)
     if plan.overlay is not None:
         print(f"kvrig.containers: vLLM with {plan.overlay.describe()}", flush=True)
+    for line in plan.pins.lines:
+        print(f"kvrig.containers: {line}", flush=True)
     print("+ " + shlex.join(plan.build), file=sys.stderr, flush=True)
     code, output = _run_teed(plan.build, {**_engine_env(plan.settings), **plan.build_env})
     if code != 0:
@@ -295,7 +292,9 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
             )
         )
         if local is not None:
-            plan = make_plan(args, root, host, engine, env, name, settings, local, plan.overlay)
+            plan = make_plan(
+                args, root, host, engine, env, name, settings, local, plan.overlay, plan.pins
+            )
         preflight.check_wheel(root, plan.wheel, probe)
         if preflight.check_engine_runs(
             engine,
@@ -309,7 +308,9 @@ def main(argv: Sequence[str] | None = None, probe: preflight.Probe | None = None
         ):
             settings = es.with_host_network(settings)
             print(f"kvrig.containers: {engine} setting: {settings.reasons[-1]}", flush=True)
-            plan = make_plan(args, root, host, engine, env, name, settings, local, plan.overlay)
+            plan = make_plan(
+                args, root, host, engine, env, name, settings, local, plan.overlay, plan.pins
+            )
         check_passage(plan, plan.image if have else plan.base_image, probe)
         return execute(plan, probe)
     except (preflight.PreflightError, UsageError, es.SettingsError) as exc:

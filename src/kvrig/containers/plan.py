@@ -1,14 +1,12 @@
 """A column in its container, as commands: image tag, build, run, and the dry run's lines.
 
-    kvrig container {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
-        [--matrix PATH] [--results DIR] [--podman-compat] [--isa CLASS] [--cold] [--rerun]
-        [--shard I/N] [--vllm-source PATH | --vllm-patch FILE] [--from-wheels]
-        [--registry REG] [--push] [--build-only] [-- pytest args...]
-
-The column's own options are kvrig column's (kvrig.define.column_options): --results and
-an overlay's are the host's side, the others are handed to the `kvrig column` inside.
-Arguments it does not know (e.g. `-k qwen3_next`) go to the column's pytest, as does
-everything after `--`.
+Decided, not read: every function here works on what it is given (matrix.yaml's platform,
+the host's facts, the engine's settings), so what `--dry-run` prints is what runs and unit
+tests check the commands without an engine. The one look at the host is build_args' in
+the wheel folder the settings name, for torchvision's CPU build
+(kvrig.provision.install.cpu_torchvision). What is read from the host and the checkout is
+kvrig.containers.facts', the command line kvrig.containers.args', and
+kvrig.containers.assemble puts them together into a Plan.
 
 Images are built once and shared through a registry (--registry REG, or KVRIG_REGISTRY):
 the image is then REG/kvrig-<platform>:<tag>, pulled when it is not here and built only
@@ -20,47 +18,39 @@ A platform whose vLLM is a release's image (vllm/vllm-openai:v0.33.0) gets that 
 with the rig layered on; --from-wheels builds the same release from the package index on
 the platform's base_image instead (where no registry serves vLLM's image).
 
+The matrix's pin_overrides reach an image as they reach a host (kvrig.provision.pin_check):
+kvrig.containers.facts reads the release's pins and keeps the overrides whose pin it
+declares; the build hands them to uv's --override and leaves the host's stamp
+(kvrig.provision.stamp) in the image's environment, so its records say the environment is
+not the release's own; they are build arguments, so they are in the tag.
+
 An overlay (--vllm-source, --vllm-patch, or matrix.yaml's kind: overlay) is checked on
 the host, its inputs staged in docker/overlay/ and built into the image over the image's
 own vLLM (kvrig.provision.overlay); their digest is part of the image's tag.
 
-The commands are built by pure functions from matrix.yaml and the host's facts, so what
-`--dry-run` prints is what runs, and unit tests check them without an engine. The image
-tag is a hash of everything the image is built from, so an image is built only when one
-of its inputs changed and a record's image tag names exactly what ran.
+The image tag is a hash of everything the image is built from, so an image is built only
+when one of its inputs changed and a record's image tag names exactly what ran.
 
 Settings for restricted hosts (sandboxed VMs: no CAP_SYS_RESOURCE, a hybrid cgroup layout,
-a TLS-intercepting proxy, no image registry) are decided per host by kvrig.containers.settings
-and printed one line each; `--host-settings on|off` (KVRIG_HOST_SETTINGS) forces them.
-    KVRIG_ENGINE=docker|podman: the engine, as --engine.
-    KVRIG_BASE_IMAGE=IMAGE: build on IMAGE instead of the platform's base_image. When the
-        base cannot be pulled and a local Debian image can stand in for it, that image is
-        built with debootstrap (kvrig.containers.base_image) and used, with a line saying so.
-    KVRIG_CACHE_FROM=REF: an image to take BuildKit layer cache from (a CI registry).
-    KVRIG_REGISTRY=REG: the registry images are pulled from and pushed to, as --registry.
+a TLS-intercepting proxy, no image registry) are decided per host by kvrig.containers.settings;
+the dry run prints them one line each.
 """
 
 from __future__ import annotations
 
-import argparse
-import grp
 import hashlib
 import json
-import os
 import re
 import shlex
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvrig.containers import settings as es
-from kvrig.define import column_choice, column_options, named_release, releases
-from kvrig.define.matrix import PLATFORMS, Matrix, MatrixError, PlatformSpec, VllmSource
-from kvrig.define.matrix import load as load_matrix
-from kvrig.define.paths import results_folder
-from kvrig.host import isa
-from kvrig.provision import install, overlay_image
-from kvrig.provision import overlay as overlay_mod
+from kvrig.define import releases
+from kvrig.define.platform_spec import PlatformSpec, VllmSource
+from kvrig.provision import install, overlay_image, stamp
+from kvrig.provision.pins import Override
 
 IMAGE_REPO = "kvrig-{platform}"
 CONTAINER_RESULTS = "/results"
@@ -72,17 +62,25 @@ SHM_SIZE = "8g"
 OVERLAY_STAGE = Path("docker") / "overlay"
 # Where a host's wheel folder is mounted during the build.
 BUILD_WHEELS = "/opt/kvrig-wheels"
-# What the images install besides vLLM (docker/Dockerfile.*: COPY): kvrig's dependencies
-# and code. Not its README or matrix.yaml: the matrix is mounted when the column runs, so
-# a typo fixed there rebuilds no image.
-RIG_INPUTS = ("pyproject.toml", "src")
+# What an image's stamp says installed its vLLM (kvrig.provision.stamp; the tag says the rest).
+IMAGE_ASKED = "kvrig container {platform}"
 
 
 class UsageError(Exception):
     """A bad command line or matrix; the message is one paragraph."""
 
 
-# --- facts and settings ------------------------------------------------------------------
+# --- the host and the plan -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImagePins:
+    """The matrix's pin overrides the image's vLLM install takes, as
+    kvrig.containers.facts decided them from the release's pins, and the lines that say
+    so (in the dry run, and before a build)."""
+
+    applied: tuple[Override, ...] = ()
+    lines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,6 +123,8 @@ class Plan:
     build_only: bool = False  # the image, then no column
     # The prebuilt vLLM image the build starts from (a source of kind image), if any.
     vllm_image: str | None = None
+    # The matrix's pin overrides the build takes (PIN_OVERRIDES), decided once per run.
+    pins: ImagePins = ImagePins()
 
 
 # --- image tag ---------------------------------------------------------------------------
@@ -133,29 +133,6 @@ class Plan:
 def rig_version(pyproject_text: str) -> str:
     match = re.search(r'^version\s*=\s*"([^"]+)"', pyproject_text, re.MULTILINE)
     return match.group(1) if match else "0"
-
-
-def rig_files(root: Path) -> list[Path]:
-    """The files COPY'd into the image, in a stable order; caches and bytecode excluded."""
-    files: list[Path] = []
-    for name in RIG_INPUTS:
-        path = root / name
-        if path.is_file():
-            files.append(path)
-        elif path.is_dir():
-            files.extend(
-                p
-                for p in sorted(path.rglob("*"))
-                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-            )
-    return files
-
-
-def inputs_digest(root: Path, files: Iterable[Path]) -> str:
-    h = hashlib.sha256()
-    for path in files:
-        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 def image_tag(
@@ -180,23 +157,6 @@ def image_tag(
     repo = IMAGE_REPO.format(platform=platform)
     prefix = f"{registry}/" if registry else ""
     return f"{prefix}{repo}:{version}-{h.hexdigest()[:12]}"
-
-
-def registry_name(text: str) -> str:
-    """A registry and namespace as an image name's prefix (ghcr.io/owner), lower-cased:
-    image names must be, and GitHub's owner names need not be."""
-    name = text.strip().rstrip("/").lower()
-    parts = name.split("/")
-    # A colon in a later part is an image's tag; in the only part, a host's port.
-    tagged = len(parts) > 1 and ":" in parts[-1]
-    if not name or "://" in name or any(ch.isspace() for ch in name) or tagged:
-        raise UsageError(
-            f"--registry {text!r} is not a registry: give its host and namespace, without a"
-            " scheme or an image tag (for example --registry ghcr.io/my-org, or"
-            " KVRIG_REGISTRY=registry.example.com:5000/ci); the image is then"
-            " <registry>/kvrig-<platform>:<tag>."
-        )
-    return name
 
 
 def pull_failed_line(image: str, registry: str, engine: str, output: str) -> str:
@@ -224,6 +184,21 @@ def push_failure(image: str, registry: str, engine: str, code: int, output: str)
 # --- build ---------------------------------------------------------------------------------
 
 
+def from_wheels(spec: PlatformSpec, platform: str) -> PlatformSpec:
+    """The platform with its vLLM installed from the index on its base_image: a release's
+    image gives way to that release's wheel (kvrig.define.platform_spec.VllmSource.wheels)."""
+    if spec.vllm.kind != "image":
+        return spec  # already installed from the index, a wheel or a git ref
+    wheels = spec.vllm.wheels
+    if wheels is None:
+        raise UsageError(
+            f"--from-wheels installs the release {platform}'s vLLM image is of, and the image"
+            f" {spec.vllm.image} names none in its tag. Give it"
+            f" (platforms.{platform}.vllm.version), or drop --from-wheels."
+        )
+    return spec.model_copy(update={"vllm": wheels})
+
+
 def _source_args(src: VllmSource) -> dict[str, str]:
     """Where the image's vLLM comes from, as the Dockerfile's VLLM_* arguments."""
     args = {"VLLM_SOURCE": src.kind}
@@ -243,18 +218,39 @@ def _source_args(src: VllmSource) -> dict[str, str]:
     return args
 
 
+def _install_record(
+    platform: str, src: VllmSource, pinned: Sequence[Override], excluded: Sequence[str]
+) -> dict[str, str]:
+    """The overrides uv's install in the image takes (PIN_OVERRIDES: requirements,
+    space-separated, as the matrix's exact pins are written) and the stamp the build
+    leaves (VLLM_STAMP, planned here: the host knows why each override is taken, the
+    image only the version that landed). Nothing for a prebuilt vLLM image, which
+    installs no vLLM."""
+    if src.kind == "image":
+        return {}
+    asked = IMAGE_ASKED.format(platform=platform)
+    planned = stamp.planned(install.release_of(src), pinned, excluded, asked)
+    args = {"VLLM_STAMP": json.dumps(planned, sort_keys=True, separators=(",", ":"))}
+    if pinned:
+        args["PIN_OVERRIDES"] = " ".join(o.requirement for o in pinned)
+    return args
+
+
 def build_args(
     platform: str,
     spec: PlatformSpec,
     base_override: str | None = None,
     settings: es.EngineSettings = es.NO_SETTINGS,
+    pinned: Sequence[Override] = (),
 ) -> dict[str, str]:
-    """The Dockerfile's build arguments for a platform of matrix.yaml."""
+    """The Dockerfile's build arguments for a platform of matrix.yaml; `pinned`, the
+    matrix's pin overrides its release calls for (kvrig.containers.facts.image_pins)."""
     src = spec.vllm.installed  # an overlay's base; the overlay itself is built on top
     args = {"BASE_IMAGE": base_override or spec.base_image, **_source_args(src)}
     # A prebuilt vLLM image brings its own torch: the index would key nothing it installs.
     args["TORCH_INDEX"] = (spec.torch_index or "") if src.kind != "image" else ""
     extra = [*spec.extra_packages]
+    excluded: tuple[str, ...] = ()
     if platform == "cpu":
         # PyPI's CUDA builds kept out of a CPU vLLM, torchvision's CPU build taken where
         # the build can have it, as on the host (kvrig.provision.install).
@@ -267,13 +263,15 @@ def build_args(
             if src.kind != "image"
             else None
         )
-        args["EXCLUDED_PACKAGES"] = " ".join(install.cpu_excluded(torchvision))
+        excluded = install.cpu_excluded(torchvision)
+        args["EXCLUDED_PACKAGES"] = " ".join(excluded)
         extra = [torchvision, *extra] if torchvision else extra
     if platform == "cuda" and src.kind != "image":
         # The pins that keep the CUDA wheel's resolution importable, as on the host.
         extra = [*install.CUDA_PINS, *extra]
     if extra:
         args["EXTRA_PACKAGES"] = " ".join(extra)
+    args.update(_install_record(platform, src, pinned, excluded))
     if settings.ca_bundle:
         args.update(PIP_CERT=settings.ca_bundle, SSL_CERT_FILE=settings.ca_bundle)
     if settings.find_links:
@@ -479,369 +477,7 @@ def digest_command(engine: str, tag: str, flags: Sequence[str] = ()) -> list[str
     return [engine, *flags, "image", "inspect", "--format", "{{.Id}}", tag]
 
 
-# --- command line --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Args:
-    platform: str
-    dry_run: bool
-    engine: str
-    matrix: Path | None
-    results: Path | None
-    host_settings: str | None
-    pytest_args: list[str]
-    vllm_source: str | None = None
-    vllm_patch: str | None = None
-    # The column's options the `kvrig column` in the container is given, as its command line.
-    column_args: tuple[str, ...] = ()
-    cpu_class: str = isa.NATIVE  # --isa
-    # The CUDA GPU's architecture (--gpu-arch, or the host's GPU's): it names the column.
-    gpu_arch: str | None = None
-    # The GPU the column emulates in the image (--emulate): no device is passed in.
-    emulate: str | None = None
-    registry: str | None = None  # --registry / KVRIG_REGISTRY
-    push: bool = False
-    build_only: bool = False
-    from_wheels: bool = False  # the release's wheels, not its prebuilt vLLM image
-    vllm: str | None = None  # --vllm: a release named instead of the matrix's pin
-
-
-def with_gpu_arch(args: Args, arch: str) -> Args:
-    """The CUDA column on the host's GPU: named for its architecture on the host, and the
-    `kvrig column` in the container told it, so that a container seeing another GPU is
-    refused there too."""
-    handed = list(args.column_args)
-    if "--gpu-arch" not in handed:
-        handed += ["--gpu-arch", arch]
-    return replace(args, gpu_arch=arch, column_args=tuple(handed))
-
-
-def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
-    """Our options, with unknown ones and everything after `--` kept for pytest."""
-    env = dict(os.environ) if env is None else env
-    argv = list(argv)
-    tail: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, tail = argv[:cut], argv[cut + 1 :]
-    parser = argparse.ArgumentParser(
-        prog="kvrig container",
-        allow_abbrev=False,
-        description="Build a platform's image and run its column of the matrix inside it.",
-        epilog="Other arguments, and all after `--`, are passed to the column's pytest.",
-    )
-    parser.add_argument("platform", choices=PLATFORMS)
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print the build and run commands and exit"
-    )
-    engine = env.get("KVRIG_ENGINE") or "auto"
-    if engine not in ENGINES:
-        raise UsageError(
-            f"KVRIG_ENGINE={engine!r} is not one of {', '.join(ENGINES)}. Unset it to take"
-            " Docker when its daemon answers, else Podman."
-        )
-    parser.add_argument("--engine", choices=ENGINES, default=engine, help="also KVRIG_ENGINE")
-    parser.add_argument("--matrix", type=Path, help="matrix file (default: the checkout's)")
-    parser.add_argument(
-        "--host-settings",
-        choices=es.MODES,
-        help="restricted-host engine settings: auto (default), on or off (KVRIG_HOST_SETTINGS)",
-    )
-    parser.add_argument(
-        "--podman-compat",
-        dest="host_settings",
-        action="store_const",
-        const="on",
-        help="same as --host-settings on (also KVRIG_PODMAN_COMPAT=1)",
-    )
-    _declare_image_options(parser, env)
-    column_options.declare(parser.add_argument, column_options.CONTAINER)
-    ns, unknown = parser.parse_known_args(argv)
-    _check_gpu_arch(ns.platform, ns.gpu_arch, ns.emulate, ns.isa)
-    registry = registry_name(ns.registry) if ns.registry else None
-    if ns.push and registry is None:
-        raise UsageError(
-            "--push pushes the image to a registry, and none is named. Pass --registry REG"
-            " (for example --registry ghcr.io/my-org) or set KVRIG_REGISTRY, and log in to it"
-            " first (`docker login ghcr.io`)."
-        )
-    handed_on = {
-        o.dest: getattr(ns, o.dest)
-        for o in column_options.options(column_options.CONTAINER)
-        if o.dest not in _HOST_SIDE
-    }
-    return Args(
-        ns.platform,
-        ns.dry_run,
-        ns.engine,
-        ns.matrix,
-        Path(ns.results) if ns.results else None,
-        ns.host_settings,
-        [*unknown, *tail],
-        ns.vllm_source,
-        ns.vllm_patch,
-        tuple(column_options.command_line(handed_on, column_options.CLI)),
-        ns.isa,
-        ns.gpu_arch,
-        ns.emulate,
-        registry,
-        ns.push,
-        ns.build_only,
-        ns.from_wheels,
-        vllm=ns.vllm,
-    )
-
-
-def _check_gpu_arch(platform: str, gpu_arch: str | None, emulate: str | None, cls: str) -> None:
-    """--gpu-arch names the real CUDA GPU the column runs on: refused here, in this
-    command's own terms (the platform is its first argument), beside a CPU class or an
-    emulated device, and off CUDA."""
-    if not gpu_arch:
-        return
-    if platform != "cuda":
-        raise UsageError(
-            f"--gpu-arch {gpu_arch} names the architecture of the CUDA GPU a column runs on,"
-            f" and the {platform} column has none: leave it out, or run the CUDA column"
-            f" (`kvrig container cuda --gpu-arch {gpu_arch}`)."
-        )
-    if emulate or cls != isa.NATIVE:
-        given = f"--emulate {emulate}" if emulate else f"--isa {cls}"
-        raise UsageError(
-            f"--gpu-arch {gpu_arch} names the real GPU the CUDA column runs on, and {given}"
-            " names something else to run (an emulated device's architecture is --emulate's;"
-            " a CPU class is the cpu column's): give one of them."
-        )
-
-
-def _declare_image_options(parser: argparse.ArgumentParser, env: dict[str, str]) -> None:
-    """Where the image comes from: a registry shared by the hosts, or the release's wheels."""
-    parser.add_argument(
-        "--registry",
-        default=env.get("KVRIG_REGISTRY") or None,
-        metavar="REG",
-        help="pull REG/kvrig-<platform>:<tag> when absent, build only when that fails"
-        " (also KVRIG_REGISTRY)",
-    )
-    parser.add_argument(
-        "--push", action="store_true", help="push the image to the registry (built or found)"
-    )
-    parser.add_argument(
-        "--build-only",
-        action="store_true",
-        help="build (and with --push push) the image, run no column: no device needed",
-    )
-    parser.add_argument(
-        "--from-wheels",
-        action="store_true",
-        help="build the platform's vLLM release from the package index on its base_image,"
-        " not on the release's vLLM image (where no registry serves it)",
-    )
-
-
-# The column's options the host reads itself: the results folder it mounts, the overlay
-# it builds into the image.
-_HOST_SIDE = ("results", "vllm_source", "vllm_patch")
-ENGINES = ("auto", "docker", "podman")
-
-
-def requested_engine(args: Args, env: dict[str, str]) -> str:
-    """Forcing the restricted-host settings on means Podman: they are Podman's settings."""
-    forced = args.host_settings == "on" or (
-        args.host_settings is None and env.get("KVRIG_PODMAN_COMPAT", "") not in ("", "0")
-    )
-    return "podman" if forced and args.engine == "auto" else args.engine
-
-
-def find_root(start: Path) -> Path:
-    """The checkout: the first folder upwards holding docker/ and pyproject.toml.
-
-    nox installs kvrig into its own venv, so the module's location says nothing about the
-    checkout; the working directory does.
-    """
-    for folder in (start, *start.parents):
-        if (folder / "docker" / "Dockerfile.cpu").is_file() and (
-            folder / "pyproject.toml"
-        ).is_file():
-            return folder
-    fallback = Path(__file__).resolve().parents[2]
-    if (fallback / "docker").is_dir():
-        return fallback
-    raise UsageError(
-        f"No kvrig checkout (a folder with docker/Dockerfile.cpu and pyproject.toml) holds"
-        f" {start}. Run from the checkout, where the images are built from."
-    )
-
-
-def render_gids(dri: Path = Path("/dev/dri")) -> tuple[int, ...]:
-    """The groups owning the GPU nodes (render, sometimes video): what --group-add needs."""
-    gids = (
-        {p.stat().st_gid for p in sorted(dri.glob("*")) if not p.is_dir()}
-        if dri.is_dir()
-        else set()
-    )
-    if not gids:
-        try:
-            gids = {grp.getgrnam("render").gr_gid}
-        except KeyError:
-            gids = set()
-    return tuple(sorted(g for g in gids if g != 0))
-
-
-def load_for(args: Args, root: Path) -> tuple[Matrix, named_release.NamedRelease | None]:
-    """The matrix the column runs on (a release named with --vllm in place of the pin),
-    and that release when it is not the pin."""
-    matrix_path = args.matrix or root / "matrix.yaml"
-    try:
-        return named_release.for_column(
-            load_matrix(matrix_path), args.platform, args.emulate is not None, args.vllm
-        )
-    except MatrixError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def load_spec(args: Args, root: Path) -> PlatformSpec:
-    matrix_path = args.matrix or root / "matrix.yaml"
-    matrix, _ = load_for(args, root)
-    spec = matrix.platforms.get(args.platform)  # type: ignore[call-overload]
-    if spec is None:
-        raise UsageError(
-            f"{matrix_path} defines no platform {args.platform!r} (it defines"
-            f" {', '.join(matrix.platforms) or 'none'}). Add it under platforms, or pick one"
-            " of those."
-        )
-    return from_wheels(spec, args.platform) if args.from_wheels else spec
-
-
-def from_wheels(spec: PlatformSpec, platform: str) -> PlatformSpec:
-    """The platform with its vLLM installed from the index on its base_image: a release's
-    image gives way to that release's wheel (kvrig.define.matrix.VllmSource.wheels)."""
-    if spec.vllm.kind != "image":
-        return spec  # already installed from the index, a wheel or a git ref
-    wheels = spec.vllm.wheels
-    if wheels is None:
-        raise UsageError(
-            f"--from-wheels installs the release {platform}'s vLLM image is of, and the image"
-            f" {spec.vllm.image} names none in its tag. Give it"
-            f" (platforms.{platform}.vllm.version), or drop --from-wheels."
-        )
-    return spec.model_copy(update={"vllm": wheels})
-
-
-def cache_dir(env: dict[str, str]) -> Path:
-    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvrig"
-
-
-def make_plan(
-    args: Args,
-    root: Path,
-    host: Host,
-    engine: str,
-    env: dict[str, str],
-    name: str,
-    settings: es.EngineSettings | None = None,
-    base_override: str | None = None,
-    staged: overlay_image.Staged | None = None,
-) -> Plan:
-    """The whole column as commands; reads the checkout's files but changes nothing.
-
-    `staged`: the overlay's inputs an earlier plan of the same run read already (a
-    checkout's are every file of its package, hashed), so a plan made again for another
-    base image or network setting does not read them again."""
-    spec = load_spec(args, root)
-    if settings is None:
-        settings = es.decide(engine, es.HostFacts(), env, cache_dir(env), args.host_settings)
-    bargs = build_args(
-        args.platform, spec, base_override or env.get("KVRIG_BASE_IMAGE") or None, settings
-    )
-    staged = staged or staged_overlay(args, spec, root)
-    if staged is not None:
-        bargs.update(VLLM_OVERLAY=staged.kind, VLLM_OVERLAY_DIGEST=staged.digest)
-    dockerfile = (root / "docker" / f"Dockerfile.{args.platform}").read_bytes()
-    files = rig_files(root)
-    tag = image_tag(
-        args.platform,
-        dockerfile,
-        rig_version((root / "pyproject.toml").read_text()),
-        inputs_digest(root, files),
-        bargs,
-        args.registry,
-    )
-    # An emulated CPU class (--isa avx2, or pytest's --kvrig-isa) writes its own column's folder.
-    cls, _ = isa.take_arg(args.cpu_class, args.pytest_args)
-    try:
-        column = column_choice.requested(
-            args.platform, cls, args.emulate, gpu_arch=args.gpu_arch
-        ).column
-    except column_choice.ChoiceError as exc:
-        raise UsageError(str(exc)) from None
-    column = named_release.folder_name(column, load_for(args, root)[1])
-    if staged is not None and (args.vllm_source or args.vllm_patch):
-        # Beside the release's results, not over them: `kvrig compare` reads both.
-        column = f"{column}-overlay-{staged.digest[:8]}"
-    results = (args.results or root / results_folder(column)).resolve()
-    # Always mounted: the images hold no matrix of their own.
-    custom_matrix = (args.matrix or root / "matrix.yaml").resolve()
-    flags = es.global_flags(settings)
-    return Plan(
-        platform=args.platform,
-        engine=engine,
-        image=tag,
-        container=name,
-        results=results,
-        build=build_command(
-            engine, root, args.platform, tag, bargs, settings, env.get("KVRIG_CACHE_FROM") or None
-        ),
-        build_env=build_env(engine, settings),
-        run=run_command(
-            engine,
-            args.platform,
-            tag,
-            name,
-            results,
-            host,
-            [*args.column_args, *args.pytest_args],
-            custom_matrix,
-            settings,
-            device=args.emulate is None,
-        ),
-        remove=remove_command(engine, name, flags),
-        digest=digest_command(engine, tag, flags),
-        base_image=bargs["BASE_IMAGE"],
-        global_flags=flags,
-        settings=settings,
-        wheel=spec.vllm.installed.wheel if spec.vllm.installed.kind == "wheel" else None,
-        results_owner=results_owner(engine, host),
-        overlay=staged,
-        stage=root / OVERLAY_STAGE,
-        passthrough=(
-            passthrough_command(engine, args.platform, bargs["BASE_IMAGE"], host, settings)
-            if args.emulate is None and not args.build_only
-            else None
-        ),
-        registry=args.registry,
-        pull=[engine, *flags, "pull", tag] if args.registry else [],
-        push=[engine, *flags, "push", tag] if args.push else [],
-        build_only=args.build_only,
-        vllm_image=spec.vllm.image if spec.vllm.kind == "image" else None,
-    )
-
-
-def staged_overlay(args: Args, spec: PlatformSpec, root: Path) -> overlay_image.Staged | None:
-    """The overlay the image is built with, its inputs read and checked on the host."""
-    try:
-        wanted = overlay_mod.requested(args.platform, spec.vllm, args.vllm_source, args.vllm_patch)
-        if wanted.kind != "overlay":
-            return None
-        here = (
-            Path.cwd()
-            if (args.vllm_source or args.vllm_patch)
-            else ((args.matrix or root / "matrix.yaml").resolve().parent)
-        )
-        version = str(wanted.installed.version or "")
-        return overlay_image.staged_inputs(wanted, relative_to=here, base_version=version)
-    except overlay_mod.OverlayError as exc:
-        raise UsageError(str(exc)) from None
+# --- dry run -----------------------------------------------------------------------------
 
 
 def dry_run_lines(plan: Plan) -> list[str]:
@@ -898,15 +534,9 @@ def image_lines(plan: Plan, passage: Sequence[str] = ()) -> list[str]:
         lines.append(f"# built only when {plan.image} is absent:")
     if plan.overlay is not None:
         lines.append(f"# with {plan.overlay.describe()}, staged in {plan.stage}")
+    lines += [f"# {line}" for line in plan.pins.lines]
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.build_env.items())
     lines.append(f"{prefix} {q(plan.build)}".strip())
     if plan.push:
         lines.append(q(plan.push))
     return lines
-
-
-def host_facts(engine: str) -> Host:
-    uid, gid = os.getuid(), os.getgid()
-    return Host(
-        uid=uid, gid=gid, render_gids=render_gids(), rootless_podman=engine == "podman" and uid != 0
-    )

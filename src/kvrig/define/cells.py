@@ -15,19 +15,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvrig.define import gpus, models
+from kvrig.define.case_spec import Case, Expectation, Skip, arch_keys
 from kvrig.define.column_names import Column
-from kvrig.define.matrix import (
-    PLATFORMS,
-    Case,
-    Expectation,
-    Matrix,
-    MatrixError,
-    ModelSpec,
-    Platform,
-    PlatformSpec,
-    Skip,
-    arch_keys,
-)
+from kvrig.define.platform_spec import PlatformSpec
+from kvrig.define.schema import Matrix, MatrixError, ModelSpec
+from kvrig.define.vllm_names import PLATFORMS, Platform
 
 # Every cell's processes run under these, wherever they run (host or image): no hub, no
 # telemetry, so a cell never waits on or talks to the network.
@@ -97,7 +89,8 @@ class Cell(BaseModel):
             "device_emulated": self.device_emulated,
             "model": self.model_name,
             "case": self.case.id,
-            "family": self.model.family,
+            # The text, not the enum: a row read back from JSON holds the text.
+            "family": self.model.family.value,
         }
 
     @property

@@ -9,8 +9,8 @@ pass a cell failing for an unrelated reason, and an expectation no record can me
 known defect that shows what the case expects, a late error from the early check, an
 early error where nothing aligns, an allowance the gate never reads or whose excuse
 cannot happen). They need the matrix validated and the model configs read, so they run
-after the schema, in kvrig.define.matrix's loading; a matrix built in code (a unit
-test's) is not held to them.
+after the schema, in kvrig.define.loader; a matrix built in code (a unit test's) is not
+held to them.
 
 Pure: a parsed and validated matrix in, the first refusal (or none) out.
 """
@@ -25,30 +25,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvrig.define import column_names, lines, models, modules, patterns
-from kvrig.define.cells import by_arch
-from kvrig.define.matrix import (
-    PLATFORM_BACKENDS,
-    Allowance,
+from kvrig.define import column_names, lines, modules, patterns, vllm_models
+from kvrig.define.case_spec import (
     Case,
     EarlyError,
     Expectation,
     LateError,
-    Matrix,
-    MatrixError,
     Runs,
     Skip,
     Unsupported,
     expectations,
-    stock_backends,
 )
+from kvrig.define.cells import by_arch
+from kvrig.define.config_checks import stock_backends
+from kvrig.define.schema import Allowance, Matrix, MatrixError
+from kvrig.define.vllm_models import HYBRID_FAMILIES
+from kvrig.define.vllm_names import PLATFORM_BACKENDS
 
 Configs = dict[str, dict[str, Any]]
 # The function of vLLM's early alignment check and of the worker's late one (the verdicts
-# name them too, kvrig.judge.verdict, a layer this one cannot import).
+# name them too, kvrig.judge.messages, a layer this one cannot import).
 EARLY_FUNCTION = "_check_aligned_block_size"
 LATE_FUNCTION = "select_common_block_size"
-HYBRID_FAMILIES = ("hybrid_mamba", "gdn")
 # Python's own exception types: an expected `error:` a letter away from one is a typo (a
 # name of vLLM's own, or another library's, is compared as it is).
 EXCEPTIONS = sorted(
@@ -121,7 +119,7 @@ def _unknown_modules(matrix: Matrix) -> Iterator[Refusal]:
 
 
 def _mla(configs: Configs, model: str) -> bool:
-    return models.architecture(configs[model]) in models.MLA_ARCHITECTURES
+    return vllm_models.mla(configs[model])
 
 
 def _crafted_bases(matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
@@ -210,7 +208,7 @@ def _skip_layers(matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
     nothing at the model dtype: vLLM sizes one page where the rules size two."""
     for i, case in enumerate(matrix.cases):
         spec = matrix.models[case.model]
-        layers = models.attention_layers(configs[case.model], spec.family)
+        layers = vllm_models.attention_layers(configs[case.model], spec.family)
         for j, entry in enumerate(case.knobs.kv_cache_dtype_skip_layers or []):
             if entry.strip().isdigit() and int(entry) not in layers:
                 shown = ", ".join(str(k) for k in layers) or "none"
@@ -236,7 +234,7 @@ def _tp_splits(matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
     starts (ModelConfig.verify_with_parallel_config)."""
     for i, case in enumerate(matrix.cases):
         tp = case.knobs.tensor_parallel_size
-        heads = models.text_config(configs[case.model]).get("num_attention_heads")
+        heads = vllm_models.text_config(configs[case.model]).get("num_attention_heads")
         if not tp or not isinstance(heads, int) or heads % tp == 0 or not _configures(case):
             continue
         yield Refusal(
@@ -251,7 +249,7 @@ def _lengths_fit(matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
     """vLLM refuses a max_model_len past the config's max_position_embeddings (unless
     told to allow it), on every cell of the model that gets that far."""
     for name, spec in matrix.models.items():
-        config = models.text_config(configs[name])
+        config = vllm_models.text_config(configs[name])
         longest = config.get("max_position_embeddings")
         if not isinstance(longest, int) or spec.max_model_len <= longest or _scaled(config):
             continue

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from kvrig.define import gpus
 from kvrig.define.column_names import Column
-from kvrig.define.matrix import PLATFORMS
+from kvrig.define.vllm_names import PLATFORMS
 from kvrig.host import hardware, isa
 
 

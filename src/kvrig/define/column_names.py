@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvrig.define import gpus
-from kvrig.define.matrix import PLATFORMS
 from kvrig.define.paths import column_name
+from kvrig.define.vllm_names import PLATFORMS
 from kvrig.host import isa
 
 BY_ARCH = gpus.BY_ARCH

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvrig.define.matrix import PLATFORMS
+from kvrig.define.vllm_names import PLATFORMS
 from kvrig.host import isa
 
 CLI = "cli"  # kvrig column

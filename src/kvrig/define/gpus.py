@@ -1,11 +1,13 @@
-"""The GPU architectures a CUDA or XPU cell's outcome can depend on, and how each is named.
+"""The GPU architectures a CUDA, XPU or ROCm cell's outcome can depend on, and their names.
 
 vLLM's CUDA code picks attention backends, validates them and chooses prefill kernels by
 compute capability, so one CUDA expectation can be right on an H100 and wrong on an A100.
 The matrix therefore keys per-architecture expectations by these names, the emulated
 columns fake exactly these devices, and a real CUDA runner reads its own capability into
 the same key. XPU code reads no architecture for these choices (only the device name,
-for an A770's bfloat16 refusal), so it has one emulated device.
+for an A770's bfloat16 refusal), so it has one emulated device. vLLM's ROCm code reads
+the gfx target (`_GCN_ARCH`): its backend order differs on RDNA4 (gfx1201) from the
+Instinct boards (gfx942, gfx950), and AITER's kernels need CDNA 3 or newer.
 
 Pure: names in, facts out.
 """
@@ -22,12 +24,15 @@ class Gpu:
     device name) answers, and what the emulated device reports beside it."""
 
     platform: str
-    arch: str  # "9.0" (a CUDA compute capability) or "bmg" (an Intel GPU family)
-    label: str  # the column's part: sm90, bmg
+    # "9.0" (a CUDA compute capability), "bmg" (an Intel GPU family) or "gfx942" (an AMD
+    # gfx target, as amd-smi and rocminfo print it without its features)
+    arch: str
+    label: str  # the column's part: sm90, bmg, gfx942
     name: str  # what get_device_name() answers on the emulated device
     memory_gib: int
     examples: str  # the boards users run it as
-    sm_count: int = 0  # streaming multiprocessors (CUDA), which some kernels size by
+    # Streaming multiprocessors (CUDA) or compute units (ROCm), which some kernels size by
+    sm_count: int = 0
 
     @property
     def capability(self) -> tuple[int, int] | None:
@@ -61,9 +66,24 @@ XPU_GPUS: dict[str, Gpu] = {
         "xpu", "bmg", "bmg", "Intel(R) Arc(TM) Pro B60 Graphics", 24, "Arc Pro B60, Arc B580"
     ),
 }
-GPUS: dict[str, dict[str, Gpu]] = {"cuda": CUDA_GPUS, "xpu": XPU_GPUS}
+# One board per gfx target whose choices vLLM's ROCm code can tell apart. `name` is what
+# RocmPlatform.get_device_name answers on the board (its _ROCM_DEVICE_ID_NAME_MAP by PCI
+# id, else amd-smi's market name); `sm_count` holds the compute units.
+ROCM_GPUS: dict[str, Gpu] = {
+    g.arch: g
+    for g in (
+        Gpu("rocm", "gfx942", "gfx942", "AMD_Instinct_MI300X", 192, "MI300X, MI325X", 304),
+        Gpu("rocm", "gfx950", "gfx950", "AMD Instinct MI355X", 288, "MI355X, MI350X", 256),
+        Gpu("rocm", "gfx1201", "gfx1201", "AMD_Radeon_R9700", 32, "Radeon AI PRO R9700", 64),
+    )
+}
+GPUS: dict[str, dict[str, Gpu]] = {"cuda": CUDA_GPUS, "xpu": XPU_GPUS, "rocm": ROCM_GPUS}
+# The platforms whose emulated columns the matrix holds. ROCm's devices emulate already
+# (kvrig.run.emulation.rocm_platform); its columns join once matrix.yaml has a rocm
+# platform for their cells to come from.
+EMULATED_PLATFORMS = ("cuda", "xpu")
 # The architectures `nox -s emulated` runs, in order.
-EMULATED = (*((p, a) for p, gpus in GPUS.items() for a in gpus),)
+EMULATED = (*((p, a) for p in EMULATED_PLATFORMS for a in GPUS[p]),)
 
 
 class GpuError(ValueError):
@@ -74,8 +94,11 @@ _SM = re.compile(r"^sm_?(\d+?)(\d)$")
 
 
 def normalize(platform: str, arch: str) -> str:
-    """An architecture as the matrix keys it: "9.0" for "sm90", "sm_90" or "9.0"."""
+    """An architecture as the matrix keys it: "9.0" for "sm90", "sm_90" or "9.0"; "gfx942"
+    for the "gfx942:sramecc+:xnack-" torch's gcnArchName reports on ROCm."""
     text = arch.strip().lower()
+    if platform == "rocm":
+        return text.split(":", 1)[0]
     if platform == "cuda":
         m = _SM.match(text)
         if m:
@@ -90,8 +113,8 @@ def gpu(platform: str, arch: str) -> Gpu:
     known = GPUS.get(platform)
     if not known:
         raise GpuError(
-            f"The {platform} platform has no GPU architecture to emulate; emulated columns"
-            " exist for cuda and xpu."
+            f"The {platform} platform has no GPU architecture to emulate; kvrig knows the"
+            f" architectures of {', '.join(GPUS)}."
         )
     key = normalize(platform, arch)
     if key not in known:

@@ -1,19 +1,26 @@
 """Where in matrix.yaml a field is written: the line a refusal names.
 
-The loader keeps each mapping key's line beside the key (`__lines__`, kvrig.define.matrix),
+The loader keeps each mapping key's line beside the key (`__lines__`, kvrig.define.loader),
 and every refusal names a field by its path ("cases.3.expect.cpu.match"). A path is not
 always cut at its dots: an `expect_by_arch` key is "8.0, 8.9", so cutting it there would
 lose the key and report the refusal at the top of the file; and a refusal about a list
 item (a group inside a group, an allowance) belongs at that item's own line, not at the
 line of the list that holds it.
 
-Pure: parsed data in, a line out.
+`parse` reads YAML so: each mapping with its keys' lines, a key written twice in one mapping
+refused (YAML would keep the last without a word). `kvrig cells --show` reads with it, so
+a line it shows is the line a refusal names.
+
+Pure: text or parsed data in, parsed data or a line out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 LINES = "__lines__"
 
@@ -37,6 +44,15 @@ def line_of(data: Any, loc: Iterable[Any]) -> int | None:
         else:
             break
     return line
+
+
+def where(path: Path, data: Any, *locs: tuple[Any, ...]) -> str:
+    """`file:line` of the first of `locs` found in the parsed file, else the file."""
+    for loc in locs:
+        line = line_of(data, loc)
+        if line:
+            return f"{path}:{line}"
+    return str(path)
 
 
 def _item_line(item: Any) -> int | None:
@@ -78,3 +94,55 @@ def _next_part(node: Any, rest: str) -> tuple[Any, str]:
                 return key, rest[len(text) + 1 :]
     head, _, tail = rest.partition(".")
     return (int(head) if head.isdigit() else head), tail
+
+
+class RepeatedKey(yaml.YAMLError):
+    """A key written twice in one mapping: YAML keeps the last value without a word, so a
+    second `llama:` silently swaps a model and a second `expect:` drops the first."""
+
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(f"key {key!r} repeats")
+        self.key, self.first, self.second = key, first, second
+
+
+class _LineLoader(yaml.SafeLoader):
+    """Keeps each mapping key's line, so a refusal or a value shown can point into the file."""
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _refuse_repeated_keys(loader: _LineLoader, node: yaml.MappingNode) -> None:
+    """Only the keys written in the mapping count: one that overrides a key merged in with
+    `<<:` is how YAML merges are meant to be used."""
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:
+            continue
+        key = loader.construct_object(key_node)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in seen:
+                raise RepeatedKey(key, seen[key], line)
+            seen[key] = line
+        except TypeError:  # an unhashable key: construct_mapping refuses it at its line
+            continue
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    _refuse_repeated_keys(loader, node)
+    mapping = loader.construct_mapping(node, deep=True)
+    lines = {}
+    for key_node, _ in node.value:
+        lines[loader.construct_object(key_node)] = key_node.start_mark.line + 1
+    mapping[LINES] = lines  # type: ignore[index]
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse(text: str) -> Any:
+    """The YAML text, every mapping keeping its keys' lines under LINES: RepeatedKey for a
+    key written twice in one mapping, yaml.YAMLError for text that is no YAML."""
+    return yaml.load(text, Loader=_LineLoader)

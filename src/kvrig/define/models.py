@@ -16,7 +16,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kvrig.define.matrix import ModelSpec
+from kvrig.define.schema import ModelSpec
+from kvrig.define.vllm_models import (
+    FAMILY_OF,
+    LAYER_KINDS,
+    PATTERN_KINDS,
+    Family,
+    architecture,
+    attention_prefix,
+    layer_prefix,
+    text_config,
+)
 
 
 def cache_root() -> Path:
@@ -30,60 +40,6 @@ def cache_root() -> Path:
 
 SHIPPED = resources.files("kvrig.define") / "model_configs"
 
-# The family each architecture's layers make it (kvrig.rules.shapes restates their shapes):
-# a config of another family's architecture would be judged by rules it does not follow.
-FAMILY_OF = {
-    **dict.fromkeys(
-        ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"),
-        "dense",
-    ),
-    **dict.fromkeys(
-        ("NemotronHForCausalLM", "GraniteMoeHybridForCausalLM", "FalconH1ForCausalLM"),
-        "hybrid_mamba",
-    ),
-    **dict.fromkeys(
-        (
-            "Qwen3NextForCausalLM",
-            "Qwen3_5ForConditionalGeneration",
-            "Qwen3_5ForCausalLM",
-            "Qwen3_5MoeForConditionalGeneration",
-            "Qwen3_5MoeForCausalLM",
-        ),
-        "gdn",
-    ),
-    "DeepseekV32ForCausalLM": "dsa",
-}
-# The prefix of layer {0}'s attention module in vLLM 0.33.0's model classes
-# (vllm/model_executor/models/): the decoder layer's `self_attn` holds an `attn`, the
-# MLA wrapper of DeepSeek too (mla.py names its MLAAttention f"{prefix}.attn"); NemotronH's
-# attention layer is a `mixer`; FalconH1 passes the layer's own prefix to its attention;
-# multimodal Qwen3.5 keeps its language model under `language_model`.
-_SELF_ATTN = "model.layers.{0}.self_attn.attn"
-ATTENTION_MODULE = {
-    **dict.fromkeys(
-        (
-            "LlamaForCausalLM",
-            "MistralForCausalLM",
-            "Qwen2ForCausalLM",
-            "Qwen3ForCausalLM",
-            "GraniteMoeHybridForCausalLM",
-            "Qwen3NextForCausalLM",
-            "Qwen3_5ForCausalLM",
-            "Qwen3_5MoeForCausalLM",
-            "DeepseekV2ForCausalLM",
-            "DeepseekV3ForCausalLM",
-            "DeepseekV32ForCausalLM",
-        ),
-        _SELF_ATTN,
-    ),
-    "NemotronHForCausalLM": "model.layers.{0}.mixer.attn",
-    "FalconH1ForCausalLM": "model.layers.{0}.attn",
-    "Qwen3_5ForConditionalGeneration": "language_model." + _SELF_ATTN,
-    "Qwen3_5MoeForConditionalGeneration": "language_model." + _SELF_ATTN,
-}
-# Architectures whose attention layers are MLAAttention: kvrig's plugin hands them only a
-# sibling built on an MLA backend.
-MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")
 # Config fields that are sizes or counts wherever they are set: vLLM divides and allocates
 # by them, so zero, a negative or a fraction is a config no engine builds (or, cast to int,
 # a different one).
@@ -175,46 +131,6 @@ def render(spec: ModelSpec, base: Path | None = None) -> dict[str, Any]:
     return config
 
 
-def text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Where a multimodal checkpoint keeps its language model's fields (Qwen3.5's
-    `text_config`), as vLLM's hf_text_config reads them."""
-    nested = config.get("text_config")
-    return nested if isinstance(nested, dict) else config
-
-
-def attention_layers(config: dict[str, Any], family: str) -> list[int]:
-    """Indices of the layers with an attention (non-SSM) backend, in layer order."""
-    config = text_config(config)
-    if "hybrid_override_pattern" in config:  # NemotronH: M mamba, * attention, - mlp, E moe
-        return [i for i, c in enumerate(config["hybrid_override_pattern"]) if c == "*"]
-    types = config.get("layer_types") or config.get("layers_block_type")
-    if types:
-        return [i for i, t in enumerate(types) if t in ("attention", "full_attention")]
-    n = int(config["num_hidden_layers"])
-    if family == "gdn":
-        interval = int(config.get("full_attention_interval", 4))
-        return [i for i in range(n) if (i + 1) % interval == 0]
-    return list(range(n))
-
-
-def layer_prefix(index: int) -> str:
-    """The name prefix of a decoder layer's modules, as vLLM's models name them."""
-    return f"model.layers.{index}."
-
-
-def architecture(config: dict[str, Any]) -> str | None:
-    archs = config.get("architectures")
-    return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-
-
-def attention_prefix(index: int, config: dict[str, Any]) -> str | None:
-    """The `prefix` vLLM gives the attention module (Attention or MLAAttention) of layer
-    `index`, the name kvrig's plugin matches a sibling's `layers` against; None for an
-    architecture kvrig does not know the module names of."""
-    module = ATTENTION_MODULE.get(architecture(config) or "")
-    return module.format(index) if module else None
-
-
 def prefix_matches(prefix: str, index: int, config: dict[str, Any]) -> bool:
     """Whether kvrig's plugin gives a sibling with this `layers` prefix to the attention
     module of layer `index`: the plugin hands a sibling to each module whose own prefix
@@ -240,7 +156,7 @@ def check(spec: ModelSpec, base: Path | None) -> dict[str, Any]:
 
 
 def check_config(
-    config: dict[str, Any], family: str | None = None, overridden: Collection[str] = ()
+    config: dict[str, Any], family: Family | None = None, overridden: Collection[str] = ()
 ) -> None:
     """ModelConfigError for a config no engine starts with, or one kvrig cannot read: no
     architecture, a size that is no positive integer, an architecture of another family
@@ -296,8 +212,8 @@ def _stated_layers(text: dict[str, Any]) -> str | None:
 
 
 def _check_layer_fields(text: dict[str, Any], family: str, where: Callable[[str], str]) -> None:
-    """The fields attention_layers and kvrig.rules.shapes read for every architecture:
-    which layers are attention layers, and one attention layer's page."""
+    """The fields kvrig.define.vllm_models.attention_layers and kvrig.rules.shapes read for
+    every architecture: which layers are attention layers, and one attention layer's page."""
     key = _stated_layers(text)
     if key == "hybrid_override_pattern":
         pattern = text[key]
@@ -312,7 +228,7 @@ def _check_layer_fields(text: dict[str, Any], family: str, where: Callable[[str]
     needed: list[tuple[str, ...]] = []
     if key is None:
         needed.append(("num_hidden_layers",))
-    if family == "dsa":
+    if family == Family.DSA:
         needed += [("kv_lora_rank",), ("qk_rope_head_dim",)]
     else:
         needed.append(("num_key_value_heads",))
@@ -326,19 +242,6 @@ def _check_layer_fields(text: dict[str, Any], family: str, where: Callable[[str]
                 f"the config lacks {missing}, which vLLM builds the model's layers from and"
                 " kvrig reads for its attention layers and KV-cache page",
             )
-
-
-# The layer kinds each hybrid family's vLLM classes build, as their configs name them
-# (transformers' names and the legacy ones it maps to them: mamba, attention); NemotronH's
-# pattern letters (M mamba, * attention, - MLP, E MoE). A kind outside these is a layer
-# vLLM's model has no class for, or one kvrig would count as the wrong kind.
-LAYER_KINDS = {
-    "hybrid_mamba": frozenset(
-        ("full_attention", "linear_attention", "attention", "mamba", "mlp", "moe")
-    ),
-    "gdn": frozenset(("full_attention", "linear_attention", "attention", "mamba")),
-}
-PATTERN_KINDS = frozenset("M*-E")
 
 
 def _check_layer_count(text: dict[str, Any], family: str, where: Callable[[str], str]) -> None:
@@ -373,7 +276,7 @@ def _check_heads(text: dict[str, Any], family: str, where: Callable[[str], str])
     """vLLM's Attention asserts num_heads % num_kv_heads == 0: each KV head serves a whole
     number of query heads (MLA keeps no KV heads of its own)."""
     heads, kv = text.get("num_attention_heads"), text.get("num_key_value_heads")
-    if family == "dsa" or heads is None or kv is None or heads % kv == 0:
+    if family == Family.DSA or heads is None or kv is None or heads % kv == 0:
         return
     field = where("num_key_value_heads")
     raise ModelConfigError(
@@ -398,7 +301,7 @@ def _check_state_heads(
     """The state's heads as vLLM's layers group them: a gated delta net repeats each key
     head over a whole number of value heads; a Mamba2 mixer's SSD kernels assert nheads %
     ngroups == 0, and its heads times their dimension are its inner size."""
-    if family == "gdn":
+    if family == Family.GDN:
         why = "vLLM's gated delta net repeats each key head over a whole number of value heads"
         _divides(text, "linear_num_key_heads", "linear_num_value_heads", where, why)
         return

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvrig.define import releases
-from kvrig.define.matrix import Matrix, MatrixError, VllmSource
+from kvrig.define.platform_spec import VllmSource
+from kvrig.define.schema import Matrix, MatrixError
 
 # A wheel's file name: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl (PEP 427).
 _WHEEL = re.compile(r"(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+")

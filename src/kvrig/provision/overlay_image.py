@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvrig.define.matrix import VllmSource
+from kvrig.define.platform_spec import VllmSource
 from kvrig.provision.overlay import Manifest, digest_of, installed_distribution, prepare, run_file
 from kvrig.provision.overlay_inputs import (
     OverlayError,

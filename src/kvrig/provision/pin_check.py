@@ -90,7 +90,7 @@ def check(req: Request, environ: Mapping[str, str], get: Get = http_get) -> Chec
         return Checked(lines=[f"kvrig: uv is offline (UV_OFFLINE): {release}'s pins not checked"])
     sources = sources_for(req.plan, environ)
     try:
-        declared = pins.declared_pins(_metadata(release, sources, get))
+        declared = release_pins(release, sources, get)
     except Unreachable as exc:
         return Checked(lines=[_unchecked(release, exc)])
     applied = [
@@ -127,6 +127,17 @@ def _said(
         for o in applied
     ]
     return lines
+
+
+def release_pins(
+    release: Release,
+    sources: Sources,
+    get: Get = http_get,
+    environment: Mapping[str, str] | None = None,
+) -> list[Pin]:
+    """The release's exact pins that hold where it is installed (this interpreter, unless
+    `environment` says otherwise); raises Unreachable when its metadata cannot be read."""
+    return pins.declared_pins(_metadata(release, sources, get), environment)
 
 
 def _metadata(release: Release, sources: Sources, get: Get) -> str:

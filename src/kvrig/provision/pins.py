@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from typing import Any
 
-from kvrig.define.matrix import EXACT_PIN, package_key
+from kvrig.define.platform_spec import EXACT_PIN, package_key
 
 try:  # pytest depends on it, so kvrig's environments have it; the fallbacks are cruder
     from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName

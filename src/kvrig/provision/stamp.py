@@ -6,19 +6,27 @@ version and nothing of flashinfer's. So the install leaves a small stamp in the
 environment's prefix, and every cell reads it (kvrig.run.identity). A stamp counts only
 while the release it names is still the one installed: a vLLM installed over it by
 other means makes it stale, and a stale stamp says nothing.
+
+An image's build leaves the same stamp (docker/Dockerfile.*): `kvrig container` plans it on
+the host with the overrides it decided (kvrig.containers.plan.build_args), and the build
+finishes it once vLLM and the rig are installed:
+
+    python -m kvrig.provision.stamp write PLANNED
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kvrig.provision.install import Plan
+from kvrig.provision.install import Plan, Release
+from kvrig.provision.pins import Override
 
 FILE = "kvrig-vllm.json"
 
@@ -30,14 +38,33 @@ def path(prefix: str | None = None) -> Path:
 def content(plan: Plan, installed: str | None, asked: str, now: dt.datetime) -> dict[str, Any]:
     """The stamp of a finished install (pure): the command, the release and the version
     that landed, the overrides with why, what the plan kept out, and when."""
-    release = plan.release
+    return finished(planned(plan.release, plan.overrides, plan.excluded, asked), installed, now)
+
+
+def planned(
+    release: Release | None, overrides: Sequence[Override], excluded: Sequence[str], asked: str
+) -> dict[str, Any]:
+    """What a stamp says that is known before the install (pure): an image's build is
+    planned on the host, which knows the overrides and why, and finished in the image,
+    which alone knows the version that landed."""
     return {
         "asked": asked,
         "package": release.package if release else None,
         "release": str(release) if release else None,
+        "overrides": [o.as_json() for o in overrides],
+        "excluded": list(excluded),
+    }
+
+
+def finished(known: Mapping[str, Any], installed: str | None, now: dt.datetime) -> dict[str, Any]:
+    """A planned stamp with the version installed and the time (pure)."""
+    return {
+        "asked": known.get("asked"),
+        "package": known.get("package"),
+        "release": known.get("release"),
         "installed": installed,
-        "overrides": [o.as_json() for o in plan.overrides],
-        "excluded": list(plan.excluded),
+        "overrides": list(known.get("overrides") or []),
+        "excluded": list(known.get("excluded") or []),
         "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
@@ -75,3 +102,46 @@ def overrides_in_force(
     if (installed or installed_version)(str(data["package"])) != data["installed"]:
         return []
     return [str(o["requirement"]) for o in data.get("overrides") or [] if o.get("requirement")]
+
+
+# --- in an image's build -------------------------------------------------------------------
+
+
+def write_planned(text: str, prefix: str | None = None) -> Path:
+    """Finishes a stamp planned on the host (its JSON) with the version now installed, and
+    writes it into this interpreter's prefix. Refused (ValueError) when it is not a
+    planned stamp or its package is not installed: a stamp naming no installed version
+    would say nothing, so the overrides it carries would go unrecorded."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ValueError(f"the planned stamp is not JSON: {text[:80]!r}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("overrides", []), list):
+        raise ValueError(f"the planned stamp is not an object with overrides: {text[:80]!r}")
+    package = str(data.get("package") or "vllm")
+    installed = installed_version(package)
+    if installed is None:
+        raise ValueError(f"{package} is not installed in {sys.prefix}, so nothing is stamped")
+    return write(finished(data, installed, dt.datetime.now(dt.timezone.utc)), prefix)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m kvrig.provision.stamp write PLANNED`, in an image's build after vLLM and
+    the rig are installed (the rig is what runs it, so it comes after both)."""
+    p = argparse.ArgumentParser(prog="python -m kvrig.provision.stamp")
+    p.add_argument("action", choices=["write"])
+    p.add_argument("planned", help="the stamp as kvrig.containers planned it (JSON)")
+    ns = p.parse_args(argv)
+    try:
+        target = write_planned(ns.planned)
+    except ValueError as exc:
+        print(f"kvrig: {exc}", file=sys.stderr)
+        return 2
+    said = overrides_in_force(read(str(target.parent)))
+    note = f"; overrides in force: {' '.join(said)}" if said else ""
+    print(f"kvrig: stamp {target}{note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

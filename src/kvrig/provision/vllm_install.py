@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvrig.define.matrix import Matrix, PlatformSpec
+from kvrig.define.matrix import Matrix
+from kvrig.define.platform_spec import PlatformSpec
 from kvrig.provision import index, pin_check, pins, stamp, uv
 from kvrig.provision import install as install_mod
 from kvrig.provision.install import InstallError, Plan

@@ -23,7 +23,8 @@ from typing import Any
 from kvrig.containers import launch
 from kvrig.define.cells import Cell, expand, skipped_for_needs
 from kvrig.define.gpus import emulated_column
-from kvrig.define.matrix import Matrix, default_matrix
+from kvrig.define.loader import default_matrix
+from kvrig.define.matrix import Matrix
 from kvrig.define.matrix import load as load_matrix
 from kvrig.define.paths import CONTAINER, results_folder
 from kvrig.judge.verdict import PASSING, Status

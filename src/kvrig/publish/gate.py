@@ -28,8 +28,10 @@ from typing import Any
 
 from kvrig.define import column_names, gpus
 from kvrig.define.cells import Cell, expand, judged_under
-from kvrig.define.matrix import ALLOWANCE_DAYS, Allowance, Matrix, VllmSource, allowance_too_long
+from kvrig.define.matrix import Matrix
 from kvrig.define.paths import column_of_folder, column_of_side_folder
+from kvrig.define.platform_spec import VllmSource
+from kvrig.define.schema import ALLOWANCE_DAYS, Allowance, allowance_too_long
 from kvrig.judge.verdict import PASSING, Status
 from kvrig.provision import overlay_inputs
 from kvrig.provision.overlay import Manifest

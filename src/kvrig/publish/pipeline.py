@@ -34,7 +34,8 @@ from typing import Any
 import yaml
 
 from kvrig.define import gpus, paths
-from kvrig.define.matrix import CiSpec, Matrix
+from kvrig.define.matrix import Matrix
+from kvrig.define.platform_spec import CiSpec
 
 FORMATS = ("github", "buildkite")
 NIGHTLY_CRON = "0 3 * * *"

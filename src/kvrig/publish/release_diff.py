@@ -20,9 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvrig.define.case_spec import EarlyError, Runs
 from kvrig.define.cells import Cell
-from kvrig.define.matrix import EarlyError, Runs
-from kvrig.judge.verdict import EARLY_FUNCTION, computed_kind, early_error_backends
+from kvrig.judge.computed import computed_kind
+from kvrig.judge.messages import EARLY_FUNCTION, early_error_backends
 from kvrig.rules import blocksize, shapes, versions
 
 Row = dict[str, Any]

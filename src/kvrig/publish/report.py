@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvrig.define import gpus
-from kvrig.define.matrix import PLATFORMS
+from kvrig.define.vllm_names import PLATFORMS
 from kvrig.host import isa
 from kvrig.judge.verdict import Status
 from kvrig.publish import repro as repro_mod

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvrig.containers import plan
+from kvrig.containers import facts, plan
 from kvrig.define import column_names
 from kvrig.define.paths import results_folder
 from kvrig.provision.overlay import Manifest
@@ -61,7 +61,7 @@ def docker_command(cell_id: str, column: str, image: str | None = None) -> str:
         tag,
         "kvrig-repro",
         Path(results_folder(column)).resolve(),
-        plan.host_facts("docker"),
+        facts.host_facts("docker"),
         [*_column_args(column), *selector(cell_id)],
     )
     return shlex.join(argv)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kvrig.define.cells import Cell, judged_under
-from kvrig.define.matrix import EXACT_PIN, package_key
+from kvrig.define.platform_spec import EXACT_PIN, package_key
 from kvrig.judge.verdict import Verdict
 from kvrig.provision.overlay import Manifest
 from kvrig.run.record import Record

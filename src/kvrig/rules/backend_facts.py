@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvrig.rules import rocm, versions
 from kvrig.rules.blocksize import RULES, Kernel
 from kvrig.rules.predict import BACKENDS
 
@@ -25,6 +26,8 @@ def table(platform: str) -> dict[str, tuple[Kernel, ...]]:
     """Every backend kvrig restates for a platform, with its declared kernel sizes."""
     out = {name: b.kernels for name, b in BACKENDS.get(platform, {}).items()}
     rules = RULES.get(platform)
+    if platform == "rocm":  # its MLA and indexer sizes are the same on every gfx target
+        rules = rocm.platform_rules(rocm.DEFAULT_ARCH, versions.rules("rocm", versions.NEWEST))
     for extra in (rules.mla, rules.indexer) if rules else ():
         if extra is not None:
             out.setdefault(extra.name, extra.kernels)

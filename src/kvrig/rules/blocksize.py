@@ -17,14 +17,22 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvrig.define.case_spec import CraftedBackend
 from kvrig.define.cells import Cell
-from kvrig.define.matrix import CraftedBackend
-from kvrig.define.models import attention_layers, prefix_matches
+from kvrig.define.models import prefix_matches
+from kvrig.define.vllm_models import (
+    HYBRID_FAMILIES,
+    Family,
+    architecture,
+    attention_layers,
+    text_config,
+)
 from kvrig.host import isa
-from kvrig.rules import choices, shapes, versions
+from kvrig.rules import choices, rocm, shapes, versions
+from kvrig.rules.backends import Backend, Kernel, PlatformRules
 
 # A crafted size that stands for the size alignment lands on for the cell's platform and
 # CPU class: a control that must accept exactly that size, whatever the class makes it.
@@ -35,57 +43,6 @@ DTYPE_BYTES = shapes.DTYPE_BYTES
 GDN_CHECKPOINT = 64
 # XPUPlatform.update_block_size_for_backend: GDN kernels need a multiple of 64.
 XPU_GDN_ROUND = 64
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One entry of get_supported_kernel_block_sizes(): an int, or MultipleOf(size)."""
-
-    size: int
-    multiple: bool = False
-
-
-@dataclass(frozen=True)
-class Backend:
-    """A backend as the block-size code sees it: its kernel sizes, and whether its
-    supports_block_size() is overridden to accept only those exact sizes."""
-
-    name: str
-    kernels: tuple[Kernel, ...]
-    exact: bool = False
-    # A backend whose get_preferred_block_size() returns at least this (XPU's FLASH_ATTN:
-    # 64); crafted subclasses inherit it from the backend they extend.
-    preferred_floor: int | None = None
-
-    @property
-    def smallest(self) -> int:
-        return min(k.size for k in self.kernels)
-
-    def supports(self, block_size: int) -> bool:
-        """AttentionBackend.supports_block_size: an int or MultipleOf accepts multiples."""
-        if self.exact:
-            return block_size in {k.size for k in self.kernels}
-        return any(block_size % k.size == 0 for k in self.kernels)
-
-    def preferred(self, default: int) -> int:
-        """get_preferred_block_size: the default if supported, else the smallest size."""
-        if self.preferred_floor is not None:
-            return max(default, self.preferred_floor)
-        return default if self.supports(default) else self.smallest
-
-
-@dataclass(frozen=True)
-class PlatformRules:
-    """The per-platform backends the size depends on (vllm-blocksize-facts.md, section 6);
-    what changed between releases is in kvrig.rules.versions."""
-
-    default: Backend  # the attention backend the platform picks for these models
-    # Whether these rules were confirmed by real engines (on CPU by the column itself, on
-    # CUDA by published engine logs, docs/matrix.md "Where the rules come from"): on an
-    # unconfirmed platform a mismatch is reported beside the verdict instead of failing.
-    measured: bool = False
-    mla: Backend | None = None
-    indexer: Backend | None = None
 
 
 # Backends a case can ask for by name (--attention-backend), per platform.
@@ -166,8 +123,8 @@ def ssm_dtype(
 ) -> str:
     """The SSM state dtype (kvrig.rules.choices.ssm_dtype) for a config, at the release
     of `rules` (default: the platform's newest rules)."""
-    cfg = shapes.text_config(config)
-    arch = (cfg.get("architectures") or [""])[0]
+    cfg = text_config(config)
+    arch = architecture(cfg) or ""
     return choices.ssm_dtype(
         arch,
         shapes.config_ssm_dtype(cfg, arch),
@@ -180,7 +137,7 @@ def ssm_dtype(
 
 def pages(
     config: dict[str, Any],
-    family: str,
+    family: Family,
     *,
     model_dtype: str,
     kv_cache_dtype: str | None = None,
@@ -193,7 +150,7 @@ def pages(
 ) -> Pages:
     """One rank's attention page per token and mamba page (kvrig.rules.shapes)."""
     kv = shapes.dtype_bytes(kv_dtype(model_dtype, kv_cache_dtype))
-    if family == "dsa":
+    if family == Family.DSA:
         per_token = (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * kv
         return Pages(per_token)
     s = shapes.shapes(config, tp=tp, num_speculative_tokens=num_speculative_tokens)
@@ -223,19 +180,40 @@ def concrete_sizes(sizes: Sequence[int | str], aligned: int | None) -> tuple[int
 
 
 def crafted_backend(b: CraftedBackend, extends: Backend, aligned: int | None = None) -> Backend:
+    """A crafted backend: its own name and sizes, and the preference of the class it
+    subclasses (kvrig.run.vllm_plugin.crafted), which it inherits."""
     kernels = tuple(Kernel(s) for s in concrete_sizes(b.sizes, aligned))
-    return Backend(b.name, kernels, exact=b.exact, preferred_floor=extends.preferred_floor)
+    return replace(extends, name=b.name, kernels=kernels, exact=b.exact)
 
 
-def layer_backends(cell: Cell, config: dict[str, Any], aligned: int | None = None) -> list[Backend]:
+def platform_rules(cell: Cell, release: versions.Rules | None = None) -> PlatformRules:
+    """The backends the cell's platform gives its layers. ROCm's depend on the gfx target,
+    the release, AITER and the KV-cache dtype (kvrig.rules.rocm); a ROCm cell without a
+    target is taken for the Instinct boards'."""
+    if cell.platform != "rocm":
+        return RULES[cell.platform]
+    return rocm.platform_rules(
+        cell.gpu_arch or rocm.DEFAULT_ARCH,
+        release or cell_rules(cell),
+        rocm.aiter_of(cell.platform_spec.env),
+        cell.case.knobs.kv_cache_dtype,
+    )
+
+
+def layer_backends(
+    cell: Cell,
+    config: dict[str, Any],
+    aligned: int | None = None,
+    release: versions.Rules | None = None,
+) -> list[Backend]:
     """The distinct non-SSM backends in layer order, as _find_non_ssm_backends lists them."""
-    rules = RULES[cell.platform]
+    rules = platform_rules(cell, release)
     crafted = cell.case.crafted
     default = rules.default
     asked = cell.case.knobs.attention_backend
     if asked is not None:
-        default = SELECTABLE.get(cell.platform, {}).get(asked, default)
-    dsa = cell.model.family == "dsa" and rules.mla is not None
+        default = (rules.selectable or SELECTABLE.get(cell.platform, {})).get(asked, default)
+    dsa = cell.model.family == Family.DSA and rules.mla is not None
     if dsa:
         default = rules.mla
     if crafted.replace is not None:
@@ -363,7 +341,7 @@ def cell_rules(cell: Cell) -> versions.Rules:
 
 
 def checkpoint_for(
-    family: str,
+    family: Family,
     config: dict[str, Any],
     rules: versions.Rules,
     *,
@@ -373,7 +351,7 @@ def checkpoint_for(
     """The prefill-checkpoint alignment phase 2 takes the LCM with, or None: only in
     align mode, only from the release that has the term, only for GDN layers on
     FlashInfer's prefill (kvrig.rules.choices.flashinfer_gdn_prefill)."""
-    if family != "gdn" or not align_mode or not rules.checkpoint_term:
+    if family != Family.GDN or not align_mode or not rules.checkpoint_term:
         return None
     flashinfer = choices.flashinfer_gdn_prefill(shapes.shapes(config), rules.platform, gpu_arch)
     if flashinfer is None:
@@ -400,7 +378,7 @@ def _expected(
     family = cell.model.family
     page = None
     checkpoint = None
-    if family in ("hybrid_mamba", "gdn"):
+    if family in HYBRID_FAMILIES:
         page = pages(
             config,
             family,
@@ -415,12 +393,12 @@ def _expected(
         align_mode = knobs.enable_prefix_caching is not False
         checkpoint = checkpoint_for(family, config, rules, align_mode=align_mode, gpu_arch=gpu_arch)
     return decide(
-        layer_backends(cell, config, aligned),
+        layer_backends(cell, config, aligned, rules),
         rules,
         user_block_size=knobs.block_size,
         page=page,
         checkpoint=checkpoint,
-        gdn=family == "gdn",
+        gdn=family == Family.GDN,
         skip=skip_pages(cell, config, rules),
     )
 
@@ -435,7 +413,7 @@ def skip_pages(cell: Cell, config: dict[str, Any], rules: versions.Rules) -> tup
         return None
     model = cell.model.dtype
     quantized = kv_dtype(model, knobs.kv_cache_dtype)
-    if cell.model.family == "dsa":
+    if cell.model.family == Family.DSA:
         width = config["kv_lora_rank"] + config["qk_rope_head_dim"]
         return 2 * width * shapes.dtype_bytes(quantized), 2 * width * shapes.dtype_bytes(model)
     s = shapes.shapes(config, tp=knobs.tensor_parallel_size or 1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from kvrig.define import gpus
+from kvrig.define.vllm_models import Family
 from kvrig.rules.shapes import ConfigError, Shapes, dtype_name
 from kvrig.rules.versions import Rules, shown
 
@@ -118,7 +119,7 @@ def flashinfer_gdn_prefill(s: Shapes, platform: str, gpu_arch: str | None) -> bo
 
     None: on CUDA without a known architecture the choice cannot be made.
     """
-    if platform != "cuda" or s.family != "gdn":
+    if platform != "cuda" or s.family != Family.GDN:
         return False
     if gpu_arch is None:
         return None
@@ -135,9 +136,9 @@ def flashinfer_gdn_prefill(s: Shapes, platform: str, gpu_arch: str | None) -> bo
 SPARSE_MLA_MAJORS = (9, 10, 12)
 
 
-def sparse_mla_refusal(platform: str, family: str, gpu_arch: str | None) -> str | None:
+def sparse_mla_refusal(platform: str, family: Family, gpu_arch: str | None) -> str | None:
     """Why vLLM finds no attention backend for a DSA model on this GPU, or None."""
-    if platform != "cuda" or family != "dsa" or gpu_arch is None:
+    if platform != "cuda" or family != Family.DSA or gpu_arch is None:
         return None
     major, minor = compute_capability(gpu_arch)
     if major in SPARSE_MLA_MAJORS:

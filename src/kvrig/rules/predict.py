@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kvrig.define.vllm_models import Family, text_config
 from kvrig.host import isa
-from kvrig.rules import choices, shapes, versions
+from kvrig.rules import choices, rocm, shapes, versions
 from kvrig.rules.blocksize import (
     RULES,
     Backend,
@@ -38,16 +39,17 @@ BACKENDS: dict[str, dict[str, Backend]] = {
         "FLEX_ATTENTION": Backend("FLEX_ATTENTION", _M16),
     },
     "xpu": {"FLASH_ATTN": RULES["xpu"].default, "TRITON_ATTN": Backend("TRITON_ATTN", _M16)},
-    # ROCm runs the base Platform's steps; its default choice is not restated here.
+    # ROCm's (kvrig.rules.rocm) at the newest release read: their preferences move with the
+    # release, so a prediction takes them from rocm.backends at its own release.
     "rocm": {
-        "ROCM_ATTN": Backend("ROCM_ATTN", _M16),
-        "ROCM_AITER_UNIFIED_ATTN": Backend("ROCM_AITER_UNIFIED_ATTN", _M16),
-        "ROCM_AITER_FA": Backend("ROCM_AITER_FA", (Kernel(16), Kernel(32))),
-        "TRITON_ATTN": Backend("TRITON_ATTN", _M16),
+        name: b
+        for name, b in rocm.backends(versions.rules("rocm", versions.NEWEST)).items()
+        if name in rocm.ATTENTION
     },
 }
 PLATFORMS = tuple(BACKENDS)
-# The backend each platform picks for these models when none is asked for.
+# The backend each platform picks for these models when none is asked for (on ROCm it
+# depends on the gfx target and the release: kvrig.rules.rocm.default_backend).
 DEFAULT = {"cpu": "CPU_ATTN", "cuda": "FLASH_ATTN", "xpu": "FLASH_ATTN"}
 CACHE_MODES = ("align", "none")
 
@@ -69,6 +71,8 @@ class Settings:
     num_speculative_tokens: int = 0
     gpu_arch: str | None = None
     isa: str | None = None  # the CPU class (kvrig.host.isa), on CPU
+    # On ROCm: VLLM_ROCM_USE_AITER=1 with AMD's aiter installed (vLLM's ROCm image has it)
+    aiter: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,13 +119,10 @@ def backend(settings: Settings) -> Backend:
         raise shapes.ConfigError(
             f"Unknown platform {settings.platform!r}; kvrig predicts for {', '.join(PLATFORMS)}."
         )
+    if settings.platform == "rocm":
+        return _rocm_backend(settings)
     name = settings.backend
     if name is None:
-        if settings.platform == "rocm":
-            raise shapes.ConfigError(
-                "ROCm's default attention backend is not restated by kvrig; name the one the"
-                f" engine logged with --backend ({', '.join(known)})."
-            )
         sm10 = settings.gpu_arch and choices.compute_capability(settings.gpu_arch)[0] == 10
         name = "FLASHINFER" if settings.platform == "cuda" and sm10 else DEFAULT[settings.platform]
     if name.upper() not in known:
@@ -132,7 +133,31 @@ def backend(settings: Settings) -> Backend:
     return known[name.upper()]
 
 
-def cache_mode(settings: Settings, rules: versions.Rules, family: str) -> tuple[str, str]:
+def _rocm_backend(settings: Settings) -> Backend:
+    """ROCm's backend at the settings' release: the one named, else the one the selector
+    puts first on the gfx target (the Instinct boards' when none is given)."""
+    rules = versions.rules("rocm", settings.vllm)
+    name = settings.backend
+    if name is None:
+        name = rocm.default_backend(
+            settings.gpu_arch or rocm.DEFAULT_ARCH,
+            rules,
+            aiter=_aiter(settings),
+            kv_cache_dtype=settings.kv_cache_dtype,
+        )
+    if name.upper() not in rocm.ATTENTION:
+        raise shapes.ConfigError(
+            f"Unknown attention backend {name!r} for rocm; kvrig knows"
+            f" {', '.join(rocm.ATTENTION)} there (ROCM_AITER_FA logs itself as FLASH_ATTN)."
+        )
+    return rocm.backends(rules)[name.upper()]
+
+
+def _aiter(settings: Settings) -> rocm.Aiter:
+    return rocm.Aiter(found=True, enabled=True) if settings.aiter else rocm.NO_AITER
+
+
+def cache_mode(settings: Settings, rules: versions.Rules, family: Family) -> tuple[str, str]:
     """(mamba_cache_mode, why): "align" with prefix caching (vLLM's default for these
     hybrids), "none" without."""
     if settings.mamba_cache_mode is not None:
@@ -183,7 +208,7 @@ def check_input(config: object, settings: Settings) -> None:
 
 def check_settings(settings: Settings) -> None:
     """A user block size of at least one token, dtypes vLLM's options take, and a GPU
-    architecture only on CUDA, one kvrig keeps rules for."""
+    architecture only on CUDA or ROCm, one kvrig keeps rules for."""
     if settings.block_size is not None and settings.block_size < 1:
         raise shapes.ConfigError(
             f"--block-size {settings.block_size} is no block size: a KV-cache block holds a"
@@ -197,12 +222,20 @@ def check_settings(settings: Settings) -> None:
     ):
         if value is not None:
             shapes.option_dtype(option, value)
+    if settings.aiter and settings.platform != "rocm":
+        raise shapes.ConfigError(
+            f"--aiter switches AMD's AITER on, which only vLLM's ROCm platform reads; kvrig's"
+            f" {settings.platform} rules have none. Leave it out."
+        )
     if settings.gpu_arch is None:
+        return
+    if settings.platform == "rocm":
+        rocm.known_arch(settings.gpu_arch)
         return
     if settings.platform != "cuda":
         raise shapes.ConfigError(
-            f"--gpu-arch {settings.gpu_arch} names a CUDA GPU's compute capability, and"
-            f" kvrig's {settings.platform} rules read none; leave it out."
+            f"--gpu-arch {settings.gpu_arch} names a CUDA GPU's compute capability or a ROCm"
+            f" gfx target, and kvrig's {settings.platform} rules read none; leave it out."
         )
     choices.known_gpu_arch(settings.gpu_arch)
 
@@ -211,7 +244,7 @@ def _no_attention(config: dict[str, Any], s: shapes.Shapes, settings: Settings) 
     """Why there is no aligned size to predict, for a hybrid that states no attention layer
     (vLLM's update_block_size_for_backend returns early: no layer has an attention
     backend, so the block size is left as it is); None when it has one."""
-    layers = shapes.attention_layers(shapes.text_config(config), s.architecture, s.family)
+    layers = shapes.attention_layers(text_config(config), s.architecture, s.family)
     if not s.hybrid or layers is None or layers:
         return None
     as_is = (
@@ -233,9 +266,11 @@ def predict(config: dict[str, Any], settings: Settings) -> Prediction:
     where the GPU decides and is not given, Triton's answer with FlashInfer's beside it."""
     check_input(config, settings)
     try:
-        return _predict(config, settings)
+        out = _predict(config, settings)
     except GpuDecides:
         pass
+    else:
+        return _other_targets(config, settings, out) if settings.platform == "rocm" else out
     triton = _predict(config, replace(settings, gpu_arch=TRITON_GPU))
     flashinfer = _predict(config, replace(settings, gpu_arch=FLASHINFER_GPU))
     note = (
@@ -248,6 +283,32 @@ def predict(config: dict[str, Any], settings: Settings) -> Prediction:
         steps=[*triton.steps, ("gpu", note)],
         flashinfer_block_size=flashinfer.block_size,
     )
+
+
+def _other_targets(config: dict[str, Any], settings: Settings, out: Prediction) -> Prediction:
+    """Without --gpu-arch or --backend, ROCm's answer is the Instinct boards'; each gfx
+    target whose selector picks another backend is named beside it, with its size."""
+    if settings.gpu_arch is not None or settings.backend is not None:
+        return out
+    rules = versions.rules("rocm", settings.vllm)
+    picks = {
+        arch: rocm.default_backend(
+            arch, rules, aiter=_aiter(settings), kv_cache_dtype=settings.kv_cache_dtype
+        )
+        for arch in rocm.ARCHS
+    }
+    alike = [a for a, name in picks.items() if name == picks[rocm.DEFAULT_ARCH]]
+    others = [
+        f"{name} on {arch} ({rocm.ROCM_GPUS[arch].examples}):"
+        f" {_predict(config, replace(settings, gpu_arch=arch)).block_size}"
+        for arch, name in picks.items()
+        if arch not in alike
+    ]
+    boards = ", ".join(f"{a} {rocm.ROCM_GPUS[a].examples}" for a in alike)
+    note = f"not given; this prediction is for {boards} ({picks[rocm.DEFAULT_ARCH]})" + (
+        f"; vLLM {versions.shown(rules.version)} picks {'; '.join(others)}" if others else ""
+    )
+    return replace(out, steps=[*out.steps, ("gpu", note + ". Pass --gpu-arch.")])
 
 
 class GpuDecides(Exception):
@@ -288,7 +349,7 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
         )
         page = Pages(per_token, shapes.mamba_page(s, dtype, ssm), ssm)
         steps.append(("state", _state_text(s, dtype, ssm, page.mamba)))
-    gdn_align = s.family == "gdn" and mode == "align" and rules.checkpoint_term
+    gdn_align = s.family == Family.GDN and mode == "align" and rules.checkpoint_term
     if gdn_align and settings.platform == "cuda" and settings.gpu_arch is None:
         raise GpuDecides
     refused = _selector_refusal(chosen, settings)
@@ -304,7 +365,7 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
         user_block_size=settings.block_size,
         page=page,
         checkpoint=checkpoint,
-        gdn=s.family == "gdn",
+        gdn=s.family == Family.GDN,
     )
     assert out.block_size is not None  # one stock backend: phase 1 always finds a size
     refused = _engine_refusal(out.block_size, out.rejecting, chosen)
@@ -327,16 +388,17 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
 
 
 def _selector_refusal(chosen: Backend, settings: Settings) -> str | None:
-    """Why CUDA's attention selector finds no backend for a user's --block-size: it
-    validates each backend with a size the user gives (selector.py), and every stock CUDA
-    backend kvrig restates takes multiples of 16 only."""
+    """Why CUDA's or ROCm's attention selector finds no backend for a user's --block-size:
+    it validates each backend with a size the user gives (selector.py), and every stock
+    CUDA or ROCm backend kvrig restates takes multiples of 16 only."""
     size = settings.block_size
-    if settings.platform != "cuda" or size is None or chosen.supports(size):
+    gpu = {"cuda": "CUDA", "rocm": "ROCm"}.get(settings.platform)
+    if gpu is None or size is None or chosen.supports(size):
         return None
     return (
-        f"vLLM refuses --block-size {size} on CUDA: its attention selector validates each"
+        f"vLLM refuses --block-size {size} on {gpu}: its attention selector validates each"
         f" backend with a size the user gives, and {chosen.name} takes {_kernels(chosen)}"
-        " (as every stock CUDA backend kvrig restates, multiples of 16), so no backend is"
+        f" (as every stock {gpu} backend kvrig restates, multiples of 16), so no backend is"
         " valid and no engine starts. Give a multiple of 16, or leave --block-size out."
     )
 
@@ -376,12 +438,22 @@ def _shape_steps(
         ),
         ("rules", rules.label),
         ("backend", f"{chosen.name} {_kernels(chosen)}"),
+        *_selection_step(settings, rules),
         (
             "attention",
             f"2 x {s.kv_heads} x {s.head_size} x {shapes.dtype_bytes(kv)} B ({kv})"
             f" = {per_token} B per token",
         ),
     ]
+
+
+def _selection_step(settings: Settings, rules: versions.Rules) -> list[tuple[str, str]]:
+    """On ROCm without --backend, why the selector picks the backend it does."""
+    if settings.platform != "rocm" or settings.backend is not None:
+        return []
+    arch = settings.gpu_arch or rocm.DEFAULT_ARCH
+    text = rocm.selection_text(arch, rules, _aiter(settings), settings.kv_cache_dtype)
+    return [("selector", text)]
 
 
 def _state_text(s: shapes.Shapes, conv_dtype: str, ssm: str, mamba: int) -> str:
@@ -421,7 +493,7 @@ def _kernels(b: Backend) -> str:
 def _checkpoint_note(
     s: shapes.Shapes, rules: versions.Rules, mode: str, checkpoint: int | None
 ) -> str:
-    if s.family != "gdn" or mode != "align":
+    if s.family != Family.GDN or mode != "align":
         return ""
     if checkpoint:
         return f"; FlashInfer GDN prefill: {checkpoint}-token checkpoint alignment"

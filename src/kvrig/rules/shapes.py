@@ -16,7 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvrig.define import models
+from kvrig.define import models, vllm_models
+from kvrig.define.vllm_models import FAMILY_OF, HYBRID_FAMILIES, Family, text_config
 
 DTYPE_BYTES = {
     "float32": 4,
@@ -43,31 +44,12 @@ OPTION_DTYPES = {
 }
 # The dtypes a model's weights are loaded in (a config's dtype or torch_dtype).
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
-
-# Architectures whose linear-attention layers are gated delta nets (GDN_ATTN), with the
-# class vLLM resolves them to; their state is
-# MambaStateShapeCalculator.gated_delta_net_state_shape.
-GDN = {
-    "Qwen3NextForCausalLM": "vllm/model_executor/models/qwen3_next.py",
-    "Qwen3_5ForConditionalGeneration": "vllm/model_executor/models/qwen3_5.py",
-    "Qwen3_5ForCausalLM": "vllm/model_executor/models/qwen3_5.py",
-    "Qwen3_5MoeForConditionalGeneration": "vllm/model_executor/models/qwen3_5.py",
-    "Qwen3_5MoeForCausalLM": "vllm/model_executor/models/qwen3_5.py",
-}
-# Hybrid Mamba2 architectures; their state is MambaStateShapeCalculator.mamba2_state_shape.
-MAMBA2 = {
-    "NemotronHForCausalLM": "vllm/model_executor/models/nemotron_h.py",
-    "GraniteMoeHybridForCausalLM": "vllm/model_executor/models/granitemoehybrid.py",
-    # Mamba2 beside attention in every layer (FalconH1ParallelHybrid)
-    "FalconH1ForCausalLM": "vllm/model_executor/models/falcon_h1.py",
-}
-# Attention-only architectures: no state, the size is phase 1's.
-DENSE = (
-    "LlamaForCausalLM",
-    "MistralForCausalLM",
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-)
+# The families whose shapes this module restates, from each architecture's model class
+# (kvrig.define.vllm_models.FAMILY_OF): a gated delta net's state
+# (MambaStateShapeCalculator.gated_delta_net_state_shape), a Mamba2 mixer's
+# (mamba2_state_shape), and attention alone, whose size is phase 1's. DSA's MLA page is
+# kvrig.rules.blocksize's own.
+RESTATED = (Family.GDN, Family.HYBRID_MAMBA, Family.DENSE)
 
 
 class ConfigError(ValueError):
@@ -79,7 +61,7 @@ class Shapes:
     """What one rank holds per token of attention and per sequence of state."""
 
     architecture: str
-    family: str  # "gdn", "hybrid_mamba" or "dense"
+    family: Family  # one of RESTATED
     kv_heads: int  # per rank
     head_size: int
     conv: tuple[int, int] = (0, 0)  # per rank: (conv_dim / tp, kernel - 1 + spec tokens)
@@ -91,7 +73,7 @@ class Shapes:
 
     @property
     def hybrid(self) -> bool:
-        return self.family != "dense"
+        return self.family != Family.DENSE
 
 
 def dtype_name(name: str) -> str:
@@ -121,33 +103,24 @@ def dtype_bytes(name: str) -> int:
     return DTYPE_BYTES[dtype_name(name)]
 
 
-def text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """ModelConfig.hf_text_config: a multimodal checkpoint's `text_config` (Qwen3.5,
-    Qwen3.6), with the top level's architectures, which name the class vLLM loads."""
-    nested = config.get("text_config")
-    if not isinstance(nested, dict):
-        return config
-    merged = dict(nested)
-    if config.get("architectures"):
-        merged["architectures"] = config["architectures"]
-    return merged
-
-
-def architecture(config: dict[str, Any]) -> str:
-    archs = config.get("architectures") or []
-    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+def _architecture(config: dict[str, Any]) -> str:
+    """The class vLLM loads (kvrig.define.vllm_models.architecture), or a ConfigError that
+    says whether the config's `architectures` is malformed or missing."""
+    arch = vllm_models.architecture(config)
+    if arch is not None:
+        return arch
+    archs = config.get("architectures")
+    if archs:
         raise ConfigError(
             f"The config's `architectures` is {archs!r}, and a checkpoint's config.json"
             ' lists its model classes by name (["Qwen3NextForCausalLM"]). Pass the'
             " checkpoint's own config.json."
         )
-    if not archs:
-        raise ConfigError(
-            "The config names no architecture (its `architectures` list is missing or"
-            " empty), so the model class vLLM would load, and with it the state shapes, is"
-            " unknown. Pass the checkpoint's own config.json."
-        )
-    return str(archs[0])
+    raise ConfigError(
+        "The config names no architecture (its `architectures` list is missing or"
+        " empty), so the model class vLLM would load, and with it the state shapes, is"
+        " unknown. Pass the checkpoint's own config.json."
+    )
 
 
 def model_dtype(config: dict[str, Any]) -> str | None:
@@ -249,7 +222,7 @@ def check_config(config: dict[str, Any], arch: str) -> None:
     """The matrix loader's own checks (kvrig.define.models.check_config), so a config it
     refuses is never answered here: no engine starts with it, or kvrig cannot read it."""
     try:
-        models.check_config(config, models.FAMILY_OF.get(arch))
+        models.check_config(config, FAMILY_OF.get(arch))
     except models.ModelConfigError as exc:
         raise ConfigError(
             f"kvrig predicts no size for this {arch} config: {exc}. Fix the config, or pass"
@@ -271,7 +244,7 @@ def check_heads_split(cfg: dict[str, Any], arch: str, tp: int) -> None:
         )
 
 
-def attention_layers(cfg: dict[str, Any], arch: str, family: str) -> list[int] | None:
+def attention_layers(cfg: dict[str, Any], arch: str, family: Family) -> list[int] | None:
     """The indices of the attention layers as the config states them (its layer pattern,
     else its layer count), or None when it states neither: vLLM's config class then takes
     its architecture's defaults, which kvrig does not restate."""
@@ -289,16 +262,16 @@ def attention_layers(cfg: dict[str, Any], arch: str, family: str) -> list[int] |
         if cfg.get("num_hidden_layers") is None:
             return None
         _whole(cfg, arch, "num_hidden_layers")
-        if family == "gdn" and cfg.get("full_attention_interval") is not None:
+        if family == Family.GDN and cfg.get("full_attention_interval") is not None:
             _whole(cfg, arch, "full_attention_interval")
-        return models.attention_layers(cfg, family)
+        return vllm_models.attention_layers(cfg, family)
     if not ok:
         raise ConfigError(
             f"The {arch} config's {key!r} is {pattern!r}, which is no layer pattern vLLM"
             ' reads (a list of layer kinds, or NemotronH\'s string such as "M*M-"). Fix the'
             " config, or pass the checkpoint's own config.json."
         )
-    return models.attention_layers(cfg, family)
+    return vllm_models.attention_layers(cfg, family)
 
 
 def extra_groups(n_groups: int, tp: int) -> int:
@@ -312,9 +285,10 @@ def shapes(config: dict[str, Any], *, tp: int = 1, num_speculative_tokens: int =
     if tp < 1 or num_speculative_tokens < 0:
         raise ConfigError("--tp must be at least 1 and --num-speculative-tokens at least 0.")
     cfg = text_config(config)
-    arch = architecture(cfg)
-    if arch not in GDN and arch not in MAMBA2 and arch not in DENSE:
-        known = ", ".join(sorted([*GDN, *MAMBA2, *DENSE]))
+    arch = _architecture(cfg)
+    family = FAMILY_OF.get(arch)
+    if family not in RESTATED:
+        known = ", ".join(sorted(a for a, f in FAMILY_OF.items() if f in RESTATED))
         raise ConfigError(
             f"Unknown architecture {arch!r}: kvrig restates the KV-cache and state shapes of"
             f" {known} only, so it cannot say which block size vLLM picks for it. Add its"
@@ -328,20 +302,21 @@ def shapes(config: dict[str, Any], *, tp: int = 1, num_speculative_tokens: int =
     kv = kv_heads_per_rank(total_kv, tp)
     head = head_size(cfg, arch)
     spec = num_speculative_tokens
-    if arch in GDN or arch in MAMBA2:
-        state = _gdn_state if arch in GDN else _mamba2_state
+    if family in HYBRID_FAMILIES:
+        gdn = family == Family.GDN
+        state = _gdn_state if gdn else _mamba2_state
         conv_dim, kernel, temporal = state(cfg, arch, tp)
         return Shapes(
             arch,
-            "gdn" if arch in GDN else "hybrid_mamba",
+            family,
             kv,
             head,
             conv=(_divide(conv_dim, tp, "the conv dimension", arch), kernel - 1 + spec),
             temporal=temporal,
-            head_k_dim=cfg.get("linear_key_head_dim") if arch in GDN else None,
+            head_k_dim=cfg.get("linear_key_head_dim") if gdn else None,
             config_ssm_dtype=config_ssm_dtype(cfg, arch),
         )
-    return Shapes(arch, "dense", kv, head)
+    return Shapes(arch, Family.DENSE, kv, head)
 
 
 def _gdn_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tuple[int, int, int]]:

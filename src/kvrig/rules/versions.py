@@ -20,6 +20,8 @@ from kvrig.define.releases import (
     PLAIN_ALIGN_GDN,
     PLAIN_ALIGN_MAMBA2,
     READ,
+    ROCM_ATTN_PREFERS_16,
+    ROCM_TRITON_FIRST,
     SWITCHES,
     XPU_GDN_ROUND,
     Switch,
@@ -33,6 +35,7 @@ from kvrig.define.releases import (
     unknown_at,
     unread_note,
 )
+from kvrig.define.vllm_models import Family
 
 __all__ = [
     "CHECKPOINT_TERM",
@@ -45,6 +48,8 @@ __all__ = [
     "PLAIN_ALIGN_GDN",
     "PLAIN_ALIGN_MAMBA2",
     "READ",
+    "ROCM_ATTN_PREFERS_16",
+    "ROCM_TRITON_FIRST",
     "SWITCHES",
     "XPU_GDN_ROUND",
     "Rules",
@@ -77,6 +82,10 @@ class Rules:
     xpu_gdn_round: bool | None
     plain_align_gdn: bool | None
     plain_align_mamba2: bool | None
+    # ROCm's backends (kvrig.rules.rocm): ROCM_ATTN preferring 16 whatever the start, and
+    # TRITON_ATTN ahead of ROCM_ATTN on gfx1201; False off ROCm.
+    rocm_attn_prefers_16: bool | None = False
+    rocm_triton_first: bool | None = False
     # Set when the release is newer than any kvrig's rules were read in: what every size
     # computed with these rules says of itself (kvrig.define.releases.unread_note).
     unread: str | None = None
@@ -92,12 +101,12 @@ class Rules:
         read = f"read for {shown(newest)} only" if newest else "never read for it"
         return f"{base} (rules {read})"
 
-    def plain_align_mode(self, family: str) -> bool | None:
+    def plain_align_mode(self, family: Family) -> bool | None:
         """Whether align mode leaves the size to the plain arithmetic for this family
         (None: not known at this release)."""
-        if family == "gdn":
+        if family == Family.GDN:
             return self.plain_align_gdn
-        return self.plain_align_mamba2 if family == "hybrid_mamba" else True
+        return self.plain_align_mamba2 if family == Family.HYBRID_MAMBA else True
 
 
 # Which field of Rules each switch sets: a release diff reverts one switch at a time to
@@ -110,6 +119,8 @@ FIELDS = {
     XPU_GDN_ROUND.name: "xpu_gdn_round",
     PLAIN_ALIGN_GDN.name: "plain_align_gdn",
     PLAIN_ALIGN_MAMBA2.name: "plain_align_mamba2",
+    ROCM_ATTN_PREFERS_16.name: "rocm_attn_prefers_16",
+    ROCM_TRITON_FIRST.name: "rocm_triton_first",
 }
 
 
@@ -133,7 +144,7 @@ CPU_START = 128
 def rules(platform: str, version: str | Version) -> Rules:
     """The rules an engine of this release follows on this platform."""
     v = parse(version) if isinstance(version, str) else version
-    cpu = platform == "cpu"
+    cpu, rocm = platform == "cpu", platform == "rocm"
     start = CPU_START if cpu else DEFAULT_START.at(v)
     if start is None:
         raise VersionError(
@@ -154,5 +165,7 @@ def rules(platform: str, version: str | Version) -> Rules:
         xpu_gdn_round=XPU_GDN_ROUND.at(v) if platform == "xpu" else False,  # type: ignore[arg-type]
         plain_align_gdn=PLAIN_ALIGN_GDN.at(v),  # type: ignore[arg-type]
         plain_align_mamba2=PLAIN_ALIGN_MAMBA2.at(v),  # type: ignore[arg-type]
+        rocm_attn_prefers_16=ROCM_ATTN_PREFERS_16.at(v) if rocm else False,  # type: ignore[arg-type]
+        rocm_triton_first=ROCM_TRITON_FIRST.at(v) if rocm else False,  # type: ignore[arg-type]
         unread=unread_note(platform, v),
     )

@@ -54,7 +54,7 @@ def emulation_env(cell: Cell, pythonpath: str | None) -> dict[str, str]:
     return {**isa.emulation_env(cell.isa), "PYTHONPATH": path}
 
 
-# Set by an emulated column's run (kvrig.column.plugin) once the stand-in driver is built.
+# Set by an emulated column's run (kvrig.column.column_run) once the stand-in driver is built.
 STUB_ENV = "KVRIG_LIBCUDA_STUB"
 STUB_SYMBOLS_ENV = "KVRIG_LIBCUDA_STUB_SYMBOLS"
 
@@ -77,6 +77,10 @@ def device_env(cell: Cell, env: dict[str, str]) -> dict[str, str]:
         # MoE layers open a CUDA stream for their shared experts as they are built.
         "VLLM_DISABLE_SHARED_EXPERTS_STREAM": "1",
     }
+    if cell.platform == "rocm":
+        # On ROCm vLLM's Triton check reads HIP_VISIBLE_DEVICES, not CUDA_VISIBLE_DEVICES,
+        # to accept no active driver (vllm/triton_utils/importing.py).
+        out["HIP_VISIBLE_DEVICES"] = ""
     if env.get("VLLM_TARGET_DEVICE") == "cpu":  # an explicit CPU target would win over it
         out["VLLM_TARGET_DEVICE"] = "cuda"
     return out

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import execnet.gateway_base
 import pytest
 import yaml
 
 from kvrig.define.cells import expand
 from kvrig.define.matrix import load
 
-from ..builders import BASE, ROOT
+from ..builders import BASE, ROOT, cell_with
 
 PYTEST = (sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider")
 
@@ -228,3 +229,16 @@ def test_a_red_cell_reports_its_matrix_line_verdict_and_rerun_lines(
     assert '<property name="cell_id" value="cpu-granite_hybrid-default"' in xml
     assert '<property name="verdict" value="fail"' in xml
     assert '<property name="block_size" value="384"' in xml
+
+
+def test_an_items_markers_are_plain_text_that_xdist_can_send() -> None:
+    # pytest-xdist serializes an item's keywords to the controller with execnet, which
+    # refuses a str subclass such as an enum member: the column then stops with an
+    # internal error before its first cell.
+    cell = cell_with({"outcome": "runs"}, family="gdn", gate=True)
+    from kvrig.column import items
+
+    marks = items.markers(cell)
+    assert marks == ["gdn", "expect_runs", "gate"]
+    assert all(type(m) is str for m in marks)
+    execnet.gateway_base.dumps(marks)

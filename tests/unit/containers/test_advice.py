@@ -21,6 +21,8 @@ from kvrig.cli import command, delegated
 from kvrig.containers import base_image, host_check, launch, preflight
 from kvrig.containers import plan as c
 from kvrig.containers import settings as es
+from kvrig.containers.args import parse_args
+from kvrig.containers.facts import find_root
 from kvrig.define import column_choice
 from kvrig.provision import engines
 
@@ -91,7 +93,7 @@ def kvrig_parses(argv: list[str]) -> None:
     if found is not None:
         _, name, rest = found
         if name == "container":
-            c.parse_args(rest, {})
+            parse_args(rest, {})
         return
     p = command.parser()
     ns, extra = p.parse_known_args(argv)
@@ -242,14 +244,14 @@ REFUSALS: dict[str, Callable[[], object]] = {
         "nvidia/cuda:13.0.2-runtime", gpu("")
     ),
     "no container toolkit": lambda: host_check.check_toolkit(probe()),
-    "--push without a registry": lambda: c.parse_args(["cuda", "--push"], {}),
-    "a registry that is none": lambda: c.parse_args(["cuda", "--registry", "https://x"], {}),
-    "KVRIG_ENGINE misspelt": lambda: c.parse_args(["cpu"], {"KVRIG_ENGINE": "dokcer"}),
-    "--gpu-arch off CUDA": lambda: c.parse_args(["xpu", "--gpu-arch", "9.0"], {}),
-    "--gpu-arch beside --emulate": lambda: c.parse_args(
+    "--push without a registry": lambda: parse_args(["cuda", "--push"], {}),
+    "a registry that is none": lambda: parse_args(["cuda", "--registry", "https://x"], {}),
+    "KVRIG_ENGINE misspelt": lambda: parse_args(["cpu"], {"KVRIG_ENGINE": "dokcer"}),
+    "--gpu-arch off CUDA": lambda: parse_args(["xpu", "--gpu-arch", "9.0"], {}),
+    "--gpu-arch beside --emulate": lambda: parse_args(
         ["cuda", "--gpu-arch", "9.0", "--emulate", "9.0"], {}
     ),
-    "no checkout": lambda: c.find_root(Path("/")),
+    "no checkout": lambda: find_root(Path("/")),
     "KVRIG_HOST_SETTINGS misspelt": lambda: es.decide(
         "podman", es.HostFacts(), {"KVRIG_HOST_SETTINGS": "yes"}, Path("/tmp")
     ),

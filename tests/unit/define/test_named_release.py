@@ -10,7 +10,8 @@ import pytest
 
 from kvrig.define import named_release as nr
 from kvrig.define.cells import expand
-from kvrig.define.matrix import MatrixError, VllmSource, load
+from kvrig.define.matrix import MatrixError, load
+from kvrig.define.platform_spec import VllmSource
 from kvrig.rules import blocksize
 
 from ..builders import ROOT

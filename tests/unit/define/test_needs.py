@@ -54,7 +54,7 @@ def test_what_a_model_needs_is_part_of_what_its_rows_were_judged_under() -> None
 def test_a_run_resumed_after_the_module_is_installed_starts_over() -> None:
     """The cells the environment lacked a module for are part of what a resumed run must
     share, so installing torchvision's CPU build does not leave the first run's skips."""
-    from kvrig.column.plugin import ColumnRun, column_facts
+    from kvrig.column.column_run import ColumnRun, column_facts
     from kvrig.define.column_choice import Choice
 
     matrix = load(ROOT / "matrix.yaml")

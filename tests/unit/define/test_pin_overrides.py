@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from kvrig.define.cells import Cell, expand, judged_under
-from kvrig.define.matrix import Matrix, MatrixError, load, package_key
+from kvrig.define.matrix import Matrix, MatrixError, load
+from kvrig.define.platform_spec import package_key
 
 MAPPING = {"flashinfer-python==0.7.3": "flashinfer_python==0.7.4"}
 

@@ -7,7 +7,8 @@ import pytest
 
 from kvrig.define.cells import expand
 from kvrig.define.matrix import Matrix
-from kvrig.judge.verdict import Status, early_error_backends, judge
+from kvrig.judge.messages import early_error_backends
+from kvrig.judge.verdict import Status, judge
 from kvrig.run.record import ErrorInfo, KVGroup, Record
 
 from ..builders import BASE, ROOT, cell_with, gpu_matrix

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from kvrig.define.matrix import PlatformSpec, VllmSource, load
+from kvrig.define.matrix import load
+from kvrig.define.platform_spec import PlatformSpec, VllmSource
 from kvrig.provision.install import (
     CUDA_PINS,
     InstallError,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kvrig.define.matrix import VllmSource
+from kvrig.define.platform_spec import VllmSource
 from kvrig.provision import overlay, overlay_image
 
 INTERFACE = """class Platform:

@@ -5,6 +5,7 @@ stamp names is still the one installed."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sys
 import types
 from pathlib import Path
@@ -77,3 +78,33 @@ def test_every_cell_reads_the_overrides_of_its_environment(imported_vllm: Path) 
     stamp.write(stamp.content(PLAN, "0.34.0", "k", NOW), str(imported_vllm))
     identity.vllm_identity(out)
     assert out["vllm_overrides"] == ["flashinfer-python==0.7.4"]
+
+
+def test_an_images_stamp_is_planned_on_the_host_and_finished_in_the_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kvrig container` plans it (the overrides and why), the image's build finishes it
+    (the version that landed): the same stamp a host's install writes."""
+    planned = stamp.planned(PLAN.release, PLAN.overrides, PLAN.excluded, "k")
+    assert "installed" not in planned and "at" not in planned
+    assert stamp.finished(planned, "0.34.0", NOW) == stamp.content(PLAN, "0.34.0", "k", NOW)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(stamp, "installed_version", {"vllm": "0.34.0"}.get)
+    assert stamp.main(["write", json.dumps(planned)]) == 0
+    assert "overrides in force: flashinfer-python==0.7.4" in capsys.readouterr().out
+    assert stamp.overrides_in_force(stamp.read()) == ["flashinfer-python==0.7.4"]
+
+
+def test_a_stamp_that_would_say_nothing_fails_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its package not installed (or not JSON at all): its overrides would go unrecorded."""
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(stamp, "installed_version", {}.get)
+    planned = json.dumps(stamp.planned(PLAN.release, PLAN.overrides, (), "k"))
+    assert stamp.main(["write", planned]) == 2
+    assert stamp.main(["write", "{not json"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"kvrig: vllm is not installed in {tmp_path}, so nothing is stamped"
+    assert err[1].startswith("kvrig: the planned stamp is not JSON")
+    assert stamp.read() is None

@@ -12,7 +12,8 @@ import pytest
 
 from kvrig.cli import main
 from kvrig.cli import setup as setup_cmd
-from kvrig.define.matrix import VllmSource, load
+from kvrig.define.matrix import load
+from kvrig.define.platform_spec import VllmSource
 from kvrig.provision import index, pins, stamp, vllm_install
 from kvrig.provision.install import InstallError, Plan
 

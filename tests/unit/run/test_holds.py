@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kvrig.cli import columns, main
-from kvrig.define.matrix import VllmSource, default_matrix
+from kvrig.define.loader import default_matrix
+from kvrig.define.platform_spec import VllmSource
 from kvrig.provision.overlay import Manifest
 from kvrig.run import holds
 from kvrig.run.runner import ResultsFolderError, check_results_folder

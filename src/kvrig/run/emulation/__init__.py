@@ -1,10 +1,11 @@
-"""Emulated GPU columns: vLLM's own CUDA or XPU platform code, run on a CPU host.
+"""Emulated GPU columns: vLLM's own CUDA, XPU or ROCm platform code, run on a CPU host.
 
 A cell of an emulated column runs vLLM's configuration phase for one GPU architecture:
 the engine config, the attention selector with its validation, the block-size steps with
 the early check, and the KV-cache config with the worker's kernel block sizes. The
 device is faked only through hooks vLLM offers (a platform plugin, an empty device list
-for Triton, a stub driver library, stub XPU kernel modules); nothing of vLLM is edited.
+for Triton, a stub driver library, stub XPU kernel modules, the gfx target a ROCm host
+would report); nothing of vLLM is edited.
 Every record names what was faked (`fakes()`), and no emulated result counts as hardware.
 
 This module is what vLLM loads as kvrig's platform plugin (entry point group
@@ -22,7 +23,10 @@ EMULATE_ENV = "KVRIG_EMULATE"
 PLATFORM_CLASSES = {
     "cuda": "kvrig.run.emulation.cuda_platform.EmulatedCudaPlatform",
     "xpu": "kvrig.run.emulation.xpu_platform.EmulatedXpuPlatform",
+    "rocm": "kvrig.run.emulation.rocm_platform.EmulatedRocmPlatform",
 }
+# Platforms whose device torch reaches through torch.cuda (vLLM's device_type "cuda").
+CUDA_ALIKE = ("cuda", "rocm")
 # What vLLM is given instead of a device when a cell is emulated, in the words records use.
 KV_CACHE_BYTES = 1 << 30
 
@@ -49,17 +53,9 @@ def platform_plugin() -> str | None:
 
 def fakes(device: Gpu, stub_symbols: int | None = None) -> list[str]:
     """What an emulated cell's vLLM was given instead of a device, for its record."""
-    common = [
-        f"vLLM's platform: {PLATFORM_CLASSES[device.platform].rsplit('.', 1)[-1]} through"
-        f" kvrig's platform plugin, answering {device.name!r} with {device.memory_gib} GiB"
-        + (f", compute capability {device.arch}" if device.platform == "cuda" else ""),
-        (
-            "torch.cuda.get_device_properties, get_device_capability and get_device_name:"
-            f" answered for the emulated device ({device.sm_count} multiprocessors);"
-            " torch.cuda.is_available() stays False"
-            if device.platform == "cuda"
-            else "torch.xpu's device queries: answered by the platform for the emulated device"
-        ),
+    return [
+        _platform_line(device),
+        *_device_lines(device),
         "libcuda.so.1: kvrig's stub"
         + (f" ({stub_symbols} driver symbols" if stub_symbols else " (driver symbols")
         + ", each answering CUDA_ERROR_NO_DEVICE), so the CUDA wheel's extensions load",
@@ -76,17 +72,55 @@ def fakes(device: Gpu, stub_symbols: int | None = None) -> list[str]:
                 " driver; torch.accelerator.current_device_index() answers 0, whose"
                 " properties are the emulated device's"
             ]
-            if device.platform == "cuda"
+            if device.platform in CUDA_ALIKE
             else []
         ),
         "torch.distributed on gloo (a forked process per tensor-parallel rank), with vLLM's"
-        " base device communicator instead of NCCL or oneCCL",
+        " base device communicator instead of NCCL, RCCL or oneCCL",
         f"KV-cache memory fixed at {KV_CACHE_BYTES >> 20} MiB, not profiled",
+        *_kernel_lines(device),
     ]
+
+
+def _platform_line(device: Gpu) -> str:
+    name = PLATFORM_CLASSES[device.platform].rsplit(".", 1)[-1]
+    facts = {
+        "cuda": f", compute capability {device.arch}",
+        "rocm": f", gfx target {device.arch}; is_rocm() comes from vLLM's RocmPlatform, the"
+        " class it extends (vllm/platforms/rocm.py of the CUDA wheel)",
+    }
+    return (
+        f"vLLM's platform: {name} through kvrig's platform plugin, answering"
+        f" {device.name!r} with {device.memory_gib} GiB{facts.get(device.platform, '')}"
+    )
+
+
+def _device_lines(device: Gpu) -> list[str]:
+    """How torch's device queries were answered (on ROCm, with amd-smi's and Triton's)."""
+    if device.platform == "cuda":
+        return [
+            "torch.cuda.get_device_properties, get_device_capability and get_device_name:"
+            f" answered for the emulated device ({device.sm_count} multiprocessors);"
+            " torch.cuda.is_available() stays False"
+        ]
+    if device.platform == "rocm":
+        from kvrig.run.emulation import rocm_answers  # not in the plugin's own import
+
+        return rocm_answers.device_lines(device)
+    return ["torch.xpu's device queries: answered by the platform for the emulated device"]
+
+
+def _kernel_lines(device: Gpu) -> list[str]:
+    """The device's own kernel packages, and what stood in for them."""
     if device.platform == "xpu":
-        common.append(
+        return [
             "vllm_xpu_kernels and every submodule: empty stubs, as vLLM's own XPU selection"
             " tests use (a kernel called through them raises); the custom ops the layers"
             " look up in torch.ops._C come from the CUDA wheel's library"
-        )
-    return common
+        ]
+    if device.platform == "rocm":
+        from kvrig.rules.rocm import aiter_installed
+        from kvrig.run.emulation import rocm_answers
+
+        return rocm_answers.kernel_lines(aiter=aiter_installed(os.environ))
+    return []

