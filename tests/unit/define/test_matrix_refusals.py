@@ -6,61 +6,35 @@ maintainer can make in the real file, not in a toy one.
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from kvrig.define import models, shorthands, vllm_models
+from kvrig.define import models, vllm_models
 from kvrig.define.cells import expand
-from kvrig.define.matrix import MatrixError, load
+from kvrig.define.matrix import load
 
 from ..builders import ROOT
+from ..matrix_files import (
+    Loc,
+    dumped,
+    line_at,
+    line_with,
+    refusal,
+    refused_at,
+    repo_data,
+    written,
+)
 
 REPO_MATRIX = ROOT / "matrix.yaml"
-
-
-@functools.cache
-def _repo_data() -> dict[str, Any]:
-    return shorthands.expand(yaml.safe_load(REPO_MATRIX.read_text()))
-
-
-def repo_data() -> dict[str, Any]:
-    """The project's matrix as plain data in its long form (a case per model, an
-    expectation per platform: kvrig.define.shorthands), a fresh copy to mutate."""
-    return copy.deepcopy(_repo_data())
-
-
-def refusal(path: Path) -> str:
-    """The one paragraph loading `path` refuses it with (the test fails if it loads)."""
-    with pytest.raises(MatrixError) as err:
-        load(path)
-    msg = str(err.value)
-    assert "\n" not in msg, "one paragraph"
-    return msg
-
-
-def line_of(path: Path, needle: str, nth: int = 1) -> int:
-    """The line of the nth line of the file holding `needle`."""
-    hits = [i for i, ln in enumerate(path.read_text().splitlines(), 1) if needle in ln]
-    return hits[nth - 1]
 
 
 def case_index(data: dict[str, Any], model: str, case_id: str) -> int:
     return next(
         i for i, c in enumerate(data["cases"]) if c["model"] == model and c["id"] == case_id
     )
-
-
-def write_text(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "matrix.yaml"
-    path.write_text(text)
-    return path
 
 
 # --- a key written twice ---------------------------------------------------------------
@@ -77,8 +51,8 @@ def test_a_second_model_entry_of_the_same_name_is_refused_naming_both_lines(tmp_
         "  granite_hybrid_2kv:\n",
         1,
     )
-    path = write_text(tmp_path, text)
-    first, second = line_of(path, "  llama:"), line_of(path, "  llama:", 2)
+    path = written(tmp_path, text)
+    first, second = line_with(path, "  llama:"), line_with(path, "  llama:", 2)
     msg = refusal(path)
     assert msg.startswith(f"{path}:{second}: the matrix repeats the key 'llama'")
     assert f"first at line {first}" in msg
@@ -91,8 +65,8 @@ def test_an_expectation_written_twice_in_a_case_is_refused(tmp_path) -> None:
     tail = tail.replace(
         "    review: control\n", "    review: control\n    expect: {cpu: {outcome: runs}}\n", 1
     )
-    path = write_text(tmp_path, head + tail)
-    first = line_of(path, "    expect: {cpu: {outcome: runs}}")
+    path = written(tmp_path, head + tail)
+    first = line_with(path, "    expect: {cpu: {outcome: runs}}")
     second = next(
         i
         for i, ln in enumerate(path.read_text().splitlines(), 1)
@@ -109,8 +83,8 @@ def test_a_key_repeated_inside_one_flow_mapping_is_refused(tmp_path) -> None:
         "{block_size: 320, backends_include: [KVRIG_SIBLING], block_size: 384}",
         1,
     )
-    path = write_text(tmp_path, text)
-    line = line_of(path, "[KVRIG_SIBLING], block_size: 384")
+    path = written(tmp_path, text)
+    line = line_with(path, "[KVRIG_SIBLING], block_size: 384")
     assert refusal(path).startswith(f"{path}:{line}: the matrix repeats the key 'block_size'")
 
 
@@ -121,44 +95,10 @@ def test_a_key_that_overrides_a_merged_one_is_not_a_repeat(tmp_path) -> None:
     merged = "    knobs: {<<: *k32, block_size: 32}\n"
     text = text.replace("    knobs: {block_size: 32}\n", merged, 1)
     assert "<<: *k32" in text
-    assert load(write_text(tmp_path, text)).cases
+    assert load(written(tmp_path, text)).cases
 
 
 # --- variants of the repo's matrix, refused at the line of the key they break --------------
-
-Loc = tuple[Any, ...]
-
-
-def line_at(path: Path, loc: Loc) -> int:
-    """The line of the key at `loc` in the file, read with the YAML composer (not with
-    the loader under test)."""
-    node = yaml.compose(path.read_text())
-    line = None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            key, node = next((k, v) for k, v in node.value if k.value == str(part))
-            line = key.start_mark.line + 1
-        else:
-            node = node.value[part]
-    assert line is not None
-    return line
-
-
-def dumped(tmp_path: Path, data: dict[str, Any]) -> Path:
-    path = tmp_path / "matrix.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def refused_at(tmp_path: Path, data: dict[str, Any], loc: Loc) -> str:
-    """Loading the mutated matrix is refused with a paragraph that starts at `loc`'s line
-    and names its field."""
-    path = dumped(tmp_path, data)
-    msg = refusal(path)
-    field = ".".join(str(p) for p in loc)
-    assert msg.startswith(f"{path}:{line_at(path, loc)}: the matrix is invalid at {field}"), msg
-    assert "Nothing was run" in msg
-    return msg
 
 
 def _case(data: dict[str, Any], model: str, case_id: str) -> tuple[dict[str, Any], Loc]:
