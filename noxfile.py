@@ -7,7 +7,7 @@
 `local` runs the host's column (the main job). `tests` is what CI runs: it requires, in
 the order `nox -l -s tests` shows, `unit` (no vLLM), `faults`, `cpu_column` (natively
 and under every lesser CPU class the host can emulate), `container_cpu`, `mutation`,
-`emulated` (vLLM's CUDA and XPU platform code per GPU architecture, on this host) and
+`emulated` (vLLM's CUDA, XPU and ROCm platform code per GPU architecture, on this host) and
 `release` (the release diff and its proofs on one emulated device). `release_diff` shows
 what moved between two vLLM releases on every emulated device.
 `cpu`/`cuda`/`xpu` run a column in its container (`-- --build-only --push` builds and
@@ -130,9 +130,10 @@ def mutation(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def emulated(session: nox.Session) -> None:
-    """Every CUDA cell on each GPU architecture (8.0, 8.6, 8.9, 9.0, 10.0, 12.0) and every XPU
-    cell, decided by vLLM's own platform code on this host: configuration only, nothing
-    generates, and no result counts as hardware. One environment serves every device: the
+    """Every CUDA cell on each GPU architecture (8.0, 8.6, 8.9, 9.0, 10.0, 12.0), every XPU
+    cell and every ROCm cell on each gfx target (gfx942, gfx950, gfx1201), decided by vLLM's
+    own platform code on this host: configuration only, nothing generates, and no result
+    counts as hardware. One environment serves every device: the
     cuda platform's PyPI wheel with PyPI's torch (about 9 GB). Into
     results/<platform>-<arch>-emulated; `-- --only cuda:9.0` runs one device."""
     _install_rig(session, *EMULATED)
@@ -140,8 +141,10 @@ def emulated(session: nox.Session) -> None:
     session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
     session.run("kvrig", "emulated", *session.posargs)
     if not session.posargs:
-        # With the early check patched out, every CUDA early_error cell must turn red here too.
+        # With the early check patched out, every CUDA and ROCm early_error cell must turn
+        # red here too.
         session.run("kvrig", "check", "mutation", "--emulate", "9.0", env=NOX_UV)
+        session.run("kvrig", "check", "mutation", "--emulate", "rocm:gfx942", env=NOX_UV)
 
 
 @nox.session(python=PYTHON, default=False)

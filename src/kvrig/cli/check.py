@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvrig.cli.usage import UsageError
 from kvrig.containers import host_check, preflight
-from kvrig.define import column_choice
+from kvrig.define import column_choice, gpus
 from kvrig.define.paths import results_folder
 from kvrig.provision import uv_cache
 from kvrig.publish import container_check, mutation_check
@@ -62,6 +63,14 @@ def cmd_container(ns: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_mutation(ns: argparse.Namespace, extra: list[str]) -> int:
+    if ns.emulate:
+        try:
+            gpus.gpu(*mutation_check.emulated_device(ns.emulate))
+        except gpus.GpuError as exc:
+            raise UsageError(
+                f"--emulate {ns.emulate}: {exc} (a CUDA architecture alone, 9.0, or a device"
+                " as kvrig emulated --only names it: rocm:gfx942, xpu:bmg)"
+            ) from None
     options = mutation_check.Options(
         container=ns.container,
         emulate=ns.emulate,
@@ -165,7 +174,10 @@ def register(sub: Any) -> None:
         "--container", action="store_true", help="in the CPU image, built with the mutation"
     )
     where.add_argument(
-        "--emulate", metavar="ARCH", help="on the emulated CUDA column of this architecture"
+        "--emulate",
+        metavar="DEVICE",
+        help="on an emulated device's column: a CUDA architecture (9.0), or cuda:9.0,"
+        " rocm:gfx942, xpu:bmg",
     )
     m.add_argument("--patch", default=str(mutation_check.PATCH), help="the mutation, a diff")
     m.add_argument("--results", help="default: results/cpu-mutation[-container]")

@@ -56,7 +56,7 @@ def column_args(values: dict[str, Any], matrix: Path, extra: list[str], column: 
 
 def with_workers(extra: list[str], workers: int) -> list[str]:
     """Adds pytest-xdist's -n unless the user chose (or one worker is asked for)."""
-    if workers <= 1 or any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra):
+    if workers <= 1 or columns_choose_workers(extra):
         return extra
     return ["-n", str(workers), *extra]
 
@@ -263,33 +263,53 @@ def emulated_columns(
     """(column's results folder, its `kvrig column` command) for each emulated device
     `only` names (a device, cuda:9.0, or a platform, cuda), all of them without it; for
     the release `vllm` names, when one is."""
-    known = [f"{p}:{a}" for p, a in gpus.EMULATED]
-    unknown = [o for o in only or [] if o not in known and o not in gpus.GPUS]
-    if unknown:
-        raise UsageError(
-            f"--only {', '.join(unknown)}: not an emulated device; give one of"
-            f" {', '.join(known)} (or a platform: cuda, xpu)."
-        )
+    try:
+        chosen = gpus.chosen_devices(only)
+    except gpus.GpuError as exc:
+        raise UsageError(str(exc)) from None
     again = ["--rerun"] if rerun else []
     release = ["--vllm", vllm] if vllm else []
     named = named_release.parse(vllm) if vllm else None
+    # Side by side, one worker each, unless the user chose the workers.
+    one = in_turn.ONE_WORKER if side_by_side(len(chosen), extra) > 1 else []
     return [
         (
             named_release.folder_name(gpus.emulated_column(p, a), named),
             in_turn.kvrig_command(
-                matrix, "column", "--platform", p, "--emulate", a, *release, *again, *extra
+                matrix,
+                "column",
+                "--platform",
+                p,
+                "--emulate",
+                a,
+                *release,
+                *again,
+                *one,
+                *extra,
             ),
         )
-        for p, a in gpus.EMULATED
-        if not only or f"{p}:{a}" in only or p in only
+        for p, a in chosen
     ]
+
+
+def columns_choose_workers(extra: list[str]) -> bool:
+    """Whether pytest arguments given to every column name the workers (-n)."""
+    return any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra)
 
 
 def cmd_emulated(ns: argparse.Namespace, extra: list[str]) -> int:
     columns = emulated_columns(ns.only, ns.matrix, ns.rerun, extra, ns.vllm)
     return in_turn.run_columns(
-        columns, "emulated GPU columns (vLLM's own platform code on this host; not hardware)"
+        columns,
+        "emulated GPU columns (vLLM's own platform code on this host; not hardware)",
+        at_once=side_by_side(len(columns), extra),
     )
+
+
+def side_by_side(count: int, extra: list[str]) -> int:
+    """How many emulated columns run at a time: two, each with one worker
+    (emulated_columns), unless there is one or the user chose the workers."""
+    return 1 if count < 2 or columns_choose_workers(extra) else in_turn.SIDE_BY_SIDE
 
 
 def register(sub: Any) -> None:

@@ -17,7 +17,6 @@ import hashlib
 import json
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,20 +53,17 @@ class SideRun:
 
 def devices(only: list[str] | None) -> list[tuple[str, str]]:
     """The emulated devices the diff runs (`--only cuda:9.0`, `--only xpu`), all without."""
-    known = [f"{p}:{a}" for p, a in gpus.EMULATED]
-    unknown = [o for o in only or [] if o not in known and o not in gpus.GPUS]
-    if unknown:
-        raise UsageError(
-            f"--only {', '.join(unknown)}: not an emulated device; give one of"
-            f" {', '.join(known)} (or a platform: cuda, xpu)."
-        )
-    return [(p, a) for p, a in gpus.EMULATED if not only or f"{p}:{a}" in only or p in only]
+    try:
+        return gpus.chosen_devices(only)
+    except gpus.GpuError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def sides(ns: argparse.Namespace, root: Path, pin: str | None) -> tuple[SideRun, SideRun]:
     """The two sides. The pinned release itself, without a patch, runs into the release's
     own folders (results/<column>, as `kvrig emulated` writes them), so a column the
-    `emulated` session finished is resumed, not run again; other sides under `root`."""
+    `emulated` session finished with this same matrix and software is kept as it is
+    (`kvrig column --keep-finished`), not run again; other sides under `root`."""
     overlay: tuple[str, ...] = ()
     if ns.vllm_patch and ns.vllm_source:
         raise UsageError("Give --vllm-patch or --vllm-source, not both: the new side is one vLLM.")
@@ -116,8 +112,8 @@ def column_command(
     folder = side.folder / column
     command = in_turn.kvrig_command(
         matrix, "column", "--platform", platform, "--emulate", arch, "--vllm", side.name,
-        *side.overlay, "--results", str(folder), *(["--rerun"] if rerun else []),
-        "-q", "--tb=no",
+        *side.overlay, "--results", str(folder), "--rerun" if rerun else "--keep-finished",
+        *in_turn.ONE_WORKER, "-q", "--tb=no",
     )  # fmt: skip
     return f"{column} column of vLLM {side.label}", command
 
@@ -125,16 +121,12 @@ def column_command(
 def run_sides(
     ns: argparse.Namespace, runs: tuple[SideRun, SideRun], chosen: list[tuple[str, str]]
 ) -> None:
-    """Both sides' columns in turn; a refused column (exit 2) stops the diff: there would
-    be nothing to compare. Red cells are the diff's data, not its failure."""
-    refused = []
-    for side in runs:
-        commands = [column_command(ns.matrix, side, p, a, ns.rerun) for p, a in chosen]
-        for label, command in commands:
-            print(f"kvrig: the {label}", file=sys.stderr, flush=True)
-            code = subprocess.run(command, check=False).returncode
-            if code == 2:
-                refused.append(label)
+    """Both sides' columns, two at a time with one worker each (kvrig.cli.in_turn); a
+    refused column (exit 2) stops the diff: there would be nothing to compare. Red cells
+    are the diff's data, not its failure."""
+    commands = [column_command(ns.matrix, side, p, a, ns.rerun) for side in runs for p, a in chosen]
+    outcome = in_turn.run_each(commands, at_once=in_turn.SIDE_BY_SIDE)
+    refused = [label for label, code in outcome if code == 2]
     if refused:
         raise UsageError(
             f"The release diff could not run {', '.join(refused)} (the paragraph above says"
@@ -283,7 +275,7 @@ def _diff_ns(
 
 
 def prove_explained(ns: argparse.Namespace, prev: str, pin: str) -> Proof:
-    # The pinned side in the release's own folders: the `emulated` session's column resumed.
+    # The pinned side in the release's own folders: the `emulated` session's column kept.
     found = run_diff(_diff_ns(ns, prev, pin, None, None))
     held = not found.red and found.compared > 0
     return Proof(

@@ -15,8 +15,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from kvrig.cli.usage import UsageError
 from kvrig.containers import base_image
-from kvrig.define import column_choice, named_release
+from kvrig.define import column_choice, column_names, named_release
 from kvrig.define.loader import default_matrix
 from kvrig.define.matrix import load
 from kvrig.define.vllm_names import PLATFORMS
@@ -57,6 +58,8 @@ def vllm_job(ns: argparse.Namespace) -> vllm_install.Job:
     """What `kvrig setup vllm` was asked for: the matrix, the platform (cuda's wheel for
     the emulated columns, else the one named or the host's) and the overrides."""
     platform = "cuda" if ns.emulated else ns.platform
+    if platform in column_names.EMULATED_ONLY:
+        raise UsageError(column_names.emulated_only(platform))
     if platform is None:
         platform = column_choice.ThisHost().platform
         print(f"kvrig: host platform: {platform}", flush=True)

@@ -124,7 +124,12 @@ def pytest_configure(config: pytest.Config) -> None:
         column_facts(run),
         resume.environment_parts(),
     )
-    began = resume.start(run.results, parts, config.getoption("--kvrig-rerun"))
+    began = resume.start(
+        run.results,
+        parts,
+        config.getoption("--kvrig-rerun"),
+        keep_finished=config.getoption("--kvrig-keep-finished"),
+    )
     run.resumed, run.state = began.resumed, began.state
     config.stash[_MESSAGE_KEY] = began.message or ""
     workers = int(getattr(config.option, "numprocesses", 0) or 0)

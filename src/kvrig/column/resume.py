@@ -96,9 +96,13 @@ class Start:
     state: dict[str, Any]
 
 
-def start(results: Path, parts: dict[str, str], rerun: bool) -> Start:
+def start(results: Path, parts: dict[str, str], rerun: bool, keep_finished: bool = False) -> Start:
     """Resumes the last run if it did not finish and its fingerprint is this one;
-    otherwise starts a new results.jsonl, keeping the previous one beside it."""
+    otherwise starts a new results.jsonl, keeping the previous one beside it.
+
+    `keep_finished` also takes a finished run with this fingerprint as it is (every cell
+    judged again from its record, none run): how the release diff reuses a column the
+    `emulated` session already ran. A plain column run always starts a finished one over."""
     state_file = results / RUN_FILE
     try:
         last = json.loads(state_file.read_text())
@@ -106,18 +110,26 @@ def start(results: Path, parts: dict[str, str], rerun: bool) -> Start:
         last = {}
     current = results / results_mod.RESULTS_FILE
     unfinished = last.get("state") == "running" and current.exists()
-    differs = changed(last.get("fingerprint") or {}, parts) if unfinished else []
-    resume = unfinished and not rerun and not differs
+    kept = keep_finished and last.get("state") == "finished" and current.exists()
+    differs = changed(last.get("fingerprint") or {}, parts) if unfinished or kept else []
+    resume = (unfinished or kept) and not rerun and not differs
     message = None
-    if resume:
+    if resume and kept:
+        message = (
+            f"kvrig: keeping the run finished {last.get('finished') or last.get('started')}"
+            " with this same matrix, selection, column and software: its cells are judged"
+            " again from their records, none is run (--rerun runs them)."
+        )
+    elif resume:
         done = len(results_mod.read(results))
         message = (
             f"kvrig: resuming the unfinished run started {last.get('started')}: {done}"
             " cells already done are not run again (kvrig column --rerun starts over)."
         )
-    elif unfinished and differs and not rerun:
+    elif (unfinished or kept) and differs and not rerun:
+        which = "unfinished" if unfinished else "finished"
         message = (
-            f"kvrig: the unfinished run started {last.get('started')} is not resumed, because"
+            f"kvrig: the {which} run started {last.get('started')} is not resumed, because"
             f" {', '.join(differs)} changed since; starting a new run (its rows are kept in"
             f" {results_mod.PREVIOUS_FILE})."
         )
@@ -131,4 +143,7 @@ def start(results: Path, parts: dict[str, str], rerun: bool) -> Start:
 
 def finish(results: Path, state: Mapping[str, Any]) -> None:
     """A run that was not interrupted is finished: the next one starts over."""
-    (results / RUN_FILE).write_text(json.dumps({**state, "state": "finished"}) + "\n")
+    finished = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    (results / RUN_FILE).write_text(
+        json.dumps({**state, "state": "finished", "finished": finished}) + "\n"
+    )

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kvrig.containers import settings as es
 from kvrig.containers.plan import UsageError
-from kvrig.define import column_options
+from kvrig.define import column_names, column_options
 from kvrig.define.vllm_names import PLATFORMS
 from kvrig.host import isa
 
@@ -128,6 +128,8 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
     _declare_image_options(parser, env)
     column_options.declare(parser.add_argument, column_options.CONTAINER)
     ns, unknown = parser.parse_known_args(argv)
+    if ns.platform in column_names.EMULATED_ONLY:
+        raise UsageError(column_names.emulated_only(ns.platform, ns.emulate))
     _check_gpu_arch(ns.platform, ns.gpu_arch, ns.emulate, ns.isa)
     registry = registry_name(ns.registry) if ns.registry else None
     if ns.push and registry is None:

@@ -224,16 +224,19 @@ class KnownDefect(Strict):
 
 
 class ArchExpectation(Strict):
-    """What a CUDA cell does on some GPU architectures instead of its `expect.cuda`, and
-    why vLLM's code decides so there (a backend's declared capabilities, a kernel's)."""
+    """What a CUDA or ROCm cell does on some GPU architectures instead of the platform's
+    expectation, and why vLLM's code decides so there (a backend's declared capabilities,
+    a kernel's, the selector's order for a gfx target)."""
 
     why: str = Field(min_length=1)
     expect: Expectation
 
 
 def arch_keys(key: str) -> list[str]:
-    """The architectures an `expect_by_arch` key names: "9.0", or several as "8.0, 8.9"."""
-    return [gpus.normalize("cuda", part) for part in key.split(",") if part.strip()]
+    """The architectures an `expect_by_arch` key names: "9.0", or several as "8.0, 8.9";
+    "gfx1201" (ROCm's)."""
+    parts = [part for part in key.split(",") if part.strip()]
+    return [gpus.normalize(gpus.arch_platform(part), part) for part in parts]
 
 
 class Case(Strict):
@@ -249,8 +252,9 @@ class Case(Strict):
     # CPU only: where the host's (or the emulated) class changes the outcome, the
     # expectation on that class (kvrig.host.isa); other classes keep `expect.cpu`.
     expect_by_isa: dict[str, Expectation] = Field(default_factory=dict)
-    # CUDA only: where the GPU architecture changes the outcome, the expectation on those
-    # architectures (kvrig.define.gpus), each with its reason; others keep `expect.cuda`.
+    # CUDA and ROCm: where the GPU architecture changes the outcome, the expectation on
+    # those architectures (kvrig.define.gpus: 9.0, gfx1201), each with its reason; others
+    # keep the platform's.
     expect_by_arch: dict[str, ArchExpectation] = Field(default_factory=dict)
     gate: bool = False
     prompt_tokens: Annotated[StrictInt, Field(ge=5)] = 8
@@ -273,7 +277,7 @@ def expectations(i: int, case: Case) -> list[tuple[str, str, Expectation]]:
     ]
     out += [(f"cases.{i}.expect_by_isa.{c}", "cpu", e) for c, e in case.expect_by_isa.items()]
     out += [
-        (f"cases.{i}.expect_by_arch.{k}.expect", "cuda", a.expect)
+        (f"cases.{i}.expect_by_arch.{k}.expect", gpus.arch_platform(k), a.expect)
         for k, a in case.expect_by_arch.items()
     ]
     if case.known_defect is not None:

@@ -148,8 +148,9 @@ def expand(
     On CPU `isa` names the class the cells follow (the host's, or the one the rig
     emulates); a case's `expect_by_isa` entry for that class replaces its CPU expectation.
     On a GPU platform `gpu_arch` names the architecture (the runner's own, or the one an
-    emulated column fakes); on CUDA a case's `expect_by_arch` entry for it replaces its
-    CUDA expectation. `device_emulated` marks the cells of an emulated device's column.
+    emulated column fakes); on CUDA and ROCm a case's `expect_by_arch` entry for it
+    replaces the platform's expectation. `device_emulated` marks the cells of an emulated
+    device's column.
     """
     if platform is not None and platform not in PLATFORMS:
         raise MatrixError(
@@ -171,7 +172,7 @@ def expand(
             if on_cpu and isa is not None:
                 expect = case.expect_by_isa.get(isa, expect)  # type: ignore[call-overload]
             arch = gpus.normalize(plat, gpu_arch) if gpu_arch and not on_cpu else None
-            if plat == "cuda" and arch is not None:
+            if plat in gpus.ARCH_KEYED and arch is not None:
                 expect = by_arch(case, arch) or expect
             cells.append(
                 Cell(
@@ -194,7 +195,7 @@ def expand(
 
 
 def by_arch(case: Case, arch: str) -> Expectation | None:
-    """The case's expectation on one CUDA architecture, when it names one."""
+    """The case's expectation on one CUDA or ROCm architecture, when it names one."""
     for key, entry in case.expect_by_arch.items():
         if arch in arch_keys(key):
             return entry.expect

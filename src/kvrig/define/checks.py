@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvrig.define import column_names, lines, modules, patterns, vllm_models
+from kvrig.define import column_names, gpus, lines, modules, patterns, vllm_models
 from kvrig.define.case_spec import (
     Case,
     EarlyError,
@@ -405,8 +405,12 @@ def _refinements(case: Case, platform: str) -> list[tuple[str, Expectation]]:
     out = [(f"expect.{platform}", case.expect[platform])]
     if platform == "cpu":
         out += [(f"expect_by_isa.{c}", e) for c, e in case.expect_by_isa.items()]
-    if platform == "cuda":
-        out += [(f"expect_by_arch.{k}.expect", a.expect) for k, a in case.expect_by_arch.items()]
+    if platform in gpus.ARCH_KEYED:
+        out += [
+            (f"expect_by_arch.{k}.expect", a.expect)
+            for k, a in case.expect_by_arch.items()
+            if gpus.arch_platform(k) == platform
+        ]
     return out
 
 

@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 from typing import Protocol
 
-from kvrig.define import gpus
+from kvrig.define import column_names, gpus
 from kvrig.define.column_names import Column
 from kvrig.define.vllm_names import PLATFORMS
 from kvrig.host import hardware, isa
@@ -95,24 +95,12 @@ def requested(
             f"Unknown platform {platform!r}; kvrig knows {', '.join(PLATFORMS)}"
             " (KVRIG_PLATFORM, if set, overrides the host probe and must name one too)."
         )
+    if platform in column_names.EMULATED_ONLY and not emulate:
+        raise ChoiceError(column_names.emulated_only(platform))
     if gpu_arch:
         return _device(platform, cls, emulate, gpu_arch)
     if emulate:
-        if platform not in gpus.GPUS:
-            raise ChoiceError(
-                f"--emulate fakes a GPU ({emulate}), so name its platform: --platform cuda or"
-                " --platform xpu (pytest: --kvrig-platform). The cpu column runs on this"
-                " host's own CPU, and --isa emulates a lesser CPU class."
-            )
-        if cls != isa.NATIVE:
-            raise ChoiceError(
-                f"--isa names a CPU class, and an emulated {platform} device has none."
-            )
-        try:
-            device = gpus.gpu(platform, emulate)
-        except gpus.GpuError as exc:
-            raise ChoiceError(str(exc)) from None
-        return Choice(platform, device=device.arch)
+        return _emulated(platform, cls, emulate)
     if cls == isa.NATIVE:
         return Choice(platform or "cpu")
     if platform not in (None, "cpu"):
@@ -124,6 +112,23 @@ def requested(
     except isa.IsaError as exc:
         raise ChoiceError(str(exc)) from None
     return Choice("cpu", cls, emulated=True)
+
+
+def _emulated(platform: str | None, cls: str, emulate: str) -> Choice:
+    """An emulated GPU's column: a known architecture of a GPU platform, no CPU class."""
+    if platform not in gpus.GPUS:
+        raise ChoiceError(
+            f"--emulate fakes a GPU ({emulate}), so name its platform: --platform cuda,"
+            " --platform xpu or --platform rocm (pytest: --kvrig-platform). The cpu column"
+            " runs on this host's own CPU, and --isa emulates a lesser CPU class."
+        )
+    if cls != isa.NATIVE:
+        raise ChoiceError(f"--isa names a CPU class, and an emulated {platform} device has none.")
+    try:
+        device = gpus.gpu(platform, emulate)
+    except gpus.GpuError as exc:
+        raise ChoiceError(str(exc)) from None
+    return Choice(platform, device=device.arch)
 
 
 def _device(platform: str | None, cls: str, emulate: str | None, gpu_arch: str) -> Choice:

@@ -20,6 +20,23 @@ from kvrig.define.vllm_names import PLATFORMS
 from kvrig.host import isa
 
 BY_ARCH = gpus.BY_ARCH
+# The platforms with a hardware column (a host's, or a container's with the device passed
+# in). ROCm's columns are emulated only (rocm-gfx942-emulated, ...) until its real column
+# is built: no host or container runs it, the pipelines hold no job for it, and the gate
+# reads nothing of it.
+HARDWARE_PLATFORMS = tuple(p for p in PLATFORMS if p != "rocm")
+EMULATED_ONLY = tuple(p for p in PLATFORMS if p not in HARDWARE_PLATFORMS)
+
+
+def emulated_only(platform: str, arch: str | None = None) -> str:
+    """Why a platform's real column cannot run, in one paragraph (the caller says it)."""
+    example = arch or next(iter(gpus.GPUS.get(platform, {"ARCH": None})))
+    return (
+        f"kvrig runs the {platform} platform's cells on emulated devices only (vLLM's own"
+        f" {platform} code on this host: kvrig column --platform {platform} --emulate"
+        f" {example}, or nox -s emulated); a real {platform} GPU's column is not built yet"
+        " (docs/emulated.md says what it lacks)."
+    )
 
 
 @dataclass(frozen=True)
@@ -57,7 +74,7 @@ def parse(name: str) -> Column | None:
         for arch in gpus.GPUS[platform]:
             if name == gpus.device_column(platform, arch):
                 return Column(platform, gpu_arch=arch)
-    if name in PLATFORMS:
+    if name in HARDWARE_PLATFORMS:
         return Column(name)
     platform, _, cls = name.partition("-")
     if platform == "cpu" and cls in isa.CLASSES:
@@ -73,7 +90,7 @@ def platform_columns(platform: str) -> list[str]:
 
 def hardware_columns() -> list[str]:
     """The columns whose results are hardware's: what the release gate reads."""
-    out = [c for platform in PLATFORMS for c in platform_columns(platform)]
+    out = [c for platform in HARDWARE_PLATFORMS for c in platform_columns(platform)]
     return [*out, *(f"cpu-{cls}" for cls in isa.CLASSES)]
 
 

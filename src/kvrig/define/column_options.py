@@ -63,8 +63,9 @@ OPTIONS: tuple[ColumnOption, ...] = (
     ColumnOption("isa", isa.ARG_HELP, default=isa.NATIVE),
     ColumnOption(
         "emulate",
-        "decide the cuda or xpu cells with vLLM's own platform code for this GPU"
-        " architecture, on this host (cuda: 8.0, 8.6, 8.9, 9.0, 10.0, 12.0; xpu: bmg):"
+        "decide the cuda, xpu or rocm cells with vLLM's own platform code for this GPU"
+        " architecture, on this host (cuda: 8.0, 8.6, 8.9, 9.0, 10.0, 12.0; xpu: bmg; rocm:"
+        " gfx942, gfx950, gfx1201):"
         " configuration only, into results/<platform>-<arch>-emulated (kvrig container:"
         " in the platform's image, no device passed in)",
         metavar="ARCH",
@@ -93,6 +94,13 @@ OPTIONS: tuple[ColumnOption, ...] = (
     ColumnOption(
         "rerun",
         "run every cell again even if the last run was cut short (default: resume it)",
+        flag=True,
+    ),
+    ColumnOption(
+        "keep-finished",
+        "take a finished run of this same matrix, selection, column and software as it is:"
+        " its cells are judged again from their records, none is run (default: a finished"
+        " run starts over)",
         flag=True,
     ),
     ColumnOption("shard", "run shard I of N of the column (e.g. 2/3), for CI jobs", metavar="I/N"),

@@ -78,10 +78,8 @@ ROCM_GPUS: dict[str, Gpu] = {
     )
 }
 GPUS: dict[str, dict[str, Gpu]] = {"cuda": CUDA_GPUS, "xpu": XPU_GPUS, "rocm": ROCM_GPUS}
-# The platforms whose emulated columns the matrix holds. ROCm's devices emulate already
-# (kvrig.run.emulation.rocm_platform); its columns join once matrix.yaml has a rocm
-# platform for their cells to come from.
-EMULATED_PLATFORMS = ("cuda", "xpu")
+# The platforms whose emulated columns the matrix holds.
+EMULATED_PLATFORMS = ("cuda", "xpu", "rocm")
 # The architectures `nox -s emulated` runs, in order.
 EMULATED = (*((p, a) for p in EMULATED_PLATFORMS for a in GPUS[p]),)
 
@@ -125,6 +123,17 @@ def gpu(platform: str, arch: str) -> Gpu:
     return known[key]
 
 
+# The platforms whose expectations a case refines per architecture (`expect_by_arch`):
+# CUDA by compute capability, ROCm by gfx target; XPU's code reads none.
+ARCH_KEYED = ("cuda", "rocm")
+
+
+def arch_platform(arch: str) -> str:
+    """Whose architecture an `expect_by_arch` key names: a gfx target is ROCm's, the rest
+    (9.0, sm90) CUDA's."""
+    return "rocm" if arch.strip().lower().startswith("gfx") else "cuda"
+
+
 # The platforms whose real devices' columns carry the architecture: vLLM's XPU code reads
 # no architecture for the choices the matrix checks.
 BY_ARCH = ("cuda",)
@@ -139,6 +148,19 @@ def emulated_column(platform: str, arch: str) -> str:
     """The results column of an emulated device: `cuda-sm90-emulated`, `xpu-bmg-emulated`,
     named so that nobody takes its results for a real GPU's."""
     return f"{platform}-{gpu(platform, arch).label}-emulated"
+
+
+def chosen_devices(only: list[str] | None) -> list[tuple[str, str]]:
+    """The emulated devices `--only` names (a device, cuda:9.0, or a platform, rocm), in
+    EMULATED's order; all of them without it. GpuError names what it does not know."""
+    known = [f"{p}:{a}" for p, a in EMULATED]
+    unknown = [o for o in only or [] if o not in known and o not in EMULATED_PLATFORMS]
+    if unknown:
+        raise GpuError(
+            f"--only {', '.join(unknown)}: not an emulated device; give one of"
+            f" {', '.join(known)} (or a platform: {', '.join(EMULATED_PLATFORMS)})."
+        )
+    return [(p, a) for p, a in EMULATED if not only or f"{p}:{a}" in only or p in only]
 
 
 def emulated_columns() -> list[str]:

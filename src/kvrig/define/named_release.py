@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvrig.define import releases
+from kvrig.define import gpus, releases
 from kvrig.define.platform_spec import VllmSource
 from kvrig.define.schema import Matrix, MatrixError
 
@@ -142,8 +142,9 @@ def is_pinned(matrix: Matrix, platform: str, named: NamedRelease) -> bool:
 
 def platforms_for(platform: str, device_emulated: bool) -> list[str]:
     """The platforms whose pin a column's named release replaces: an emulated device runs
-    the CUDA wheel (XPU's code from it too), so both; otherwise the column's own."""
-    return ["cuda", "xpu"] if device_emulated else [platform]
+    the CUDA wheel (XPU's and ROCm's code from it too), so all three; otherwise the
+    column's own."""
+    return list(gpus.EMULATED_PLATFORMS) if device_emulated else [platform]
 
 
 def folder_name(column: str, named: NamedRelease | None) -> str:

@@ -67,7 +67,7 @@ class Allowance(Strict):
     # A cell id: `<column>-<model>-<case>`, the column a platform, `cpu-<class>` or a
     # CUDA architecture's `cuda-sm90`.
     cell: str = Field(
-        pattern=r"^(cpu|cuda|xpu)(-(avx2|avx512|avx512_bf16|amx|sm\d+))?-[a-z0-9][a-z0-9_]*"
+        pattern=r"^(cpu|cuda|xpu|rocm)(-(avx2|avx512|avx512_bf16|amx|sm\d+|gfx\d+))?-[a-z0-9][a-z0-9_]*"
         r"-[a-z0-9][a-z0-9_]*$"
     )
     reason: str = Field(min_length=1)
@@ -112,15 +112,18 @@ def _check_isa_refinements(i: int, case: Case) -> None:
 
 
 def _check_arch_refinements(i: int, case: Case) -> None:
-    """`expect_by_arch` names known CUDA architectures, each once, and refines a cuda
-    expectation."""
+    """`expect_by_arch` names known CUDA or ROCm architectures, each once, and refines its
+    platform's expectation."""
     seen: dict[str, str] = {}
     for key in case.expect_by_arch:
+        platform = gpus.arch_platform(key)
+        known = gpus.GPUS[platform]
         for arch in arch_keys(key):
-            if arch not in gpus.CUDA_GPUS:
+            if arch not in known or gpus.arch_platform(arch) != platform:
                 raise ValueError(
-                    f"cases.{i}.expect_by_arch.{key}: {arch!r} is not a CUDA architecture"
-                    f" kvrig knows ({', '.join(gpus.CUDA_GPUS)})"
+                    f"cases.{i}.expect_by_arch.{key}: {arch!r} is not a {platform.upper()}"
+                    f" architecture kvrig knows ({', '.join(known)}); one key names one"
+                    " platform's architectures"
                 )
             if arch in seen:
                 raise ValueError(
@@ -128,10 +131,10 @@ def _check_arch_refinements(i: int, case: Case) -> None:
                     f" under {seen[arch]!r}"
                 )
             seen[arch] = key
-        if "cuda" not in case.expect:
+        if platform not in case.expect:
             raise ValueError(
-                f"cases.{i}.expect_by_arch: case {case.id!r} has no cuda expectation for its"
-                " architectures to refine"
+                f"cases.{i}.expect_by_arch: case {case.id!r} has no {platform} expectation"
+                f" for its architectures ({key}) to refine"
             )
 
 

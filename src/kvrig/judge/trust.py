@@ -144,7 +144,11 @@ def _emulation_problem(cell: Cell, rec: Record) -> str | None:
     return None
 
 
-EMULATED_PLATFORMS = {"cuda": "EmulatedCudaPlatform", "xpu": "EmulatedXpuPlatform"}
+EMULATED_PLATFORMS = {
+    "cuda": "EmulatedCudaPlatform",
+    "xpu": "EmulatedXpuPlatform",
+    "rocm": "EmulatedRocmPlatform",
+}
 
 
 # What an emulated cell meets when vLLM's code reaches for the device the emulation does
@@ -153,6 +157,7 @@ DEVICE_GAPS = re.compile(
     r"Found no NVIDIA driver|CUDA driver version is insufficient|no CUDA device \(kvrig stub"
     r"|kvrig stub driver|an XPU kernel was called in an emulated XPU column|Torch not compiled"
     r" with CUDA enabled|No XPU devices are available|kvrig's inert stand-in"
+    r"|an AITER kernel was called in an emulated ROCm column"
 )
 
 

@@ -33,14 +33,22 @@ from kvrig.publish import results as results_mod
 PATCH = Path(__file__).resolve().parents[3] / "patches" / "no_early_check.diff"
 
 
+def emulated_device(emulate: str) -> tuple[str, str]:
+    """The (platform, architecture) `--emulate` names: `9.0` or `cuda:9.0` a CUDA device,
+    `gfx942` or `rocm:gfx942` a ROCm one, `xpu:bmg` XPU's."""
+    platform, _, arch = emulate.rpartition(":")
+    return (platform or gpus.arch_platform(arch)), arch
+
+
 def expected_cells(
     matrix: Path | None, emulate: str | None = None, vllm: str | None = None
 ) -> set[str]:
     """The early_error cells of the host's CPU column (their ids as a native run has them),
-    or of the emulated CUDA device's column (for a release named instead of the pin)."""
+    or of the emulated device's column (for a release named instead of the pin)."""
     if emulate:
-        named, _ = named_release.for_column(load(matrix), "cuda", True, vllm)
-        cells = expand(named, "cuda", gpu_arch=emulate, device_emulated=True)
+        platform, arch = emulated_device(emulate)
+        named, _ = named_release.for_column(load(matrix), platform, True, vllm)
+        cells = expand(named, platform, gpu_arch=arch, device_emulated=True)
     else:
         cls, _ = isa.resolve(isa.NATIVE, hardware.cpu_flags(), hardware.cpu_info()["arch"])
         cells = expand(load(matrix), "cpu", isa=cls)
@@ -115,9 +123,10 @@ def column_command(opts: Options, results: Path) -> list[str]:
     if opts.container:
         return [*kvrig, "container", "cpu", "--vllm-patch", opts.patch,
                 "--results", str(results), "--", *select]  # fmt: skip
-    device = (
-        ["--platform", "cuda", "--emulate", opts.emulate] if opts.emulate else ["--platform", "cpu"]
-    )
+    device = ["--platform", "cpu"]
+    if opts.emulate:
+        platform, arch = emulated_device(opts.emulate)
+        device = ["--platform", platform, "--emulate", arch]
     if opts.vllm:
         device += ["--vllm", opts.vllm]
     return [*kvrig, "column", *device,
@@ -128,7 +137,7 @@ def results_of(opts: Options) -> Path:
     """The check's own folder, beside the release's results (a side run: never gated)."""
     folder = MUTATION_CONTAINER if opts.container else MUTATION
     if opts.emulate:
-        column = gpus.emulated_column("cuda", opts.emulate)
+        column = gpus.emulated_column(*emulated_device(opts.emulate))
         named = named_release.parse(opts.vllm) if opts.vllm else None
         folder = f"{named_release.folder_name(column, named)}-mutation"
     return Path(opts.results or results_folder(folder)).resolve()
@@ -138,7 +147,9 @@ def described(opts: Options) -> str:
     """Where the mutated vLLM ran, as the report says it."""
     if opts.emulate:
         release = f" of vLLM {opts.vllm}" if opts.vllm else ""
-        return f"on the emulated CUDA {opts.emulate} column{release}"
+        platform, arch = emulated_device(opts.emulate)
+        name = {"cuda": "CUDA", "xpu": "XPU", "rocm": "ROCm"}.get(platform, platform)
+        return f"on the emulated {name} {arch} column{release}"
     return "in the CPU image" if opts.container else "on this host"
 
 

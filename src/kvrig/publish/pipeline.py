@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from kvrig.define import gpus, paths
+from kvrig.define import column_names, gpus, paths
 from kvrig.define.matrix import Matrix
 from kvrig.define.platform_spec import CiSpec
 
@@ -119,6 +119,8 @@ def column_jobs(matrix: Matrix) -> list[ColumnJob]:
     lists (all kvrig knows when it lists none), since the cells' outcomes depend on it."""
     jobs: list[ColumnJob] = []
     for platform, spec in matrix.platforms.items():
+        if platform not in column_names.HARDWARE_PLATFORMS:
+            continue  # its emulated columns run in the emulated job
         archs = matrix.ci_archs(platform)
         if not archs:
             jobs.append(ColumnJob(platform, platform, spec.ci))
@@ -292,7 +294,7 @@ def _gate_command(matrix: Matrix) -> str:
 
 
 def _emulated_job() -> dict[str, Any]:
-    """vLLM's own CUDA and XPU code on every GPU architecture, on a CPU runner: on every
+    """vLLM's own CUDA, XPU and ROCm code on every GPU architecture, on a CPU runner: on every
     pull request, fork or not, since it runs no device and needs no self-hosted runner."""
     return {
         "name": "emulated GPU columns (vLLM's code, no device)",

@@ -253,7 +253,7 @@ def _md(text: str) -> str:
 
 EMULATED_HEADING = "Emulated GPU columns"
 EMULATED_NOTE = (
-    "vLLM's own CUDA and XPU platform code, per GPU architecture, run on a CPU host: the"
+    "vLLM's own CUDA, XPU and ROCm platform code, per GPU architecture, run on a CPU host: the"
     " backends it selects and validates, the block size, the early check and the KV-cache"
     " config, as far as configuration goes. No kernel runs and nothing generates; these are"
     " not hardware results and the release gate never counts them."

@@ -19,7 +19,7 @@ from typing import Any
 from kvrig.define import models
 from kvrig.define.cells import OFFLINE_ENV, Cell
 from kvrig.host import isa
-from kvrig.rules import blocksize
+from kvrig.rules import blocksize, rocm
 from kvrig.run import emulation
 from kvrig.run.emulation import EMULATE_ENV
 from kvrig.run.identity import vllm_identity
@@ -86,6 +86,20 @@ def device_env(cell: Cell, env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def selected_backend(cell: Cell) -> str:
+    """The member the platform's selector picks for the cell's decoder layers: the
+    matrix's default, except on ROCm, whose choice depends on the gfx target, the release
+    and AITER (kvrig.rules.rocm: TRITON_ATTN first on gfx1201 from 0.34.0)."""
+    if cell.platform != "rocm":
+        return cell.platform_spec.default_backend
+    return rocm.default_backend(
+        cell.gpu_arch or rocm.DEFAULT_ARCH,
+        blocksize.cell_rules(cell),
+        aiter=rocm.aiter_of(cell.platform_spec.env),
+        kv_cache_dtype=cell.case.knobs.kv_cache_dtype,
+    )
+
+
 def craft_spec(cell: Cell) -> CraftSpec | None:
     """The plugin's instructions for this cell, with bases resolved for its platform and
     an `aligned` size for the size alignment lands on under its CPU class."""
@@ -95,7 +109,7 @@ def craft_spec(cell: Cell) -> CraftSpec | None:
     platform = cell.platform_spec
     # A replacement overrides the member the platform would pick; a case may name it (e.g.
     # TRITON_ATTN when the case selects that backend).
-    default = cell.case.knobs.attention_backend or platform.default_backend
+    default = cell.case.knobs.attention_backend or selected_backend(cell)
     aligned = None
     if blocksize.uses_aligned(cell):
         aligned = blocksize.aligned_size(cell, cell.config, blocksize.cpu_of(cell))

@@ -66,8 +66,19 @@ def test_kvrig_cpu_classes_runs_the_hosts_classes(monkeypatch: pytest.MonkeyPatc
 
 def test_the_emulated_devices_follow_only() -> None:
     everything = columns.emulated_columns(None, None, False, [])
-    assert [c for c, _ in everything][-1] == "xpu-bmg-emulated"
-    assert len(everything) == 7
+    assert [c for c, _ in everything][-4:] == [
+        "xpu-bmg-emulated",
+        "rocm-gfx942-emulated",
+        "rocm-gfx950-emulated",
+        "rocm-gfx1201-emulated",
+    ]
+    assert len(everything) == 10
+    rocm = columns.emulated_columns(["rocm"], None, False, [])
+    assert [c for c, _ in rocm] == [
+        "rocm-gfx942-emulated",
+        "rocm-gfx950-emulated",
+        "rocm-gfx1201-emulated",
+    ]
     [(column, command)] = columns.emulated_columns(["cuda:9.0"], None, True, ["-x"])
     assert column == "cuda-sm90-emulated"
     assert command[-5:] == ["cuda", "--emulate", "9.0", "--rerun", "-x"]
@@ -94,3 +105,36 @@ def test_kvrig_container_hands_the_matrix_to_the_containers_own_command_line(
     monkeypatch.setattr(delegated.launch, "main", lambda argv: given.append(argv) or 0)
     assert main(["--matrix", "m.yaml", "container", "cpu", "--dry-run", "--", "-x"]) == 0
     assert given == [["--matrix", "m.yaml", "cpu", "--dry-run", "--", "-x"]]
+
+
+def test_emulated_columns_run_two_at_a_time_with_one_worker_each_unless_told(capsys) -> None:
+    many = columns.emulated_columns(["rocm"], None, False, ["-x"])
+    assert all(command[-3:] == ["-n", "0", "-x"] for _, command in many)
+    assert columns.side_by_side(len(many), ["-x"]) == in_turn.SIDE_BY_SIDE == 2
+    chosen = columns.emulated_columns(["rocm"], None, False, ["-n", "2"])
+    assert all(command.count("-n") == 1 for _, command in chosen)  # the user's own
+    assert columns.side_by_side(len(chosen), ["-n", "2"]) == 1
+    started: list[str] = []
+
+    def beside(column: str, command: list[str]) -> int:
+        started.append(column)
+        return {"rocm-gfx950-emulated": 1}.get(column, 0)
+
+    outcome = in_turn.run_each(many, at_once=2, beside=beside)
+    assert sorted(started) == sorted(c for c, _ in many)
+    assert outcome == [  # in the order given, whichever ended first
+        ("rocm-gfx942-emulated", 0),
+        ("rocm-gfx950-emulated", 1),
+        ("rocm-gfx1201-emulated", 0),
+    ]
+
+
+def test_a_column_beside_another_prints_each_line_prefixed_with_its_name(capsys) -> None:
+    import sys
+
+    command = [sys.executable, "-c", "print('one'); print('two'); raise SystemExit(3)"]
+    assert in_turn._run_prefixed("cuda-sm90-emulated", command) == 3
+    assert capsys.readouterr().out.splitlines() == [
+        "[cuda-sm90-emulated] one",
+        "[cuda-sm90-emulated] two",
+    ]

@@ -36,6 +36,16 @@ def test_the_pinned_side_runs_into_the_releases_own_folders(tmp_path: Path) -> N
     assert b.folder == tmp_path / "b"  # a folder of its own when one is named
 
 
+def test_each_side_keeps_a_finished_column_unless_asked_to_rerun(tmp_path: Path) -> None:
+    a, b = release.sides(_ns(), tmp_path, "0.34.0")
+    label, command = release.column_command(None, b, "cuda", "9.0", rerun=False)
+    assert "cuda-sm90-emulated column of vLLM 0.34.0" in label
+    assert "--keep-finished" in command and "--rerun" not in command
+    assert command[command.index("--results") + 1] == str(b.folder / "cuda-sm90-emulated")
+    _, again = release.column_command(None, a, "cuda", "9.0", rerun=True)
+    assert "--rerun" in again and "--keep-finished" not in again
+
+
 def test_a_patched_side_is_never_the_release_folder(tmp_path: Path) -> None:
     patch = tmp_path / "x.diff"
     a, b = release.sides(_ns(old="0.34.0", vllm_patch=str(patch)), tmp_path, "0.34.0")

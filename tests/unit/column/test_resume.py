@@ -91,6 +91,47 @@ def test_a_finished_run_starts_over_keeping_its_rows_as_previous(tmp_path: Path)
     assert json.loads((tmp_path / resume.RUN_FILE).read_text())["state"] == "running"
 
 
+def finished_run(folder: Path, fingerprint: dict[str, str]) -> list[str]:
+    """A run that began with this fingerprint, judged two cells and finished."""
+    ids = unfinished_run(folder, fingerprint)
+    resume.finish(folder, json.loads((folder / resume.RUN_FILE).read_text()))
+    return ids
+
+
+def test_keep_finished_takes_a_finished_run_with_this_fingerprint_as_it_is(
+    tmp_path: Path,
+) -> None:
+    ids = finished_run(tmp_path, parts())
+    finished_at = json.loads((tmp_path / resume.RUN_FILE).read_text())["finished"]
+    began = resume.start(tmp_path, parts(), rerun=False, keep_finished=True)
+    assert began.resumed is True
+    assert [r["cell_id"] for r in results.read(tmp_path)] == ids
+    assert not (tmp_path / results.PREVIOUS_FILE).exists()
+    assert began.message is not None
+    assert began.message.startswith(f"kvrig: keeping the run finished {finished_at}")
+    assert "none is run" in began.message
+
+
+def test_keep_finished_starts_a_finished_run_over_when_its_fingerprint_differs(
+    tmp_path: Path,
+) -> None:
+    ids = finished_run(tmp_path, parts())
+    began = resume.start(tmp_path, parts(vllm_files="cccc"), rerun=False, keep_finished=True)
+    assert began.resumed is False
+    assert began.message is not None
+    assert began.message.startswith("kvrig: the finished run started")
+    assert reason_of(began.message) == "vllm_files"
+    previous = results.collect([tmp_path / results.PREVIOUS_FILE]).rows
+    assert [r["cell_id"] for r in previous] == ids
+
+
+def test_rerun_wins_over_keep_finished(tmp_path: Path) -> None:
+    finished_run(tmp_path, parts())
+    began = resume.start(tmp_path, parts(), rerun=True, keep_finished=True)
+    assert began.resumed is False
+    assert not (tmp_path / results.RESULTS_FILE).exists()
+
+
 def test_rerun_starts_over_even_when_the_run_is_unfinished(tmp_path: Path) -> None:
     ids = unfinished_run(tmp_path, parts())
     began = resume.start(tmp_path, parts(), rerun=True)

@@ -29,6 +29,8 @@ from ..records import configured
         ("cuda-sm120", Column("cuda", gpu_arch="12.0")),
         ("cuda-sm90-emulated", Column("cuda", gpu_arch="9.0", device_emulated=True)),
         ("xpu-bmg-emulated", Column("xpu", gpu_arch="bmg", device_emulated=True)),
+        ("rocm-gfx942-emulated", Column("rocm", gpu_arch="gfx942", device_emulated=True)),
+        ("rocm-gfx1201-emulated", Column("rocm", gpu_arch="gfx1201", device_emulated=True)),
     ],
 )
 def test_a_column_name_is_read_back_as_made(name: str, column: Column) -> None:
@@ -36,7 +38,9 @@ def test_a_column_name_is_read_back_as_made(name: str, column: Column) -> None:
     assert column.name == name
 
 
-@pytest.mark.parametrize("name", ["cpu-mutation", "cuda-sm75", "cuda-sm90-overlay-1a2b", "rocm"])
+@pytest.mark.parametrize(
+    "name", ["cpu-mutation", "cuda-sm75", "cuda-sm90-overlay-1a2b", "rocm", "rocm-gfx90a-emulated"]
+)
 def test_a_side_run_or_unknown_name_is_no_column(name: str) -> None:
     assert column_names.parse(name) is None
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from kvrig.run.cell import cell_env, craft_spec, engine_kwargs
 from kvrig.run.vllm_plugin.crafted import CraftSpec
 
-from ..builders import cell_with
+from ..builders import cell_with, gpu_matrix
 
 RUNS = {"outcome": "runs"}
 
@@ -107,3 +107,60 @@ def test_tensor_parallelism_gets_a_process_per_rank_and_a_core_each(tmp_path: Pa
     one = cell_with(RUNS)
     assert "distributed_executor_backend" not in engine_kwargs(one, Path("/m"))
     assert "VLLM_CPU_OMP_THREADS_BIND" not in cell_env(one, tmp_path, base={})
+
+
+def test_a_crafted_backend_on_rocm_builds_on_the_backend_its_target_selects() -> None:
+    from kvrig.define.cells import expand
+    from kvrig.define.matrix import Matrix
+
+    data = gpu_matrix(crafted={"siblings": [{"name": "S", "layers": "a.", "sizes": [32]}]})
+    data["platforms"]["rocm"] = {
+        "vllm": {"kind": "pypi", "package": "vllm", "version": "0.34.0"},
+        "base_image": "rocm/dev-ubuntu-24.04:7.0-complete",
+        "default_backend": "ROCM_ATTN",
+        "crafted_route": "custom",
+    }
+    data["cases"][0]["expect"] = {"rocm": {"outcome": "runs"}}
+    matrix = Matrix.model_validate(data)
+    bases = {
+        arch: craft_spec(expand(matrix, "rocm", gpu_arch=arch)[0]).siblings[0].base
+        for arch in ("gfx942", "gfx950", "gfx1201")
+    }
+    # vLLM 0.34.0 puts TRITON_ATTN ahead of ROCM_ATTN on gfx1201 (kvrig.rules.rocm).
+    assert bases == {"gfx942": "ROCM_ATTN", "gfx950": "ROCM_ATTN", "gfx1201": "TRITON_ATTN"}
+
+
+class _AttentionBackendLike:
+    """Stands in for vLLM's AttentionBackend: a plain size means any multiple of it."""
+
+    sizes: tuple[int, ...] = ()
+
+    @classmethod
+    def get_supported_kernel_block_sizes(cls) -> list[int]:
+        return list(cls.sizes)
+
+    @classmethod
+    def supports_block_size(cls, block_size: int | None) -> bool:
+        sizes = cls.get_supported_kernel_block_sizes()
+        return block_size is None or not sizes or any(block_size % s == 0 for s in sizes)
+
+
+_AttentionBackendLike.__name__ = "AttentionBackend"
+
+
+class _AnyMultipleOf16(_AttentionBackendLike):
+    """As TRITON_ATTN: its own rule (any multiple of 16) in place of the declared sizes'."""
+
+    @classmethod
+    def supports_block_size(cls, block_size: int | None) -> bool:
+        return block_size is None or block_size % 16 == 0
+
+
+def test_a_plain_crafted_backend_keeps_vllms_reading_of_its_sizes_over_its_bases() -> None:
+    from kvrig.run.vllm_plugin.crafted import BackendSpec, make_backend
+
+    plain = make_backend(_AnyMultipleOf16, BackendSpec("KVRIG_T_PLAIN", (24,), False, "X"))
+    assert plain.supports_block_size(48) and plain.supports_block_size(72)
+    assert not plain.supports_block_size(64)  # the base's own rule would take it
+    exact = make_backend(_AnyMultipleOf16, BackendSpec("KVRIG_T_EXACT", (32,), True, "X"))
+    assert exact.supports_block_size(32) and not exact.supports_block_size(64)

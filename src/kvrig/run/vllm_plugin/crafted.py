@@ -92,9 +92,25 @@ def make_backend(base: type, spec: BackendSpec) -> type:
             return block_size is None or block_size in sizes
 
         attrs["supports_block_size"] = classmethod(supports_block_size)
+    else:
+        generic = _declared_sizes_rule(base)
+        if generic is not None:
+            attrs["supports_block_size"] = classmethod(generic)
     cls = type(name, (base,), attrs)
     _CLASSES[name] = cls
     return cls
+
+
+def _declared_sizes_rule(base: type) -> Any:
+    """vLLM's own reading of declared kernel sizes (AttentionBackend.supports_block_size:
+    a size any declared one divides), for a plain crafted backend. Its base may override
+    the rule with its own kernels' (TRITON_ATTN and ROCm's AITER unified attention accept
+    any multiple of 16, whatever is declared), which would make the crafted sizes say
+    nothing; None if the release's backends have no such base rule."""
+    for klass in base.__mro__:
+        if klass.__name__ == "AttentionBackend" and "supports_block_size" in vars(klass):
+            return vars(klass)["supports_block_size"].__func__
+    return None
 
 
 def __getattr__(name: str) -> type:
