@@ -20,7 +20,7 @@ from kvrig.define.cells import Cell, expand, skipped_for_needs, with_needs_met
 from kvrig.define.matrix import Matrix, MatrixError, load
 from kvrig.define.paths import results_folder
 from kvrig.provision import install, libcuda_stub
-from kvrig.publish import results
+from kvrig.publish import results as results_mod
 from kvrig.run.cell import STUB_ENV, STUB_SYMBOLS_ENV, cell_env
 from kvrig.run.emulation import wheel
 from kvrig.run.forkserver import Pool, preload_for
@@ -75,7 +75,7 @@ class ColumnRun:
     def prestart(self) -> None:
         """The warm parent of the process that runs cells starts importing vLLM now, while
         pytest (and xdist) collect, rather than when the first cell asks for it."""
-        done = {r.get("cell_id") for r in results.read(self.results)} if self.resumed else set()
+        done = {r.get("cell_id") for r in results_mod.read(self.results)} if self.resumed else set()
         # A resumed run whose every cell has its row (a finished run kept) starts no parent.
         to_run = (c for c in self.cells if c.expect.outcome != "skip" and c.id not in done)
         first = next(to_run, None)

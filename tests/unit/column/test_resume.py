@@ -350,3 +350,28 @@ def test_environment_parts_hash_the_rigs_own_files() -> None:
     rig = resume.package_folder("kvrig")
     assert rig is not None
     assert env["rig_files"] == resume.tree_digest(rig, "*")
+
+
+def test_a_resumed_run_whose_every_cell_has_its_row_starts_no_warm_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvrig.column.column_run import ColumnRun
+    from kvrig.define import column_choice
+
+    from ..builders import BASE
+
+    cells = cells_of(BASE)
+    started: list[str] = []
+
+    class Pool:
+        def prestart(self, env: dict[str, str]) -> None:
+            started.append("parent")
+
+    run = ColumnRun(None, column_choice.Choice("cpu"), cells, tmp_path, cold=False)  # type: ignore[arg-type]
+    monkeypatch.setattr(run, "pool", lambda: Pool())
+    run.prestart()
+    assert started == ["parent"]  # a fresh run starts its parent early
+    write_rows(tmp_path)
+    run.resumed = True
+    run.prestart()
+    assert started == ["parent"]  # every cell has its row: nothing left to fork
