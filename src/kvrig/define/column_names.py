@@ -24,13 +24,13 @@ BY_ARCH = gpus.BY_ARCH
 # in). ROCm's columns are emulated only (rocm-gfx942-emulated, ...) until its real column
 # is built: no host or container runs it, the pipelines hold no job for it, and the gate
 # reads nothing of it.
-HARDWARE_PLATFORMS = tuple(p for p in PLATFORMS if p != "rocm")
-EMULATED_ONLY = tuple(p for p in PLATFORMS if p not in HARDWARE_PLATFORMS)
+EMULATED_ONLY = ("rocm",)
+HARDWARE_PLATFORMS = tuple(p for p in PLATFORMS if p not in EMULATED_ONLY)
 
 
 def emulated_only(platform: str, arch: str | None = None) -> str:
     """Why a platform's real column cannot run, in one paragraph (the caller says it)."""
-    example = arch or next(iter(gpus.GPUS.get(platform, {"ARCH": None})))
+    example = arch or next(iter(gpus.GPUS[platform]))
     return (
         f"kvrig runs the {platform} platform's cells on emulated devices only (vLLM's own"
         f" {platform} code on this host: kvrig column --platform {platform} --emulate"

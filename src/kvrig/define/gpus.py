@@ -123,6 +123,20 @@ def gpu(platform: str, arch: str) -> Gpu:
     return known[key]
 
 
+# How messages name each platform.
+TITLES = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "rocm": "ROCm"}
+
+
+def device_parts(text: str) -> tuple[str, str]:
+    """The (platform, architecture) a device is written as: `cuda:9.0`, `xpu:bmg`,
+    `rocm:gfx942` (KVRIG_EMULATE, `--only`), or a bare CUDA or ROCm architecture (9.0,
+    gfx942), whose platform it tells by itself."""
+    head, colon, tail = text.partition(":")
+    if colon and head in GPUS:
+        return head, tail
+    return arch_platform(text), text  # gfx942:sramecc+:xnack- is a bare target too
+
+
 # The platforms whose expectations a case refines per architecture (`expect_by_arch`):
 # CUDA by compute capability, ROCm by gfx target; XPU's code reads none.
 ARCH_KEYED = ("cuda", "rocm")

@@ -36,8 +36,7 @@ PATCH = Path(__file__).resolve().parents[3] / "patches" / "no_early_check.diff"
 def emulated_device(emulate: str) -> tuple[str, str]:
     """The (platform, architecture) `--emulate` names: `9.0` or `cuda:9.0` a CUDA device,
     `gfx942` or `rocm:gfx942` a ROCm one, `xpu:bmg` XPU's."""
-    platform, _, arch = emulate.rpartition(":")
-    return (platform or gpus.arch_platform(arch)), arch
+    return gpus.device_parts(emulate)
 
 
 def expected_cells(
@@ -148,8 +147,7 @@ def described(opts: Options) -> str:
     if opts.emulate:
         release = f" of vLLM {opts.vllm}" if opts.vllm else ""
         platform, arch = emulated_device(opts.emulate)
-        name = {"cuda": "CUDA", "xpu": "XPU", "rocm": "ROCm"}.get(platform, platform)
-        return f"on the emulated {name} {arch} column{release}"
+        return f"on the emulated {gpus.TITLES[platform]} {arch} column{release}"
     return "in the CPU image" if opts.container else "on this host"
 
 

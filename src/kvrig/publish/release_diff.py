@@ -105,6 +105,9 @@ def observe(record: Record | None, row: Row | None = None) -> Observed:
     text = ""
     if error and kind != "early_error":
         text = f"{error.get('type')} from {error.get('function')}: {message[0] if message else ''}"
+        # A config's repr as its class name alone: a release that adds a field to the
+        # selector's config (AttentionSelectorConfig) changes no outcome.
+        text = re.sub(r"\b(\w+Config)\([^()]*\)", r"\1(...)", text)
     return Observed(
         kind=kind,
         block=block,
@@ -116,10 +119,7 @@ def observe(record: Record | None, row: Row | None = None) -> Observed:
 
 
 def _as_n(text: str, block: int | None) -> str:
-    """The block size written as N (whole numbers only), and a config's repr inside an
-    error as its class name alone: a release that adds a field to the selector's config
-    (AttentionSelectorConfig) changes no outcome."""
-    text = re.sub(r"\b(\w+Config)\([^()]*\)", r"\1(...)", text)
+    """The block size written as N (whole numbers only)."""
     return text if block is None else re.sub(rf"\b{block}\b", "N", text)
 
 

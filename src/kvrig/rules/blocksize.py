@@ -192,12 +192,19 @@ def platform_rules(cell: Cell, release: versions.Rules | None = None) -> Platfor
     target is taken for the Instinct boards'."""
     if cell.platform != "rocm":
         return RULES[cell.platform]
-    return rocm.platform_rules(
-        cell.gpu_arch or rocm.DEFAULT_ARCH,
-        release or cell_rules(cell),
-        rocm.aiter_of(cell.platform_spec.env),
-        cell.case.knobs.kv_cache_dtype,
-    )
+    return rocm.platform_rules(**rocm_selection(cell, release))
+
+
+def rocm_selection(cell: Cell, release: versions.Rules | None = None) -> dict[str, Any]:
+    """What ROCm's selector reads for a cell, as kvrig.rules.rocm takes it: the gfx target
+    (the Instinct boards' without one), the release's rules, AITER and the KV-cache dtype.
+    The rules' backends and the crafted backends' base (kvrig.run.cell) both read it here."""
+    return {
+        "arch": cell.gpu_arch or rocm.DEFAULT_ARCH,
+        "rules": release or cell_rules(cell),
+        "aiter": rocm.aiter_of(cell.platform_spec.env),
+        "kv_cache_dtype": cell.case.knobs.kv_cache_dtype,
+    }
 
 
 def layer_backends(

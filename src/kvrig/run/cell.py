@@ -92,12 +92,7 @@ def selected_backend(cell: Cell) -> str:
     and AITER (kvrig.rules.rocm: TRITON_ATTN first on gfx1201 from 0.34.0)."""
     if cell.platform != "rocm":
         return cell.platform_spec.default_backend
-    return rocm.default_backend(
-        cell.gpu_arch or rocm.DEFAULT_ARCH,
-        blocksize.cell_rules(cell),
-        aiter=rocm.aiter_of(cell.platform_spec.env),
-        kv_cache_dtype=cell.case.knobs.kv_cache_dtype,
-    )
+    return rocm.default_backend(**blocksize.rocm_selection(cell))
 
 
 def craft_spec(cell: Cell) -> CraftSpec | None:

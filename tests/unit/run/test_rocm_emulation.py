@@ -217,6 +217,9 @@ def test_the_mutation_check_reads_a_device_as_kvrig_emulated_names_it() -> None:
     assert mutation_check.emulated_device("9.0") == ("cuda", "9.0")
     assert mutation_check.emulated_device("rocm:gfx942") == ("rocm", "gfx942")
     assert mutation_check.emulated_device("gfx950") == ("rocm", "gfx950")
+    assert gpus.device_parts("xpu:bmg") == ("xpu", "bmg")
+    assert gpus.device_parts("gfx942:sramecc+:xnack-") == ("rocm", "gfx942:sramecc+:xnack-")
+    assert emulation.target({"KVRIG_EMULATE": "rocm:gfx1201"}).arch == "gfx1201"
     opts = mutation_check.Options(emulate="rocm:gfx942")
     assert mutation_check.results_of(opts).name == "rocm-gfx942-emulated-mutation"
     command = mutation_check.column_command(opts, mutation_check.results_of(opts))

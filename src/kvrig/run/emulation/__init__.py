@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from kvrig.define.gpus import Gpu, gpu
+from kvrig.define.gpus import Gpu, device_parts, gpu
 
 EMULATE_ENV = "KVRIG_EMULATE"
 PLATFORM_CLASSES = {
@@ -41,8 +41,7 @@ def target(env: dict[str, str] | None = None) -> Gpu | None:
     value = (os.environ if env is None else env).get(EMULATE_ENV)
     if not value:
         return None
-    platform, _, arch = value.partition(":")
-    return gpu(platform, arch)
+    return gpu(*device_parts(value))
 
 
 def platform_plugin() -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
+from kvrig.define.gpus import TITLES
 from kvrig.define.matrix import Matrix
 from kvrig.rules import versions
 
@@ -35,7 +36,7 @@ def wanted_release(matrix: Matrix, platform: str) -> str:
         spec = matrix.platforms.get(platform)  # type: ignore[call-overload]
         own = versions.source_version(spec.vllm.installed) if spec else None
         if own is None or versions.parse(own) != versions.parse(cuda_release):
-            name = platform.upper() if platform == "xpu" else "ROCm"
+            name = TITLES[platform]
             raise EmulationError(
                 f"The emulated {name} columns run the {name} code of the CUDA wheel's release"
                 f" ({cuda_release}), and matrix.yaml's {platform} platform pins"
