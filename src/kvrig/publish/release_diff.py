@@ -26,12 +26,16 @@ from kvrig.define.vllm_names import STATE_BACKENDS
 from kvrig.judge.computed import computed_kind
 from kvrig.judge.messages import EARLY_FUNCTION, early_error_backends
 from kvrig.rules import blocksize, shapes, versions
+from kvrig.rules.backends import Backend, NoCommonKernelBlock, kernel_block_size
 
 Row = dict[str, Any]
 Record = dict[str, Any]
 PHASE1_FUNCTION = "_preferred_block_size_for_backends"
-# What the rules compute; the other facts of a record are vLLM's alone.
-MODELED = ("kind", "block", "rejecting", "backends")
+# What the rules compute; the other facts of a record are vLLM's alone. Of the kernel
+# block sizes, the rules compute the attention groups' (the worker's split of a block
+# among the group's backends); a state group's (Mamba, GDN) is its own block size, and
+# a move there is vLLM's alone.
+MODELED = ("kind", "block", "rejecting", "backends", "kernels")
 ASPECTS = ("kind", "block", "rejecting", "backends", "kernels", "error")
 
 
@@ -57,6 +61,10 @@ class Observed:
     backends: tuple[str, ...] = ()
     kernels: tuple[str, ...] = ()
     error: str = ""
+    # The attention KV-cache groups, each as (its backends, its kernel block), and the
+    # state groups' kernel blocks: how the kernel sizes split between the rules and vLLM.
+    groups: tuple[tuple[tuple[str, ...], str], ...] = ()
+    state_kernels: tuple[str, ...] = ()
 
     def get(self, aspect: str) -> object:
         return getattr(self, aspect)
@@ -115,7 +123,21 @@ def observe(record: Record | None, row: Row | None = None) -> Observed:
         backends=tuple(sorted(set((record.get("layer_backends") or {}).values()))),
         kernels=tuple(_as_n(str(k), block) for k in record.get("kernel_block_sizes") or []),
         error=_as_n(text, block),
+        **_groups(record.get("kv_cache_groups") or [], block),
     )
+
+
+def _groups(groups: Sequence[Mapping[str, Any]], block: int | None) -> dict[str, tuple]:
+    """Observed's groups and state_kernels, from a record's KV-cache groups."""
+    attention, state = [], []
+    for g in groups:
+        names = tuple(sorted(g.get("backends") or []))
+        kernel = _as_n(str(g.get("kernel_block_size")), block)
+        if any(n not in STATE_BACKENDS for n in names):
+            attention.append((names, kernel))
+        else:
+            state.append(kernel)
+    return {"groups": tuple(attention), "state_kernels": tuple(state)}
 
 
 def _as_n(text: str, block: int | None) -> str:
@@ -140,6 +162,9 @@ class Predicted:
     rejecting: tuple[str, ...] = ()
     # The layers' attention backends (sorted names), None where the rules cannot say.
     backends: tuple[str, ...] | None = None
+    # The same backends as the rules see them, for the worker's kernel block; not part of
+    # what a release's rules compute as an outcome, so not compared.
+    chosen: tuple[Backend, ...] = field(default=(), compare=False)
 
     def text(self) -> str:
         if self.kind == "early_error":
@@ -157,12 +182,32 @@ def predict(cell: Cell, rules: versions.Rules | None = None) -> tuple[Predicted 
         return None, str(exc)
     kind = computed_kind(exp)
     try:
-        chosen = blocksize.layer_backends(cell, cell.config, exp.block_size, release=rules)
+        chosen = tuple(blocksize.layer_backends(cell, cell.config, exp.block_size, release=rules))
         backends: tuple[str, ...] | None = tuple(sorted({b.name for b in chosen}))
     except (shapes.ConfigError, KeyError, ValueError):
-        backends = None
-    predicted = Predicted(kind, exp.block_size, tuple(sorted(exp.rejecting)), backends)
+        chosen, backends = (), None
+    predicted = Predicted(kind, exp.block_size, tuple(sorted(exp.rejecting)), backends, chosen)
     return predicted, exp.explain()
+
+
+def kernel_problem(seen: Observed, predicted: Predicted) -> str | None:
+    """Where an attention group's kernel block is not the worker's split of the block among
+    the group's backends as the rules have them (kvrig.rules.backends.kernel_block_size);
+    None when every group's is."""
+    if not seen.groups:
+        return "no KV-cache groups recorded"
+    for names, kernel in seen.groups:
+        members = [b for b in predicted.chosen if b.name in names]
+        if len(members) != len(names) or seen.block is None:
+            return f"a group of {', '.join(names)}, backends its rules do not choose together"
+        try:
+            computed = _as_n(str(kernel_block_size(seen.block, members)), seen.block)
+        except NoCommonKernelBlock:
+            computed = "no kernel block"
+        if computed != kernel:
+            group = ", ".join(names)
+            return f"{group} split into kernel blocks of {kernel}; its rules compute {computed}"
+    return None
 
 
 def agrees(seen: Observed, predicted: Predicted | None) -> bool:
@@ -264,9 +309,12 @@ def _why(
     new: Side,
 ) -> tuple[str, tuple[str, ...]]:
     """(why, the explaining switches: empty when unexplained)."""
-    beyond = [a for a in moved if a not in MODELED]
+    beyond = [f"{a}: {seen_old.text(a)} -> {seen_new.text(a)}" for a in moved if a not in MODELED]
+    if "kernels" in moved and seen_old.state_kernels != seen_new.state_kernels:
+        old_k, new_k = (", ".join(s.state_kernels) or "-" for s in (seen_old, seen_new))
+        beyond.append(f"the state groups' kernel blocks: {old_k} -> {new_k}")
     if beyond:
-        facts = "; ".join(f"{a}: {seen_old.text(a)} -> {seen_new.text(a)}" for a in beyond)
+        facts = "; ".join(beyond)
         return f"moved where kvrig's rules do not reach ({facts}): no switch says why", ()
     rules_old, rules_new = _rules(pair.old_cell), _rules(pair.new_cell)
     if rules_old is None or rules_new is None:
@@ -287,6 +335,9 @@ def _why(
                 f" compute {computed}",
                 (),
             )
+        problem = kernel_problem(seen, p) if "kernels" in moved and p is not None else None
+        if problem:
+            return f"vLLM {label}: {problem}", ()
     if p_old == p_new:
         return (
             f"kvrig's rules compute the same for both ({p_new.text() if p_new else '-'}):"
@@ -295,9 +346,21 @@ def _why(
         )
     names = _explaining(pair.new_cell, rules_old, rules_new, p_old)
     what = "; ".join(names) if names else "the switches together"
-    return f"{what}: rules compute {p_old.text()} -> {p_new.text()}, as vLLM did", tuple(  # type: ignore[union-attr]
+    kernels = ""
+    if "kernels" in moved:
+        old_k, new_k = (
+            _attention_kernels(seen, side.block)
+            for seen, side in ((seen_old, p_old), (seen_new, p_new))
+        )
+        kernels = f"; the worker's kernel blocks {old_k} -> {new_k} follow"
+    return f"{what}: rules compute {p_old.text()} -> {p_new.text()}{kernels}, as vLLM did", tuple(  # type: ignore[union-attr]
         names or [s.name for s in versions.differing(rules_old, rules_new)]
     )
+
+
+def _attention_kernels(seen: Observed, block: int | None) -> str:
+    """The attention groups' kernel blocks as numbers (N written out)."""
+    return ", ".join(k if k != "N" else str(block) for _, k in seen.groups)
 
 
 def _did(seen: Observed) -> str:

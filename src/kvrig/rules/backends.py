@@ -49,6 +49,11 @@ class Backend:
             return block_size in {k.size for k in self.kernels}
         return any(block_size % k.size == 0 for k in self.kernels)
 
+    def kernel_takes(self, size: int) -> bool:
+        """Whether a kernel block of `size` runs: a plain size exactly, MultipleOf any
+        multiple (the worker's _block_size_is_supported)."""
+        return any(size % k.size == 0 if k.multiple else size == k.size for k in self.kernels)
+
     def preferred(self, default: int) -> int:
         """get_preferred_block_size: the default if supported, else the smallest size."""
         if self.preferred_fixed is not None:
@@ -82,14 +87,17 @@ class NoCommonKernelBlock(ValueError):
 def kernel_block_size(block_size: int, backends: Sequence[Backend]) -> int:
     """The kernel block one KV-cache group's backends split a block into, as the worker
     picks it (vllm/v1/worker/utils.py: select_common_block_size): the block itself when
-    every backend accepts it, else the largest plain size of theirs that divides it and
-    every backend accepts; none is the late error, raised as vLLM words it."""
-    if all(b.supports(block_size) for b in backends):
+    every backend's kernels take it, else the largest plain size of theirs that divides
+    it and every backend's kernels take; none is the late error, raised as vLLM words it.
+    The worker reads a plain size as that size exactly (_block_size_is_supported), not as
+    supports_block_size() does: FLASHINFER accepts a 144-token block and runs it in
+    kernel blocks of 16."""
+    if all(b.kernel_takes(block_size) for b in backends):
         return block_size
     fits = {
         k.size for b in backends for k in b.kernels if not k.multiple and block_size % k.size == 0
     }
     for size in sorted(fits, reverse=True):
-        if all(b.supports(size) for b in backends):
+        if all(b.kernel_takes(size) for b in backends):
             return size
     raise NoCommonKernelBlock(f"No common block size for {block_size}")

@@ -31,7 +31,7 @@ from kvrig.define.vllm_models import (
     text_config,
 )
 from kvrig.host import isa
-from kvrig.rules import choices, rocm, shapes, versions
+from kvrig.rules import choices, cuda, rocm, shapes, versions
 from kvrig.rules.backends import Backend, Kernel, PlatformRules
 
 # A crafted size that stands for the size alignment lands on for the cell's platform and
@@ -53,8 +53,10 @@ SELECTABLE: dict[str, dict[str, Backend]] = {
 
 RULES: dict[str, PlatformRules] = {
     "cpu": PlatformRules(default=Backend("CPU_ATTN", (Kernel(32, True),)), measured=True),
+    # The default on an SM10.x GPU or with a quantized KV cache is FLASHINFER
+    # (platform_rules, kvrig.rules.cuda).
     "cuda": PlatformRules(
-        default=Backend("FLASH_ATTN", (Kernel(16, True),)),
+        default=cuda.FLASH_ATTN,
         measured=True,
         mla=Backend("FLASHMLA_SPARSE", (Kernel(64, True),)),
         indexer=Backend("DEEPSEEK_V32_INDEXER", (Kernel(64),)),
@@ -187,9 +189,13 @@ def crafted_backend(b: CraftedBackend, extends: Backend, aligned: int | None = N
 
 
 def platform_rules(cell: Cell, release: versions.Rules | None = None) -> PlatformRules:
-    """The backends the cell's platform gives its layers. ROCm's depend on the gfx target,
-    the release, AITER and the KV-cache dtype (kvrig.rules.rocm); a ROCm cell without a
-    target is taken for the Instinct boards'."""
+    """The backends the cell's platform gives its layers. CUDA's default depends on the
+    compute capability and the KV-cache dtype (kvrig.rules.cuda); ROCm's on the gfx
+    target, the release, AITER and the KV-cache dtype (kvrig.rules.rocm), a ROCm cell
+    without a target taken for the Instinct boards'."""
+    if cell.platform == "cuda":
+        chosen = cuda.default_backend(cell.gpu_arch, cell.case.knobs.kv_cache_dtype)
+        return replace(RULES["cuda"], default=chosen)
     if cell.platform != "rocm":
         return RULES[cell.platform]
     return rocm.platform_rules(**rocm_selection(cell, release))

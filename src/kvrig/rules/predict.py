@@ -16,7 +16,7 @@ from typing import Any
 
 from kvrig.define.vllm_models import Family, text_config
 from kvrig.host import isa
-from kvrig.rules import choices, rocm, shapes, versions
+from kvrig.rules import choices, cuda, rocm, shapes, versions
 from kvrig.rules.blocksize import (
     RULES,
     Backend,
@@ -33,8 +33,8 @@ _M16 = (Kernel(16, True),)
 BACKENDS: dict[str, dict[str, Backend]] = {
     "cpu": {"CPU_ATTN": RULES["cpu"].default},
     "cuda": {
-        "FLASH_ATTN": RULES["cuda"].default,
-        "FLASHINFER": Backend("FLASHINFER", (Kernel(16), Kernel(32), Kernel(64))),
+        "FLASH_ATTN": cuda.FLASH_ATTN,
+        "FLASHINFER": cuda.FLASHINFER,
         "TRITON_ATTN": Backend("TRITON_ATTN", _M16),
         "FLEX_ATTENTION": Backend("FLEX_ATTENTION", _M16),
     },
@@ -112,8 +112,8 @@ class Prediction:
 
 
 def backend(settings: Settings) -> Backend:
-    """The attention backend: the one asked for, else the platform's default (FLASHINFER
-    first on SM10.x, as CUDA's priority list has it)."""
+    """The attention backend: the one asked for, else the platform's default (on CUDA
+    per compute capability and KV-cache dtype, kvrig.rules.cuda)."""
     known = BACKENDS.get(settings.platform)
     if known is None:
         raise shapes.ConfigError(
@@ -122,9 +122,10 @@ def backend(settings: Settings) -> Backend:
     if settings.platform == "rocm":
         return _rocm_backend(settings)
     name = settings.backend
+    if name is None and settings.platform == "cuda":
+        name = cuda.default_backend(settings.gpu_arch, settings.kv_cache_dtype).name
     if name is None:
-        sm10 = settings.gpu_arch and choices.compute_capability(settings.gpu_arch)[0] == 10
-        name = "FLASHINFER" if settings.platform == "cuda" and sm10 else DEFAULT[settings.platform]
+        name = DEFAULT[settings.platform]
     if name.upper() not in known:
         raise shapes.ConfigError(
             f"Unknown attention backend {name!r} for {settings.platform}; kvrig knows"

@@ -14,19 +14,25 @@ from kvrig.publish import release_diff as rd
 from ..builders import gpu_matrix
 
 
-def _cells(version: str, **case: Any) -> Cell:
+def _cells(version: str, arch: str = "9.0", **case: Any) -> Cell:
     data = gpu_matrix(**case)
     matrix = Matrix.model_validate(copy.deepcopy(data))
     matrix = named_release.apply(matrix, ["cuda"], named_release.parse(version))
-    return expand(matrix, "cuda", gpu_arch="9.0", device_emulated=True)[0]
+    return expand(matrix, "cuda", gpu_arch=arch, device_emulated=True)[0]
 
 
 def _ran(block: int, kernels: list[int] | None = None, backend: str = "FLASH_ATTN") -> dict:
+    """A configured hybrid: a Mamba group, then an attention group, as vLLM groups them."""
+    state_kernel, kernel = kernels if kernels is not None else [block, block]
     return {
         "outcome": "configured",
         "worker_block_size": block,
-        "kernel_block_sizes": kernels if kernels is not None else [block, block],
+        "kernel_block_sizes": [state_kernel, kernel],
         "layer_backends": {"model.layers.0.mixer": "MAMBA2_ATTN", "model.layers.1.a": backend},
+        "kv_cache_groups": [
+            {"backends": ["MAMBA2_ATTN"], "kernel_block_size": state_kernel},
+            {"backends": [backend], "kernel_block_size": kernel},
+        ],
     }
 
 
@@ -51,9 +57,10 @@ OLD = rd.Side("0.33.0", "0.33.0")
 NEW = rd.Side("0.34.0", "0.34.0")
 
 
-def _pair(old: dict, new: dict, **case: Any) -> rd.CellPair:
+def _pair(old: dict, new: dict, arch: str = "9.0", **case: Any) -> rd.CellPair:
+    column = f"cuda-sm{arch.replace('.', '')}-emulated"
     return rd.CellPair(
-        "cuda-sm90-emulated", _cells("0.33.0", **case), _cells("0.34.0", **case), old, new
+        column, _cells("0.33.0", arch, **case), _cells("0.34.0", arch, **case), old, new
     )
 
 
@@ -95,8 +102,38 @@ def test_moves_the_rules_cannot_speak_of_are_red() -> None:
     move = found.moves[0]
     assert not move.explained
     assert "vLLM 0.34.0 chose FLASHINFER; its rules compute FLASH_ATTN" in move.why
+    # FLASH_ATTN (MultipleOf(16)) takes a 192-token block whole: 64 is not the worker's.
     found = rd.diff([_pair(_ran(144), _ran(192, kernels=[192, 64]))], OLD, NEW)
-    assert not found.moves[0].explained and "kernels" in found.moves[0].aspects
+    move = found.moves[0]
+    assert not move.explained and "kernels" in move.aspects
+    assert "FLASH_ATTN split into kernel blocks of 64; its rules compute N" in move.why
+
+
+def test_flashinfer_s_kernel_blocks_follow_the_block_on_sm100() -> None:
+    """FLASHINFER (16, 32, 64, read exactly by the worker) splits 144 into 16s and 192 into
+    64s: the kernels move with the block, and the rules compute both."""
+    old, new = _ran(144, [144, 16], "FLASHINFER"), _ran(192, [192, 64], "FLASHINFER")
+    move = rd.diff([_pair(old, new, arch="10.0")], OLD, NEW).moves[0]
+    assert move.aspects == ("block", "kernels")
+    assert move.explained, move.why
+    assert "the worker's kernel blocks 16 -> 64 follow" in move.why
+    # On an A100 the rules pick FLASH_ATTN, which takes either block whole.
+    move = rd.diff([_pair(old, new, arch="8.0")], OLD, NEW).moves[0]
+    assert not move.explained
+    assert "vLLM 0.33.0: a group of FLASHINFER, backends its rules do not choose" in move.why
+
+
+def test_a_state_group_s_kernel_move_is_beyond_the_rules() -> None:
+    move = rd.diff([_pair(_ran(144), _ran(192, kernels=[256, 192]))], OLD, NEW).moves[0]
+    assert not move.explained
+    assert "the state groups' kernel blocks: N -> 256" in move.why
+
+
+def test_a_kernel_move_without_recorded_groups_is_red() -> None:
+    old, new = _ran(144, [144, 16], "FLASHINFER"), _ran(192, [192, 64], "FLASHINFER")
+    del old["kv_cache_groups"], new["kv_cache_groups"]
+    move = rd.diff([_pair(old, new, arch="10.0")], OLD, NEW).moves[0]
+    assert not move.explained and "no KV-cache groups recorded" in move.why
 
 
 def test_an_early_error_that_moved_with_the_start_is_explained() -> None:
