@@ -10,7 +10,7 @@ and under every lesser CPU class the host can emulate), `container_cpu`, `mutati
 `emulated` (vLLM's CUDA, XPU and ROCm platform code per GPU architecture, on this host) and
 `release` (the release diff and its proofs on one emulated device). `release_diff` shows
 what moved between two vLLM releases on every emulated device.
-`cpu`/`cuda`/`xpu` run a column in its container (`-- --build-only --push` builds and
+`cpu`/`cuda`/`xpu`/`rocm` run a column in its container (`-- --build-only --push` builds and
 pushes its image, needing no device; `-- --dry-run` prints the plan on any host),
 `cuda_image` proves the CUDA image without a GPU, `base_image` builds a local Debian
 base, `lint` checks code, layers and Dockerfiles, `report`/`gate` read results, `bench`
@@ -249,6 +249,14 @@ def xpu(session: nox.Session) -> None:
     `-- --build-only`, which builds and with `--push` pushes the image on any host, nor
     for `-- --dry-run`, which prints the plan and what this host lacks for it)."""
     _container_column(session, "xpu")
+
+
+@nox.session(python=PYTHON, default=False)
+def rocm(session: nox.Session) -> None:
+    """The ROCm column in vLLM's ROCm image (needs an AMD GPU and Docker or Podman; not
+    for `-- --build-only`, which builds and with `--push` pushes the image on any host, nor
+    for `-- --dry-run`, which prints the plan and what this host lacks for it)."""
+    _container_column(session, "rocm")
 
 
 @nox.session(python=PYTHON, default=False)

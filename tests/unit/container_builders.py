@@ -27,6 +27,11 @@ MATRIX = textwrap.dedent("""\
         base_image: intel/deep-learning-essentials:2025.3.2-0-devel-ubuntu24.04
         extra_packages: [vllm-xpu-kernels]
         default_backend: FLASH_ATTN
+      rocm:
+        vllm: {kind: image, image: "vllm/vllm-openai-rocm:v0.34.0"}
+        base_image: rocm/dev-ubuntu-24.04:7.0-complete
+        default_backend: ROCM_ATTN
+        crafted_route: custom
     models:
       llama: {family: dense, config: llama.json}
     cases:
@@ -41,7 +46,7 @@ USER = c.Host(uid=1000, gid=1000, render_gids=(109,))
 def write_checkout(tmp_path: Path) -> Path:
     """A minimal checkout in `tmp_path`: what the image is built from (MATRIX its matrix)."""
     (tmp_path / "docker").mkdir()
-    for p in ("cpu", "cuda", "xpu"):
+    for p in ("cpu", "cuda", "xpu", "rocm"):
         (tmp_path / "docker" / f"Dockerfile.{p}").write_text(f"FROM base-{p}\n")
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "kvrig"\nversion = "1.2.3"\n')
     (tmp_path / "README.md").write_text("kvrig\n")

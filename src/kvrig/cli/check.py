@@ -30,11 +30,12 @@ def cmd_host(ns: argparse.Namespace, extra: list[str]) -> int:
     """The host's readiness, or with --dry-run what a run would stop at, as lines of the
     plan (exit 0: a dry run shows the plan on any host, and `kvrig container --dry-run`
     prints the rest of it)."""
-    if ns.gpu_arch and ns.platform != "cuda":
+    if ns.gpu_arch and ns.platform not in gpus.BY_ARCH:
+        owner = gpus.arch_platform(ns.gpu_arch)
         raise preflight.PreflightError(
-            f"--gpu-arch {ns.gpu_arch} names the architecture of the CUDA GPU a column runs"
-            f" on, and the {ns.platform} column has none: leave it out, or check the CUDA"
-            f" column's host (`kvrig check host cuda --gpu-arch {ns.gpu_arch}`)."
+            f"--gpu-arch {ns.gpu_arch} names the architecture of the CUDA or ROCm GPU a column"
+            f" runs on, and the {ns.platform} column has none: leave it out, or check that"
+            f" column's host (`kvrig check host {owner} --gpu-arch {ns.gpu_arch}`)."
         )
     if ns.gpu_arch:  # a label no GPU could match is the command line's fault, dry or not
         column_choice.requested(ns.platform, gpu_arch=ns.gpu_arch)
@@ -128,12 +129,13 @@ def register(sub: Any) -> None:
         help="a GPU host has its device, driver and container toolkit, before anything is"
         " installed or built",
     )
-    h.add_argument("platform", choices=("cpu", "cuda", "xpu"))
+    h.add_argument("platform", choices=("cpu", "cuda", "xpu", "rocm"))
     h.add_argument(
         "--gpu-arch",
         metavar="ARCH",
-        help="the CUDA architecture the column is for (a runner's sm90 label); the GPU must"
-        " be one. The column's other arguments may follow, and are not read here",
+        help="the CUDA or ROCm architecture the column is for (a runner's sm90 or gfx942"
+        " label); the GPU must be one. The column's other arguments may follow, and are not"
+        " read here",
     )
     h.add_argument(
         "--build-only",

@@ -88,7 +88,7 @@ def _gate_results(
         left = f" (left out: {'; '.join(chosen.ignored)})" if chosen.ignored else ""
         raise UsageError(
             f"No release results in {shown}{left}. Run a column first (nox -s local, or nox -s"
-            " cpu|cuda|xpu), then gate its results folder(s) (results/<column>, or a tree of"
+            " cpu|cuda|xpu|rocm), then gate its results folder(s) (results/<column>, or a tree of"
             " them); a side run is gated only when named with --side."
         )
     for clash in merged.clashes:

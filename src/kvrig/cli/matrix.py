@@ -94,7 +94,9 @@ def register(sub: Any) -> None:
     cl.add_argument("--isa", default=isa.NATIVE, help="list the cells of this emulated class")
     cl.add_argument("--emulate", metavar="ARCH", help="list the cells of this emulated GPU")
     cl.add_argument(
-        "--gpu-arch", metavar="ARCH", help="list the cells of this CUDA architecture's column"
+        "--gpu-arch",
+        metavar="ARCH",
+        help="list the cells of this CUDA or ROCm architecture's column",
     )
     cl.add_argument(
         "--explain",

@@ -40,9 +40,9 @@ def collect(given: list[str] | None, what: str, empty_ok: bool = False) -> resul
     if not merged.rows and not empty_ok:
         shown = ", ".join(str(f) for f in folders) or "results/<platform>"
         raise UsageError(
-            f"No results in {shown}. Run a column first (nox -s local, or nox -s cpu|cuda|xpu),"
-            f" then {what} its results folder(s); a folder may also hold several results"
-            " folders (downloaded CI artifacts), which are merged."
+            f"No results in {shown}. Run a column first (nox -s local, or nox -s"
+            f" cpu|cuda|xpu|rocm), then {what} its results folder(s); a folder may also hold"
+            " several results folders (downloaded CI artifacts), which are merged."
         )
     for clash in merged.clashes:
         print(f"note: {clash}", file=sys.stderr)

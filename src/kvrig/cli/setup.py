@@ -17,7 +17,7 @@ from typing import Any
 
 from kvrig.cli.usage import UsageError
 from kvrig.containers import base_image
-from kvrig.define import column_choice, column_names, named_release
+from kvrig.define import column_choice, named_release
 from kvrig.define.loader import default_matrix
 from kvrig.define.matrix import load
 from kvrig.define.vllm_names import PLATFORMS
@@ -54,15 +54,26 @@ def cmd_vllm(ns: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+# vLLM for ROCm is not on the package index (PyPI's vllm wheel is CUDA's build, with
+# CUDA's torch): a ROCm GPU's column runs in vLLM's ROCm image.
+ROCM_ON_HOST = (
+    "kvrig installs no vLLM for ROCm on a host: the package index serves only CUDA's build"
+    " of vLLM (with CUDA's torch), so a ROCm GPU's column runs in vLLM's own ROCm image of"
+    " the pinned release (matrix.yaml platforms.rocm.vllm) with the rig layered on. Run"
+    " `nox -s rocm` (or `kvrig container rocm`) on the AMD GPU host; `nox -s emulated`"
+    " decides every ROCm cell on emulated gfx targets on any host."
+)
+
+
 def vllm_job(ns: argparse.Namespace) -> vllm_install.Job:
     """What `kvrig setup vllm` was asked for: the matrix, the platform (cuda's wheel for
     the emulated columns, else the one named or the host's) and the overrides."""
     platform = "cuda" if ns.emulated else ns.platform
-    if platform in column_names.EMULATED_ONLY:
-        raise UsageError(column_names.emulated_only(platform))
     if platform is None:
         platform = column_choice.ThisHost().platform
         print(f"kvrig: host platform: {platform}", flush=True)
+    if platform == "rocm":
+        raise UsageError(ROCM_ON_HOST)
     matrix = load(ns.matrix or default_matrix())
     if getattr(ns, "vllm", None):  # a release named instead of the pin, in memory only
         every = named_release.platforms_for(platform, ns.emulated)

@@ -1,6 +1,6 @@
 """The command line of `kvrig container`, read into Args.
 
-    kvrig container {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
+    kvrig container {cpu,cuda,xpu,rocm} [--dry-run] [--engine auto|docker|podman]
         [--matrix PATH] [--results DIR] [--podman-compat] [--isa CLASS] [--cold] [--rerun]
         [--shard I/N] [--vllm-source PATH | --vllm-patch FILE] [--from-wheels]
         [--registry REG] [--push] [--build-only] [-- pytest args...]
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kvrig.containers import settings as es
 from kvrig.containers.plan import UsageError
-from kvrig.define import column_names, column_options
+from kvrig.define import column_options, gpus
 from kvrig.define.vllm_names import PLATFORMS
 from kvrig.host import isa
 
@@ -49,7 +49,8 @@ class Args:
     # The column's options the `kvrig column` in the container is given, as its command line.
     column_args: tuple[str, ...] = ()
     cpu_class: str = isa.NATIVE  # --isa
-    # The CUDA GPU's architecture (--gpu-arch, or the host's GPU's): it names the column.
+    # The CUDA or ROCm GPU's architecture (--gpu-arch, or the host's GPU's): it names the
+    # column (cuda-sm90, rocm-gfx942).
     gpu_arch: str | None = None
     # The GPU the column emulates in the image (--emulate): no device is passed in.
     emulate: str | None = None
@@ -128,9 +129,14 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
     _declare_image_options(parser, env)
     column_options.declare(parser.add_argument, column_options.CONTAINER)
     ns, unknown = parser.parse_known_args(argv)
-    if ns.platform in column_names.EMULATED_ONLY:
-        raise UsageError(column_names.emulated_only(ns.platform, ns.emulate))
     _check_gpu_arch(ns.platform, ns.gpu_arch, ns.emulate, ns.isa)
+    if ns.platform == "rocm" and ns.from_wheels:
+        raise UsageError(
+            "--from-wheels installs the release from the package index, which serves only"
+            " CUDA's build of vLLM: the ROCm column runs in vLLM's own ROCm image of the"
+            " release (platforms.rocm.vllm). Drop --from-wheels; where no registry serves"
+            " that image, copy it from a host that can pull it (`docker save`, `docker load`)."
+        )
     registry = registry_name(ns.registry) if ns.registry else None
     if ns.push and registry is None:
         raise UsageError(
@@ -166,23 +172,24 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
 
 
 def _check_gpu_arch(platform: str, gpu_arch: str | None, emulate: str | None, cls: str) -> None:
-    """--gpu-arch names the real CUDA GPU the column runs on: refused here, in this
+    """--gpu-arch names the real CUDA or ROCm GPU the column runs on: refused here, in this
     command's own terms (the platform is its first argument), beside a CPU class or an
-    emulated device, and off CUDA."""
+    emulated device, and on a platform whose columns carry no architecture."""
     if not gpu_arch:
         return
-    if platform != "cuda":
+    if platform not in gpus.BY_ARCH:
         raise UsageError(
-            f"--gpu-arch {gpu_arch} names the architecture of the CUDA GPU a column runs on,"
-            f" and the {platform} column has none: leave it out, or run the CUDA column"
-            f" (`kvrig container cuda --gpu-arch {gpu_arch}`)."
+            f"--gpu-arch {gpu_arch} names the architecture of the CUDA or ROCm GPU a column"
+            f" runs on, and the {platform} column has none: leave it out, or run the column"
+            f" of that GPU (`kvrig container {gpus.arch_platform(gpu_arch)} --gpu-arch"
+            f" {gpu_arch}`)."
         )
     if emulate or cls != isa.NATIVE:
         given = f"--emulate {emulate}" if emulate else f"--isa {cls}"
         raise UsageError(
-            f"--gpu-arch {gpu_arch} names the real GPU the CUDA column runs on, and {given}"
-            " names something else to run (an emulated device's architecture is --emulate's;"
-            " a CPU class is the cpu column's): give one of them."
+            f"--gpu-arch {gpu_arch} names the real GPU the {gpus.TITLES[platform]} column runs"
+            f" on, and {given} names something else to run (an emulated device's architecture"
+            " is --emulate's; a CPU class is the cpu column's): give one of them."
         )
 
 

@@ -39,13 +39,16 @@ def host_facts(engine: str) -> Host:
     )
 
 
-def render_gids(dri: Path = Path("/dev/dri")) -> tuple[int, ...]:
-    """The groups owning the GPU nodes (render, sometimes video): what --group-add needs."""
+def render_gids(dri: Path = Path("/dev/dri"), kfd: Path = Path("/dev/kfd")) -> tuple[int, ...]:
+    """The groups owning the GPU nodes (render, sometimes video; on an AMD host also ROCm's
+    compute node /dev/kfd, render or video): what --group-add needs."""
     gids = (
         {p.stat().st_gid for p in sorted(dri.glob("*")) if not p.is_dir()}
         if dri.is_dir()
         else set()
     )
+    if kfd.exists():
+        gids.add(kfd.stat().st_gid)
     if not gids:
         try:
             gids = {grp.getgrnam("render").gr_gid}

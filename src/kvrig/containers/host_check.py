@@ -1,11 +1,13 @@
 """What a GPU host must have before a containerised GPU column installs or builds anything.
 
 In the order a runner fails: the device (an NVIDIA GPU `nvidia-smi` lists; an Intel render
-node the user may open), the driver new enough for the image's CUDA, the NVIDIA Container
-Toolkit or a CDI spec that passes the GPU into a container, and on CUDA a GPU architecture
-kvrig keeps expectations for (the one a runner's label names, if given). Each missing piece is
-one paragraph naming what to install, exit 2, before a container engine is installed or an
-image is built (`nox -s cuda` and `nox -s xpu` run this first). The pass-through smoke test
+node the user may open; an AMD GPU `amd-smi` or `rocminfo` lists, with /dev/kfd and a render
+node), the driver new enough for the image's CUDA, the NVIDIA Container Toolkit or a CDI spec
+that passes the GPU into a container, on ROCm the user's access to /dev/kfd and the render
+nodes, and on CUDA and ROCm a GPU architecture kvrig keeps expectations for (the one a
+runner's label names, if given). Each missing piece is one paragraph naming what to install,
+exit 2, before a container engine is installed or an image is built (`nox -s cuda`,
+`nox -s xpu` and `nox -s rocm` run this first). The pass-through smoke test
 in a small container and the device check inside the column's own container come after,
 once an engine answers (kvrig.containers.launch).
 
@@ -13,7 +15,7 @@ With --dry-run (`nox -s xpu -- --dry-run` hands it on) nothing is refused: what 
 would stop at, and what the container-engine set-up would do, are printed as comment lines
 above the plan `kvrig container --dry-run` prints, exit 0, on any host.
 
-    kvrig check host cpu|cuda|xpu [--gpu-arch ARCH] [--dry-run] [the column's other
+    kvrig check host cpu|cuda|xpu|rocm [--gpu-arch ARCH] [--dry-run] [the column's other
         arguments, ignored]
 """
 
@@ -90,23 +92,37 @@ def check_toolkit(probe: Probe) -> None:
     )
 
 
-def check_render_access(probe: Probe, dri: Path = Path("/dev/dri")) -> None:
-    """The user may open the Intel render nodes (root, or a member of their group)."""
+def _check_node_access(platform: str, nodes: list[Path], groups: str) -> None:
+    """The user may open the device nodes (root, or a member of the groups owning them)."""
     if os.geteuid() == 0:
         return
-    groups = set(os.getgroups())
-    for node in probe.glob(dri, "renderD*"):
+    member = set(os.getgroups())
+    for node in nodes:
         try:
             gid = node.stat().st_gid
         except OSError:
             continue
-        if gid not in groups and not os.access(node, os.R_OK | os.W_OK):
+        if gid not in member and not os.access(node, os.R_OK | os.W_OK):
             raise PreflightError(
-                f"The XPU column opens {node}, and this user is not in its group (gid {gid},"
-                f" usually `render`). Add the user to it (`sudo usermod -aG $(stat -c %G {node})"
+                f"The {platform} column opens {node}, and this user is not in its group (gid"
+                f" {gid}, {groups}). Add the user to it (`sudo usermod -aG $(stat -c %G {node})"
                 " $USER`), then log in again and run this again; rootless Podman keeps the"
                 " group in the container (kvrig passes `--group-add keep-groups`)."
             )
+
+
+def check_render_access(probe: Probe, dri: Path = Path("/dev/dri")) -> None:
+    """The user may open the Intel render nodes (root, or a member of their group)."""
+    _check_node_access("XPU", probe.glob(dri, "renderD*"), "usually `render`")
+
+
+def check_kfd_access(
+    probe: Probe, kfd: Path = Path("/dev/kfd"), dri: Path = Path("/dev/dri")
+) -> None:
+    """The user may open /dev/kfd and the render nodes (root, or a member of their groups):
+    vLLM's ROCm build opens both, and a container keeps only the groups its user has."""
+    groups = "usually `render`, or `video` for /dev/kfd on older ROCm releases"
+    _check_node_access("ROCm", [kfd, *probe.glob(dri, "renderD*")], groups)
 
 
 def check(platform: str, base_image: str, probe: Probe, gpu_arch: str | None = None) -> None:
@@ -117,6 +133,9 @@ def check(platform: str, base_image: str, probe: Probe, gpu_arch: str | None = N
         check_architecture(probe, gpu_arch)
     elif platform == "xpu":
         check_render_access(probe)
+    elif platform == "rocm":
+        check_kfd_access(probe)
+        check_architecture(probe, gpu_arch, platform="rocm")
 
 
 def check_host(
@@ -126,7 +145,7 @@ def check_host(
     gpu_arch: str | None = None,
 ) -> None:
     """The host's side of the platform's column, against the base image matrix.yaml names
-    (and on CUDA the architecture `gpu_arch`, a runner's label, names)."""
+    (and on CUDA and ROCm the architecture `gpu_arch`, a runner's label, names)."""
     spec = load(matrix).platforms.get(platform)  # type: ignore[call-overload]
     check(platform, spec.base_image if spec else "", probe or Probe(), gpu_arch)
 
@@ -140,7 +159,8 @@ def dry_run_lines(
 ) -> list[str]:
     """What a run would stop at here, as comment lines of the plan, never a refusal: a dry
     run shows the plan on any host, and says what this host lacks for it. The probes only
-    read (nvidia-smi, /dev/dri, `docker info`, `podman info`, dpkg); nothing is installed."""
+    read (nvidia-smi, amd-smi, rocminfo, /dev/dri, `docker info`, `podman info`, dpkg);
+    nothing is installed."""
     head = f"# kvrig check host {platform}:"
     try:
         check_host(platform, probe, matrix, gpu_arch)

@@ -1,6 +1,6 @@
 """Builds a platform's image and runs its column inside it: `kvrig container`.
 
-    kvrig container {cpu,cuda,xpu} [--dry-run] [--engine auto|docker|podman]
+    kvrig container {cpu,cuda,xpu,rocm} [--dry-run] [--engine auto|docker|podman]
         [--matrix PATH] [--results DIR] [--podman-compat] [--registry REG] [--push]
         [--build-only] [--from-wheels] [-- pytest args...]
 
@@ -220,19 +220,20 @@ def _stop(plan: Plan, proc: subprocess.Popen[bytes]) -> None:
 
 
 def on_device(args: Args, probe: preflight.Probe) -> Args:
-    """A CUDA column runs on the host's GPU, whose architecture names it (cuda-sm90) and
-    must be the one --gpu-arch names; refused here, before any image is built."""
+    """A CUDA or ROCm column runs on the host's GPU, whose architecture names it
+    (cuda-sm90, rocm-gfx942) and must be the one --gpu-arch names; refused here, before
+    any image is built."""
     if args.platform not in gpus.BY_ARCH:
         return args
     try:
-        arch = preflight.check_architecture(probe, args.gpu_arch)
+        arch = preflight.check_architecture(probe, args.gpu_arch, platform=args.platform)
     except preflight.PreflightError as exc:
         raise UsageError(str(exc)) from None
     return with_gpu_arch(args, arch)
 
 
 def planned_device(args: Args) -> Args:
-    """A dry run's CUDA column: the architecture --gpu-arch names, else the bare
+    """A dry run's CUDA or ROCm column: the architecture --gpu-arch names, else the bare
     platform's name (a dry run asks the host nothing; the run names it by the GPU's)."""
     if args.platform not in gpus.BY_ARCH or not args.gpu_arch:
         return args

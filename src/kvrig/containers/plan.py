@@ -363,11 +363,17 @@ def device_args(platform: str, engine: str, host: Host) -> list[str]:
     if platform == "cuda":
         # Docker's --gpus needs the NVIDIA Container Toolkit; Podman reaches GPUs via CDI.
         return ["--gpus", "all"] if engine == "docker" else ["--device", "nvidia.com/gpu=all"]
-    if platform == "xpu":
+    if platform in ("xpu", "rocm"):
+        # ROCm's compute goes through /dev/kfd beside the render node; AMD's documented
+        # container command also lifts seccomp's filter, which blocks the memory-policy
+        # calls (get_mempolicy, mbind) the HIP runtime makes.
         args = ["--device", "/dev/dri"]
+        if platform == "rocm":
+            args = ["--device", "/dev/kfd", *args, "--security-opt", "seccomp=unconfined"]
         if engine == "podman" and host.rootless_podman:
             # A rootless container's user namespace maps no host group by number: keep
-            # the user's own (render among them), as crun and runc allow with keep-groups.
+            # the user's own (render, video among them), as crun and runc allow with
+            # keep-groups.
             return [*args, "--group-add", "keep-groups"]
         for gid in host.render_gids:
             args += ["--group-add", str(gid)]
@@ -393,7 +399,7 @@ def passthrough_command(
     """The device passed into a container of the base image, as the column's container
     gets it and as its user: a missing toolkit, CDI spec or render group fails here in
     seconds, with its fix named, instead of after an image build."""
-    if platform not in ("cuda", "xpu"):
+    if platform not in ("cuda", "xpu", "rocm"):
         return None
     cmd = [
         engine,
@@ -411,6 +417,9 @@ def passthrough_command(
         # The driver's tools are mounted in only for the utility capability.
         caps = ["--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
         return [*cmd, *caps, "--entrypoint", "nvidia-smi", image, "-L"]
+    if platform == "rocm":
+        # rocminfo opens /dev/kfd and lists the GPU's agent: what the HIP runtime needs.
+        return [*cmd, "--entrypoint", "rocminfo", image]
     return [*cmd, "--entrypoint", "sh", image, "-c", _RENDER_NODE_USABLE]
 
 

@@ -2,7 +2,7 @@
 
 A column that dies ten minutes into a build, or inside the container with a CUDA stack
 trace, wastes a CI slot and says nothing useful; these checks run first and name the
-missing piece and what to run instead. The probes (`which`, `run`, `exists`) are passed
+missing piece and what to run instead. The probes (`which`, `run`, `exists`, ...) are passed
 in so the decisions are testable without an engine or hardware.
 """
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvrig.define import column_choice, gpus
+from kvrig.host import hardware
 
 
 def alternatives(platform: str | None = None) -> str:
@@ -46,6 +47,8 @@ class Probe:
     glob: Callable[[Path, str], list[Path]] = lambda p, pat: sorted(p.glob(pat))
     read: Callable[[Path], str | None] = lambda p: _read(p)
     run: Callable[[Sequence[str]], tuple[int, str]] = lambda cmd: _run(cmd)
+    # The whole answer, for tools whose facts span lines (rocminfo's agents, amd-smi's GPUs).
+    run_all: Callable[[Sequence[str]], tuple[int, str]] = lambda cmd: _run_all(cmd)
 
 
 def _read(path: Path) -> str | None:
@@ -70,6 +73,25 @@ def _run(cmd: Sequence[str], timeout: float = 60) -> tuple[int, str]:
         if lines:
             return done.returncode, lines[-1]
     return done.returncode, ""
+
+
+def _run_all(cmd: Sequence[str], timeout: float = 60) -> tuple[int, str]:
+    """Return code and the whole of stdout, then stderr: rocminfo and amd-smi spread the
+    facts a check reads over many lines, where `_run`'s last line would lose them."""
+    try:
+        done = subprocess.run(
+            list(cmd), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except OSError as exc:
+        return 127, f"{cmd[0]}: {exc.strerror or exc}"
+    except subprocess.TimeoutExpired:
+        return 124, f"`{' '.join(cmd)}` did not answer within {timeout:.0f} s"
+    return done.returncode, (done.stdout or "") + (done.stderr or "")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
 
 
 def choose_engine(requested: str, probe: Probe, platform: str | None = None) -> str:
@@ -148,33 +170,113 @@ class _Device:
     arch: str = ""
 
 
-def check_architecture(probe: Probe, label: str | None = None) -> str:
-    """The CUDA GPU's architecture, which names its column (cuda-sm90): one kvrig keeps
-    expectations for, and the one `label` (--gpu-arch, a runner's label) names if given."""
-    seen = cuda_arch(probe)
+def check_architecture(probe: Probe, label: str | None = None, platform: str = "cuda") -> str:
+    """The GPU's architecture, which names its column (cuda-sm90, rocm-gfx942): one kvrig
+    keeps expectations for, and the one `label` (--gpu-arch, a runner's label) names if given."""
+    seen = rocm_arch(probe) if platform == "rocm" else cuda_arch(probe)
     try:
         if label is not None:  # a label no GPU could match is the label's fault
-            column_choice.requested("cuda", gpu_arch=label)
-        if seen is not None and gpus.normalize("cuda", seen) not in gpus.CUDA_GPUS:
-            raise PreflightError(_unknown_gpu(seen))
-        choice = column_choice.choose("cuda", gpu_arch=label, host=_Device(seen))
+            column_choice.requested(platform, gpu_arch=label)
+        if seen is not None and gpus.normalize(platform, seen) not in gpus.GPUS[platform]:
+            raise PreflightError(_unknown_gpu(seen, platform))
+        choice = column_choice.choose(
+            platform, gpu_arch=label, host=_Device(seen, platform=platform)
+        )
     except column_choice.ChoiceError as exc:
         raise PreflightError(str(exc)) from None
-    assert choice.arch is not None  # a CUDA device's choice always names it
+    assert choice.arch is not None  # a real device's choice always names it
     return choice.arch
 
 
-def _unknown_gpu(seen: str) -> str:
+def _unknown_gpu(seen: str, platform: str = "cuda") -> str:
     """The host's own GPU is of an architecture kvrig keeps no expectations for: no
     --gpu-arch helps (it must name the GPU's own), so say what does."""
-    listed = ", ".join(f"{g.arch} ({g.label}: {g.examples})" for g in gpus.CUDA_GPUS.values())
+    title, word = gpus.TITLES[platform], gpus.ARCH_WORD[platform]
+    listed = ", ".join(f"{g.arch} ({g.label}: {g.examples})" for g in gpus.GPUS[platform].values())
     return (
-        f"This host's GPU has compute capability {seen}, an architecture kvrig keeps no CUDA"
+        f"This host's GPU has {word} {seen}, an architecture kvrig keeps no {title}"
         f" expectations for (it keeps them for {listed}), so its column would have nothing"
-        " to be judged by. Run the CUDA column on a GPU of one of those; `nox -s emulated`"
-        " decides every CUDA cell of each of them on any host. An architecture of its own"
+        f" to be judged by. Run the {title} column on a GPU of one of those; `nox -s emulated`"
+        f" decides every {title} cell of each of them on any host. An architecture of its own"
         " needs an entry in kvrig.define.gpus and its emulated column green first."
     )
+
+
+def check_amd_gpu(probe: Probe, kfd: Path = Path("/dev/kfd"), dri: Path = Path("/dev/dri")) -> None:
+    """The ROCm column needs an AMD GPU that the driver's tools list and whose compute
+    (/dev/kfd) and render nodes exist: vLLM's ROCm build opens both."""
+    tools = [t for t in ("amd-smi", "rocminfo") if probe.which(t) is not None]
+    if not tools:
+        raise PreflightError(
+            "The ROCm column needs an AMD GPU, but neither `amd-smi` nor `rocminfo` is"
+            " installed here, so no ROCm driver or tools are present. Run it on a GPU host"
+            " with ROCm installed (the amdgpu kernel driver, amdgpu-dkms, and the rocm"
+            " packages from AMD's repository), or run the CPU column with `nox -s cpu`;"
+            " `nox -s emulated` decides every ROCm cell on each gfx target kvrig keeps,"
+            f" emulated, on any host. {alternatives('rocm')}"
+        )
+    reasons: list[str] = []
+    for tool in tools:
+        reason = _amd_gpu_unlisted(tool, probe)
+        if reason is None:
+            _check_amd_nodes(tool, probe, kfd, dri)
+            return
+        reasons.append(reason)
+    raise PreflightError(
+        f"The ROCm column needs an AMD GPU, but {' and '.join(reasons)}."
+        " Check that the amdgpu driver is loaded (`lsmod | grep amdgpu`; the kernel log,"
+        " `sudo dmesg | grep -i amdgpu`, says why it is not) and that this user is in the"
+        " `video` and `render` groups, run on a GPU host, or run the CPU column with"
+        f" `nox -s cpu`. {alternatives('rocm')}"
+    )
+
+
+def _check_amd_nodes(tool: str, probe: Probe, kfd: Path, dri: Path) -> None:
+    """A GPU the tools see (through sysfs) can still lack the device nodes vLLM opens."""
+    absent = [str(kfd)] if not probe.exists(kfd) else []
+    if not probe.exists(dri) or not probe.glob(dri, "renderD*"):
+        absent.append(f"a render node (renderD*) in {dri}")
+    if absent:
+        raise PreflightError(
+            f"The ROCm column needs {kfd} and a render node in {dri}, and this host has no"
+            f" {' and no '.join(absent)}, although `{tool}` sees the GPU. The amdgpu"
+            " kernel driver creates them: load it with its compute support (`sudo modprobe"
+            " amdgpu`; `sudo dmesg | grep -i kfd` says why it is missing), or, inside a"
+            " container, start it with `--device /dev/kfd --device /dev/dri`; or run the CPU"
+            f" column with `nox -s cpu`. {alternatives('rocm')}"
+        )
+
+
+def _amd_gpu_unlisted(tool: str, probe: Probe) -> str | None:
+    """Why `tool` shows no AMD GPU, or None when it lists one."""
+    if tool == "amd-smi":
+        code, out = probe.run_all(["amd-smi", "list"])
+        if code == 0 and "GPU" in out:
+            return None
+        detail = _last_line(out) or f"exit {code}"
+        return f"`amd-smi list` lists none ({detail})"
+    code, out = probe.run_all(["rocminfo"])
+    if code == 0 and hardware.parse_rocminfo(out):
+        return None
+    detail = (_last_line(out) or f"exit {code}") if code != 0 else "its agents are all CPUs"
+    return f"`rocminfo` shows no GPU agent ({detail})"
+
+
+def rocm_arch(probe: Probe) -> str | None:
+    """The AMD GPU's gfx target without its features (gfx942 for gfx942:sramecc+:xnack-),
+    as the matrix keys it: rocminfo's first GPU agent, else amd-smi's first GPU; None if
+    neither answers one."""
+    if probe.which("rocminfo") is not None:
+        code, out = probe.run_all(["rocminfo"])
+        targets = hardware.parse_rocminfo(out) if code == 0 else []
+        if targets:
+            return gpus.normalize("rocm", targets[0])
+    if probe.which("amd-smi") is not None:
+        code, out = probe.run_all(["amd-smi", "static", "--asic"])
+        target = hardware.parse_amd_smi_asic(out) if code == 0 else None
+        if target:
+            return gpus.normalize("rocm", target)
+    return None
 
 
 INTEL_PCI_VENDOR = "0x8086"
@@ -224,6 +326,8 @@ def check_device(platform: str, probe: Probe) -> None:
         check_nvidia_gpu(probe)
     elif platform == "xpu":
         check_intel_xpu(probe)
+    elif platform == "rocm":
+        check_amd_gpu(probe)
 
 
 def check_base_image(
@@ -409,6 +513,26 @@ _PASSTHROUGH_FIX = {
         " again); rootless Podman keeps it only with a runtime that supports keep-groups"
         " (crun, or runc 1.1 and newer)"
     ),
+    ("rocm", "docker"): (
+        "the container gets the AMD GPU with `--device /dev/kfd --device /dev/dri`, and its"
+        " user must be in the host's groups owning them (`video` and `render`): add the"
+        " runner's user to both (`sudo usermod -aG video,render $USER`, then log in again)"
+        " and check the nodes with `ls -ln /dev/kfd /dev/dri`"
+    ),
+    ("rocm", "podman"): (
+        "the container gets the AMD GPU with `--device /dev/kfd --device /dev/dri`, and its"
+        " user must be in the host's groups owning them (`video` and `render`): add the"
+        " runner's user to both (`sudo usermod -aG video,render $USER`, then log in again);"
+        " rootless Podman keeps them only with `--group-add keep-groups` and a runtime that"
+        " supports it (crun, or runc 1.1 and newer)"
+    ),
+}
+
+# How a refusal names each platform's device.
+_PASSTHROUGH_DEVICE = {
+    "cuda": "the NVIDIA GPU",
+    "xpu": "the Intel GPU's render node",
+    "rocm": "the AMD GPU (/dev/kfd and its render node)",
 }
 
 
@@ -420,11 +544,11 @@ def check_passthrough(
     probe: Probe,
 ) -> None:
     """The device reaches a container of the base image as the column's will get it, so
-    a missing toolkit, CDI spec or render group costs seconds, not an image build."""
+    a missing toolkit, CDI spec or device group costs seconds, not an image build."""
     code, last = probe.run([*_env_prefix(engine_env), *cmd])
     if code == 0:
         return
-    device = "the NVIDIA GPU" if platform == "cuda" else "the Intel GPU's render node"
+    device = _PASSTHROUGH_DEVICE[platform]
     fix = _PASSTHROUGH_FIX[(platform, engine)]
     raise PreflightError(
         f"The host sees {device}, but a container does not: `{' '.join(cmd)}` failed"

@@ -239,6 +239,16 @@ def arch_keys(key: str) -> list[str]:
     return [gpus.normalize(gpus.arch_platform(part), part) for part in parts]
 
 
+# Set (to anything but "" or "0") where AMD's aiter is installed beside vLLM, as in vLLM's
+# ROCm image; an emulated ROCm cell then gets kvrig's stand-in for it
+# (kvrig.run.emulation.rocm_platform). Unset: no aiter, as with vLLM's PyPI wheel.
+AITER_ENV = "KVRIG_ROCM_AITER"
+# The engine environment a case may set: ROCm's AITER switches, which kvrig.rules.rocm
+# reads as vLLM does (VLLM_ROCM_USE_AITER and VLLM_ROCM_USE_AITER_MHA, vllm/envs.py), and
+# AITER_ENV. Any other variable could change an outcome the rules do not know of.
+CASE_ENV = (AITER_ENV, "VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_MHA")
+
+
 class Case(Strict):
     id: str = Field(pattern=NAME)
     model: str
@@ -247,6 +257,9 @@ class Case(Strict):
     review: str = ""
     known_defect: KnownDefect | None = None
     knobs: Knobs = Field(default_factory=Knobs)
+    # The engine's environment beside the platform's (CASE_ENV's names only; ROCm only):
+    # AITER on, where vLLM's ROCm selection differs with it.
+    env: dict[str, str] = Field(default_factory=dict)
     crafted: Crafted = Field(default_factory=Crafted)
     expect: dict[Platform, Expectation]
     # CPU only: where the host's (or the emulated) class changes the outcome, the
@@ -268,6 +281,27 @@ class Case(Strict):
         if not expect:
             raise ValueError("a case needs an expectation on at least one platform")
         return expect
+
+    @field_validator("env")
+    @classmethod
+    def _env_the_rules_read(cls, env: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(env) - set(CASE_ENV))
+        if unknown:
+            raise ValueError(
+                f"{', '.join(unknown)}: a case sets only the variables kvrig's rules read"
+                f" ({', '.join(CASE_ENV)}); another would change what vLLM does unseen"
+            )
+        return env
+
+    @model_validator(mode="after")
+    def _env_is_rocm_s(self) -> Case:
+        others = sorted(p for p in self.expect if p != "rocm")
+        if self.env and others:
+            raise ValueError(
+                f"env: ROCm's AITER switches, and the case expects on {', '.join(others)} too;"
+                " give the ROCm expectation a case of its own"
+            )
+        return self
 
 
 def expectations(i: int, case: Case) -> list[tuple[str, str, Expectation]]:

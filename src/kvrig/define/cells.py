@@ -77,6 +77,11 @@ class Cell(BaseModel):
     def id(self) -> str:
         return f"{self.column}-{self.model_name}-{self.case.id}"
 
+    @property
+    def env(self) -> dict[str, str]:
+        """The engine's environment the matrix sets: the platform's, then the case's."""
+        return {**self.platform_spec.env, **self.case.env}
+
     def identity(self) -> dict[str, Any]:
         """The fields that name a cell in a record and in a results row."""
         return {

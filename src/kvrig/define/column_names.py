@@ -21,22 +21,8 @@ from kvrig.host import isa
 
 BY_ARCH = gpus.BY_ARCH
 # The platforms with a hardware column (a host's, or a container's with the device passed
-# in). ROCm's columns are emulated only (rocm-gfx942-emulated, ...) until its real column
-# is built: no host or container runs it, the pipelines hold no job for it, and the gate
-# reads nothing of it.
-EMULATED_ONLY = ("rocm",)
-HARDWARE_PLATFORMS = tuple(p for p in PLATFORMS if p not in EMULATED_ONLY)
-
-
-def emulated_only(platform: str, arch: str | None = None) -> str:
-    """Why a platform's real column cannot run, in one paragraph (the caller says it)."""
-    example = arch or next(iter(gpus.GPUS[platform]))
-    return (
-        f"kvrig runs the {platform} platform's cells on emulated devices only (vLLM's own"
-        f" {platform} code on this host: kvrig column --platform {platform} --emulate"
-        f" {example}, or nox -s emulated); a real {platform} GPU's column is not built yet"
-        " (docs/emulated.md says what it lacks)."
-    )
+# in): every one.
+HARDWARE_PLATFORMS = PLATFORMS
 
 
 @dataclass(frozen=True)
@@ -84,7 +70,8 @@ def parse(name: str) -> Column | None:
 
 def platform_columns(platform: str) -> list[str]:
     """A platform's hardware columns, its CPU classes aside: `cuda-sm80` ... `cuda-sm120`
-    on CUDA (a device's column always carries its architecture), the platform elsewhere."""
+    on CUDA, `rocm-gfx942` ... on ROCm (a device's column always carries its
+    architecture), the platform elsewhere."""
     return device_columns(platform) or [platform]
 
 

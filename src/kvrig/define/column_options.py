@@ -72,9 +72,9 @@ OPTIONS: tuple[ColumnOption, ...] = (
     ),
     ColumnOption(
         "gpu-arch",
-        "the CUDA GPU's architecture the column is for (9.0, or sm90: a CI runner's label);"
-        " refused unless the GPU is one, which names the column (cuda-sm90). Default: the"
-        " GPU's own",
+        "the CUDA or ROCm GPU's architecture the column is for (9.0 or sm90, gfx942: a CI"
+        " runner's label); refused unless the GPU is one, which names the column (cuda-sm90,"
+        " rocm-gfx942). Default: the GPU's own",
         metavar="ARCH",
     ),
     ColumnOption(

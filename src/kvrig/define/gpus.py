@@ -148,13 +148,20 @@ def arch_platform(arch: str) -> str:
     return "rocm" if arch.strip().lower().startswith("gfx") else "cuda"
 
 
-# The platforms whose real devices' columns carry the architecture: vLLM's XPU code reads
-# no architecture for the choices the matrix checks.
-BY_ARCH = ("cuda",)
+# The platforms whose real devices' columns carry the architecture (cuda-sm90,
+# rocm-gfx942): vLLM's XPU code reads no architecture for the choices the matrix checks.
+BY_ARCH = ("cuda", "rocm")
+# Where the host's facts (kvrig.host.hardware.gpu_info, and every record's `host`) hold the
+# architecture of its GPU on each of them: nvidia-smi's compute capability, the gfx target
+# rocminfo or amd-smi names.
+HOST_ARCH_KEY = {"cuda": "gpu_compute_capability", "rocm": "gpu_gfx_target"}
+# What a device's architecture is called in messages.
+ARCH_WORD = {"cuda": "compute capability", "rocm": "gfx target"}
 
 
 def device_column(platform: str, arch: str) -> str:
-    """A real GPU's results column: `cuda-sm90` for a compute capability 9.0 device."""
+    """A real GPU's results column: `cuda-sm90` for a compute capability 9.0 device,
+    `rocm-gfx942` for an MI300X."""
     return f"{platform}-{gpu(platform, arch).label}"
 
 

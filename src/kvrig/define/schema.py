@@ -244,7 +244,7 @@ class Matrix(Strict):
         for p, spec in self.platforms.items():
             if spec.ci.archs and p not in gpus.BY_ARCH:
                 raise ValueError(
-                    f"platforms.{p}.ci.archs: only {', '.join(gpus.BY_ARCH)} runs one job per"
+                    f"platforms.{p}.ci.archs: only {' and '.join(gpus.BY_ARCH)} run one job per"
                     f" GPU architecture ({p} runs one column wherever its device is); remove it"
                 )
             for a in spec.ci.archs:

@@ -1,7 +1,7 @@
 """Whether a column's accelerator is still there, asked inside its container before each cell.
 
 A GPU that falls off the bus, a driver reset or a container started without the device
-turns every remaining cell into the same raw CUDA or Level Zero error, an hour of CI later
+turns every remaining cell into the same raw CUDA, HIP or Level Zero error, an hour of CI later
 and under each cell's name as if vLLM had failed it. Asked before each cell, the column
 instead stops at the first cell it would have lost and says what went (kvrig.column.plugin).
 The looks at the system are passed in, so each answer is testable without a device.
@@ -39,15 +39,20 @@ class Looks:
     run: Callable[[Sequence[str]], tuple[int, str]] = _run
 
 
+def _lists_a_gpu(looks: Looks, cmd: list[str]) -> str | None:
+    """The driver's own tool still lists a GPU, or why not."""
+    code, out = looks.run(cmd)
+    if code != 0 or "GPU" not in out:
+        last = out.splitlines()[-1] if out else f"exit {code}"
+        return f"`{' '.join(cmd)}` lists no GPU ({last}): the driver has lost the device"
+    return None
+
+
 def _cuda(looks: Looks) -> str | None:
     # nvidia-smi, where the image has the driver's tools, is the driver's own word; else
     # the device nodes Docker's toolkit and a CDI spec create (/dev/nvidiaN, or WSL's dxg).
     if looks.which("nvidia-smi") is not None:
-        code, out = looks.run(["nvidia-smi", "-L"])
-        if code != 0 or "GPU" not in out:
-            last = out.splitlines()[-1] if out else f"exit {code}"
-            return f"`nvidia-smi -L` lists no GPU ({last}): the driver has lost the device"
-        return None
+        return _lists_a_gpu(looks, ["nvidia-smi", "-L"])
     if not looks.glob("/dev/nvidia[0-9]*") and not looks.glob("/dev/dxg"):
         return (
             "no /dev/nvidiaN device node is here: the container was started without the GPU"
@@ -56,7 +61,8 @@ def _cuda(looks: Looks) -> str | None:
     return None
 
 
-def _xpu(looks: Looks) -> str | None:
+def _render_node(looks: Looks) -> str | None:
+    """A render node this user may open: what XPU's Level Zero and ROCm's HIP open."""
     nodes = looks.glob("/dev/dri/renderD*")
     if not nodes:
         return (
@@ -72,11 +78,35 @@ def _xpu(looks: Looks) -> str | None:
     return None
 
 
+def _rocm(looks: Looks) -> str | None:
+    # vLLM's ROCm build opens both the compute node (/dev/kfd) and a render node; the
+    # driver's own word comes last, where the image has amd-smi.
+    if not looks.glob("/dev/kfd"):
+        return (
+            "no /dev/kfd is here: the container was started without the GPU (--device"
+            " /dev/kfd --device /dev/dri) or the GPU has gone"
+        )
+    if not looks.usable("/dev/kfd"):
+        return (
+            f"/dev/kfd cannot be opened for reading and writing by uid {os.getuid()}: the"
+            " container lacks the video and render groups (--group-add, or keep-groups for"
+            " rootless Podman)"
+        )
+    render = _render_node(looks)
+    if render is not None:
+        return render
+    if looks.which("amd-smi") is not None:
+        return _lists_a_gpu(looks, ["amd-smi", "list"])
+    return None
+
+
 def missing(platform: str, looks: Looks | None = None) -> str | None:
     """Why the platform's device is not usable here, or None when it is (and off GPUs)."""
     looks = looks or Looks()
     if platform == "cuda":
         return _cuda(looks)
     if platform == "xpu":
-        return _xpu(looks)
+        return _render_node(looks)
+    if platform == "rocm":
+        return _rocm(looks)
     return None

@@ -59,8 +59,39 @@ def has_intel_xpu() -> bool:
     return bool(out and ("level_zero" in out.lower() or "intel" in out.lower()))
 
 
+# rocminfo names each GPU agent by its gfx target (`  Name:   gfx942`; a CPU agent by its
+# model); amd-smi's `static --asic` prints `TARGET_GRAPHICS_VERSION: gfx942` per GPU.
+_GFX_AGENT = re.compile(r"^\s*Name:\s*(gfx\d+[a-z0-9]*)", re.MULTILINE | re.IGNORECASE)
+_GFX_ASIC = re.compile(r"TARGET_GRAPHICS_VERSION:\s*(gfx\d+[a-z0-9]*)", re.IGNORECASE)
+
+
+def parse_rocminfo(out: str) -> list[str]:
+    """The gfx targets of `rocminfo`'s GPU agents, in its order, without features."""
+    return [m.group(1).lower() for m in _GFX_AGENT.finditer(out)]
+
+
+def parse_amd_smi_asic(out: str) -> str | None:
+    """The first GPU's gfx target from `amd-smi static --asic`."""
+    m = _GFX_ASIC.search(out)
+    return m.group(1).lower() if m else None
+
+
+def has_amd_gpu() -> bool:
+    out = _run(["amd-smi", "list"])
+    if out and "GPU" in out:
+        return True
+    return bool(parse_rocminfo(_run(["rocminfo"]) or ""))
+
+
+def gfx_target() -> str | None:
+    """The AMD GPU's gfx target (gfx942), from rocminfo, else amd-smi; None without one."""
+    found = parse_rocminfo(_run(["rocminfo"]) or "")
+    return found[0] if found else parse_amd_smi_asic(_run(["amd-smi", "static", "--asic"]) or "")
+
+
 def detect_platform() -> str:
-    """cuda if nvidia-smi lists a GPU, xpu if an Intel GPU answers, else cpu.
+    """cuda if nvidia-smi lists a GPU, rocm if an AMD GPU answers (amd-smi or rocminfo),
+    xpu if an Intel GPU answers, else cpu.
 
     KVRIG_PLATFORM overrides it, for a CI job that knows better than probing.
     """
@@ -69,6 +100,8 @@ def detect_platform() -> str:
         return forced
     if has_nvidia_gpu():
         return "cuda"
+    if has_amd_gpu():
+        return "rocm"
     if has_intel_xpu():
         return "xpu"
     return "cpu"
@@ -225,6 +258,9 @@ def gpu_info() -> dict[str, Any]:
             info["xpu_name"] = devices[0]["name"]
             info["xpu_driver"] = devices[0]["driver"]
             info["xpu_count"] = len(devices)
+    gfx = gfx_target()
+    if gfx:
+        info["gpu_gfx_target"] = gfx
     intel = intel_gpus()
     if intel:
         info["intel_gpus"] = intel

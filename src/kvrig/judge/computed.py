@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvrig.define import gpus
 from kvrig.define.case_spec import EarlyError, Expectation, LateError, Runs
 from kvrig.define.cells import Cell
 from kvrig.host import isa
 from kvrig.judge.messages import early_error_backends, late_error_size
 from kvrig.rules import blocksize as expected_mod
-from kvrig.rules import versions
+from kvrig.rules import shapes, versions
 from kvrig.run.record import Record
 
 
@@ -44,11 +45,12 @@ def computed(cell: Cell, rec: Record) -> Computed:
         cpu = isa.facts(cls)
     if not cell.config:
         return Computed(None, "the cell carries no model config")
-    # The GPU decides CUDA's backends and GDN prefill kernel: the cell's architecture (an
-    # emulated one, or the runner's read at the column's start), else the record's host.
+    # The GPU decides CUDA's and ROCm's backends (and CUDA's GDN prefill kernel): the
+    # cell's architecture (an emulated one, or the runner's read at the column's start),
+    # else the record's host.
     gpu_arch = cell.gpu_arch
-    if gpu_arch is None and cell.platform == "cuda":
-        gpu_arch = (rec.host or {}).get("gpu_compute_capability")
+    if gpu_arch is None and cell.platform in gpus.HOST_ARCH_KEY:
+        gpu_arch = (rec.host or {}).get(gpus.HOST_ARCH_KEY[cell.platform])
     try:
         return Computed(expected_mod.expected(cell, cell.config, cpu=cpu, gpu_arch=gpu_arch))
     except KeyError as exc:
@@ -94,7 +96,12 @@ def _parsed_version(text: str | None) -> versions.Version | None:
 def rules_must_agree(cell: Cell) -> bool:
     """Whether kvrig.rules must agree with vLLM here: on a platform whose rules real
     engines confirmed, and on every emulated device (vLLM's own code decided)."""
-    return expected_mod.RULES[cell.platform].measured or cell.device_emulated
+    if cell.device_emulated:
+        return True
+    try:
+        return expected_mod.platform_rules(cell).measured
+    except (shapes.ConfigError, versions.VersionError):
+        return False  # rules that cannot be had for the cell confirm nothing
 
 
 def size_problem(

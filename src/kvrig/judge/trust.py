@@ -236,21 +236,24 @@ def _device_problem(cell: Cell, rec: Record) -> str | None:
 
 
 def _architecture_problem(cell: Cell, rec: Record) -> str | None:
-    """A real GPU cell follows its architecture's expectations (its column is cuda-sm90),
-    so the device the cell's process saw must be that architecture: a runner labelled for
-    one GPU that holds another would otherwise file its results under the wrong column."""
+    """A real GPU cell follows its architecture's expectations (its column is cuda-sm90,
+    rocm-gfx942), so the device the cell's process saw must be that architecture: a runner
+    labelled for one GPU that holds another would otherwise file its results under the
+    wrong column."""
     if cell.gpu_arch is None or cell.platform not in gpus.BY_ARCH or rec.outcome == "skipped":
         return None
-    seen = (rec.host or {}).get("gpu_compute_capability")
+    seen = (rec.host or {}).get(gpus.HOST_ARCH_KEY[cell.platform])
+    word = gpus.ARCH_WORD[cell.platform]
     if not seen:
+        tool = "nvidia-smi" if cell.platform == "cuda" else "rocminfo and amd-smi"
         return (
-            f"the record names no GPU compute capability (nvidia-smi in the cell's process"
-            f" answered none), so the device cannot be shown to be the {cell.gpu_arch} the"
-            " cell's expectations are for"
+            f"the record names no GPU {word} ({tool} in the cell's process answered none),"
+            f" so the device cannot be shown to be the {cell.gpu_arch} the cell's"
+            " expectations are for"
         )
     if gpus.normalize(cell.platform, str(seen)) != cell.gpu_arch:
         return (
-            f"the cell's process saw a compute capability {seen} GPU, and the cell is for"
+            f"the cell's process saw a {word} {seen} GPU, and the cell is for"
             f" {cell.gpu_arch}: the runner's labels name another GPU than it holds"
         )
     return None

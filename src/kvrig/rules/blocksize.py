@@ -208,7 +208,7 @@ def rocm_selection(cell: Cell, release: versions.Rules | None = None) -> dict[st
     return {
         "arch": cell.gpu_arch or rocm.DEFAULT_ARCH,
         "rules": release or cell_rules(cell),
-        "aiter": rocm.aiter_of(cell.platform_spec.env),
+        "aiter": rocm.aiter_of(cell.env),
         "kv_cache_dtype": cell.case.knobs.kv_cache_dtype,
     }
 

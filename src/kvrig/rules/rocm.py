@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kvrig.define.case_spec import AITER_ENV
 from kvrig.define.gpus import ROCM_GPUS
 from kvrig.rules import versions
 from kvrig.rules.backends import Backend, Kernel, PlatformRules
@@ -55,10 +56,6 @@ class Aiter:
 
 
 NO_AITER = Aiter()
-# Set (to anything but "" or "0") where AMD's aiter is installed beside vLLM, as in vLLM's
-# ROCm image; an emulated ROCm cell then gets kvrig's stand-in for it
-# (kvrig.run.emulation.rocm_platform). Unset: no aiter, as with vLLM's PyPI wheel.
-AITER_ENV = "KVRIG_ROCM_AITER"
 
 
 def aiter_installed(env: Mapping[str, str]) -> bool:

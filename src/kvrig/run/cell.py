@@ -125,7 +125,7 @@ def craft_spec(cell: Cell) -> CraftSpec | None:
 def cell_env(cell: Cell, workdir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of the cell's process; vLLM reads most of it at import time."""
     env = dict(os.environ if base is None else base)
-    env.update(cell.platform_spec.env)
+    env.update(cell.env)
     env.update(OFFLINE_ENV)
     env.update(
         {

@@ -12,6 +12,7 @@ import shlex
 import sys
 import types
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,16 @@ def gpu(cap: str) -> preflight.Probe:
     return probe({"nvidia-smi -L": (0, "GPU 0: NVIDIA (UUID: x)"), "nvidia-smi": (0, cap)})
 
 
+def amd(tools: dict[str, tuple[int, str]], nodes: Sequence[str] = ()) -> preflight.Probe:
+    """An AMD host: its tools answer whole (rocminfo's agents span lines)."""
+    host = probe(tools, nodes)
+    return replace(host, run_all=host.run)
+
+
+def amd_gpu(target: str) -> preflight.Probe:
+    return amd({"rocminfo": (0, f"  Name:   {target}\n  Device Type:   GPU\n")}, ["renderD128"])
+
+
 NO_DOCKER = {"docker info": (1, "Cannot connect to the Docker daemon")}
 INTEL = {"nodes": ["renderD128"]}
 
@@ -181,7 +192,7 @@ REFUSALS: dict[str, Callable[[], object]] = {
         f"no engine answers ({platform})": (
             lambda platform=platform: preflight.choose_engine("auto", probe(NO_DOCKER), platform)
         )
-        for platform in (None, "cpu", "cuda", "xpu")
+        for platform in (None, "cpu", "cuda", "xpu", "rocm")
     },
     "podman asked for, and it does not answer": lambda: preflight.choose_engine(
         "podman", probe({"podman info": (125, "cannot set up namespace")}), "cpu"
@@ -198,7 +209,23 @@ REFUSALS: dict[str, Callable[[], object]] = {
     "sycl-ls fails": lambda: preflight.check_device(
         "xpu", probe({"sycl-ls": (1, "no platforms")}, **INTEL)
     ),
+    "no amd-smi or rocminfo": lambda: preflight.check_device("rocm", amd({})),
+    "amd-smi and rocminfo list no GPU": lambda: preflight.check_device(
+        "rocm", amd({"amd-smi list": (255, "Unable to detect any GPU"), "rocminfo": (1, "")})
+    ),
+    "an AMD GPU without its device nodes": lambda: preflight.check_device(
+        "rocm", amd({"amd-smi list": (0, "GPU: 0")})
+    ),
     "a GPU kvrig keeps no expectations for": lambda: preflight.check_architecture(gpu("7.5")),
+    "a gfx target kvrig keeps no expectations for": lambda: preflight.check_architecture(
+        amd_gpu("gfx90a"), platform="rocm"
+    ),
+    "a runner labelled for another AMD GPU": lambda: preflight.check_architecture(
+        amd_gpu("gfx942"), "gfx950", platform="rocm"
+    ),
+    "an AMD GPU that names no gfx target": lambda: preflight.check_architecture(
+        amd({"amd-smi list": (0, "GPU: 0"), "rocminfo": (1, "")}), platform="rocm"
+    ),
     "a runner labelled for another GPU": lambda: preflight.check_architecture(gpu("9.0"), "sm89"),
     "a label no GPU has": lambda: preflight.check_architecture(gpu("9.0"), "7.5"),
     "a GPU that says no capability": lambda: preflight.check_architecture(gpu("[N/A]")),
@@ -228,7 +255,7 @@ REFUSALS: dict[str, Callable[[], object]] = {
                 p, e, [e, "run", "base"], {}, probe({e: (1, "no device")})
             )
         )
-        for p in ("cuda", "xpu")
+        for p in ("cuda", "xpu", "rocm")
         for e in ("docker", "podman")
     },
     "a wheel outside the checkout": lambda: preflight.check_wheel(
@@ -265,16 +292,22 @@ def test_every_refusal_is_one_paragraph_whose_advice_runs(
     follow(refusal(act), noxfile)
 
 
-def test_the_render_group_refusal_names_the_nodes_own_group(
-    tmp_path: Path, noxfile: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("node_name", ["renderD128", "kfd"])
+def test_the_group_refusal_names_the_nodes_own_group(
+    node_name: str, tmp_path: Path, noxfile: types.ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    node = tmp_path / "renderD128"
+    """XPU's render node, and ROCm's /dev/kfd."""
+    node = tmp_path / node_name
     node.write_text("")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setattr(os, "getgroups", lambda: [])
     monkeypatch.setattr(os, "access", lambda path, mode: False)
-    host = preflight.Probe(glob=lambda folder, pattern: [node])
-    text = refusal(lambda: host_check.check_render_access(host, tmp_path))
+    if node_name == "kfd":
+        host = preflight.Probe(glob=lambda folder, pattern: [])
+        text = refusal(lambda: host_check.check_kfd_access(host, node, tmp_path))
+    else:
+        host = preflight.Probe(glob=lambda folder, pattern: [node])
+        text = refusal(lambda: host_check.check_render_access(host, tmp_path))
     assert f"sudo usermod -aG $(stat -c %G {node}) $USER" in text
     follow(text, noxfile)
 
@@ -308,7 +341,7 @@ def test_the_commands_refusals_reach_the_user_as_one_line(
 # --- the dry run: the plan on any host ------------------------------------------------------
 
 
-@pytest.mark.parametrize("platform", ["cpu", "cuda", "xpu"])
+@pytest.mark.parametrize("platform", ["cpu", "cuda", "xpu", "rocm"])
 def test_a_sessions_dry_run_reaches_the_host_check_and_installs_no_engine(
     platform: str, noxfile: types.ModuleType
 ) -> None:
@@ -333,7 +366,7 @@ def _no_gpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engines, "facts", lambda *a, **kw: facts)
 
 
-@pytest.mark.parametrize("platform", ["cpu", "cuda", "xpu"])
+@pytest.mark.parametrize("platform", ["cpu", "cuda", "xpu", "rocm"])
 def test_a_dry_run_on_a_host_without_the_gpu_prints_the_plan_and_what_a_run_stops_at(
     platform: str,
     checkout: Path,

@@ -5,6 +5,7 @@ No engine runs: the commands are built by pure functions and compared as argv li
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -40,7 +41,7 @@ def plan_for(
 # --- run command -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("platform", ["cpu", "cuda", "xpu"])
+@pytest.mark.parametrize("platform", ["cpu", "cuda", "xpu", "rocm"])
 def test_run_is_removed_named_unprivileged_and_without_network(
     checkout: Path, platform: str
 ) -> None:
@@ -93,6 +94,37 @@ def test_xpu_gets_dri_and_the_render_groups(checkout: Path) -> None:
     assert flag_values(run, "--device") == ["/dev/dri"]
     assert flag_values(run, "--group-add") == ["109", "44"]
     assert "--gpus" not in run
+
+
+def test_rocm_gets_kfd_dri_their_groups_and_no_seccomp_filter(checkout: Path) -> None:
+    from dataclasses import replace
+
+    plan = plan_for(checkout, ["rocm"], host=ROOT_HOST)
+    assert flag_values(plan.run, "--device") == ["/dev/kfd", "/dev/dri"]
+    assert flag_values(plan.run, "--group-add") == ["109", "44"]
+    assert "seccomp=unconfined" in flag_values(plan.run, "--security-opt")
+    assert "--gpus" not in plan.run and "--privileged" not in plan.run
+    # The pass-through test opens /dev/kfd with rocminfo in vLLM's ROCm image, as the user.
+    assert plan.passthrough is not None
+    assert plan.passthrough[-3:] == ["--entrypoint", "rocminfo", "vllm/vllm-openai-rocm:v0.34.0"]
+    assert flag_values(plan.passthrough, "--device") == ["/dev/kfd", "/dev/dri"]
+    rootless = replace(ROOT_HOST, rootless_podman=True)
+    run = plan_for(checkout, ["rocm"], engine="podman", host=rootless).run
+    assert flag_values(run, "--group-add") == ["keep-groups"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file another group needs root")
+def test_the_groups_of_rocms_compute_node_are_added(tmp_path: Path) -> None:
+    from kvrig.containers import facts
+
+    dri, kfd = tmp_path / "dri", tmp_path / "kfd"
+    dri.mkdir()
+    (dri / "renderD128").write_text("")
+    kfd.write_text("")
+    os.chown(dri / "renderD128", -1, 109)
+    os.chown(kfd, -1, 44)
+    assert facts.render_gids(dri, kfd) == (44, 109)
+    assert facts.render_gids(dri, tmp_path / "none") == (109,)
 
 
 def test_cpu_gets_no_devices(checkout: Path) -> None:

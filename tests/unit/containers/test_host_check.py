@@ -93,6 +93,11 @@ def test_the_command_exits_2_naming_the_missing_device(
     assert main(["check", "host", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kvrig: The CUDA column needs an NVIDIA GPU") and err.count("\n") == 1
+    # `nox -s rocm` on a host without an AMD GPU: the first check, one paragraph.
+    assert main(["check", "host", "rocm"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvrig: The ROCm column needs an AMD GPU, but neither `amd-smi`")
+    assert err.count("\n") == 1
     with pytest.raises(SystemExit) as exit_:
         main(["check", "host", "tpu"])
     assert exit_.value.code == 2
@@ -103,7 +108,7 @@ def test_the_container_sessions_check_the_host_before_installing_an_engine() -> 
     body = text.split("def _container_column(")[1].split("\n@nox")[0]
     check = body.index('"check", "host", platform, *session.posargs')
     assert check < body.index("_container_engine(session, *engine_packages)")
-    for platform in ("cpu", "cuda", "xpu"):
+    for platform in ("cpu", "cuda", "xpu", "rocm"):
         session = text.split(f"def {platform}(session: nox.Session)")[1].split("\n@nox")[0]
         assert f'_container_column(session, "{platform}"' in session, platform
     # What the sessions run, with these arguments: tests/unit/containers/test_advice.py.

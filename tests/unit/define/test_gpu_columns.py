@@ -39,7 +39,8 @@ def test_a_column_name_is_read_back_as_made(name: str, column: Column) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["cpu-mutation", "cuda-sm75", "cuda-sm90-overlay-1a2b", "rocm", "rocm-gfx90a-emulated"]
+    "name",
+    ["cpu-mutation", "cuda-sm75", "cuda-sm90-overlay-1a2b", "rocm-gfx90a", "rocm-gfx90a-emulated"],
 )
 def test_a_side_run_or_unknown_name_is_no_column(name: str) -> None:
     assert column_names.parse(name) is None
@@ -139,3 +140,35 @@ def test_a_cells_rerun_names_its_gpu_architecture_or_its_emulated_device() -> No
     assert emulated.endswith(
         "nox -s emulated -- --only cuda:9.0 --kvrig-cell cuda-sm90-emulated-granite_hybrid-c"
     )
+
+
+def _real_rocm(arch: str = "gfx942") -> Any:
+    data = gpu_matrix()
+    data["platforms"]["rocm"] = {
+        "vllm": {"kind": "image", "image": "vllm/vllm-openai-rocm:v0.34.0"},
+        "base_image": "rocm/dev-ubuntu-24.04:7.0-complete",
+        "default_backend": "ROCM_ATTN",
+        "crafted_route": "custom",
+    }
+    data["cases"][0]["expect"] = {"rocm": {"outcome": "runs"}}
+    return expand(Matrix.model_validate(data), "rocm", gpu_arch=arch)[0]
+
+
+def test_a_real_rocm_cell_must_have_run_on_its_gfx_target() -> None:
+    cell = _real_rocm("gfx942")
+    assert cell.id == "rocm-gfx942-granite_hybrid-c" and not cell.device_emulated
+    record = {"layer_backends": {"model.layers.1.self_attn.attn": "ROCM_ATTN"}}
+    v = judge(cell, _ran_on(cell, {"gpu_gfx_target": "gfx950"}).model_copy(update=record))
+    assert v.status is Status.FAIL
+    assert "gfx target gfx950 GPU, and the cell is for gfx942" in v.reason
+    v = judge(cell, _ran_on(cell, {}).model_copy(update=record))
+    assert v.status is Status.FAIL
+    assert "names no GPU gfx target (rocminfo and amd-smi" in v.reason
+    v = judge(cell, _ran_on(cell, {"gpu_gfx_target": "gfx942"}).model_copy(update=record))
+    assert v.status is Status.PASS, v.reason
+
+
+def test_the_gate_requires_rocm_s_real_columns_never_its_emulated_ones() -> None:
+    columns = column_names.hardware_columns()
+    assert {"rocm-gfx942", "rocm-gfx950", "rocm-gfx1201"} <= set(columns)
+    assert "rocm" not in columns and not [c for c in columns if c.endswith("-emulated")]

@@ -311,7 +311,8 @@ def test_the_committed_workflow_has_a_job_per_declared_architecture() -> None:
     [
         ("cuda", ["7.0"], r"platforms\.cuda\.ci\.archs: '7\.0' is not a cuda architecture"),
         ("cuda", ["9.0", "sm90"], r"platforms\.cuda\.ci\.archs: an architecture is named twice"),
-        ("xpu", ["bmg"], r"platforms\.xpu\.ci\.archs: only cuda runs one job per GPU"),
+        ("xpu", ["bmg"], r"platforms\.xpu\.ci\.archs: only cuda and rocm run one job per GPU"),
+        ("rocm", ["gfx90a"], r"platforms\.rocm\.ci\.archs: 'gfx90a' is not a rocm architecture"),
     ],
 )
 def test_ci_archs_are_known_architectures_of_cuda(platform: str, archs: list, message: str) -> None:

@@ -867,13 +867,16 @@ def test_the_gate_requires_the_columns_the_matrix_release_names(tmp_path: Path, 
     m = tmp_path / "matrix.yaml"
     base = ["--matrix", str(m), "gate", "--results", str(folder), "--no-previous"]
     m.write_text(text)
-    assert cli.main(base) == 1  # the shipped release needs cuda and xpu results too
+    assert cli.main(base) == 1  # the shipped release needs cuda, xpu and rocm results too
     out = capsys.readouterr().out
-    # cuda is required as one column per architecture of its ci.archs.
-    for column in ("cuda-sm80", "cuda-sm90", "cuda-sm120", "xpu"):
+    # cuda and rocm are required as one column per architecture of their ci.archs.
+    for column in ("cuda-sm80", "cuda-sm90", "cuda-sm120", "xpu", "rocm-gfx942", "rocm-gfx950"):
         assert f"FAIL    column {column} ran no cell" in out
-    assert "column cuda ran" not in out
-    m.write_text(text.replace("release:\n  columns: [cpu, cuda, xpu]", "release: {columns: [cpu]}"))
+    assert "column cuda ran" not in out and "column rocm ran" not in out
+    assert "rocm-gfx942-emulated" not in out  # an emulated column never counts
+    shipped = "release:\n  columns: [cpu, cuda, xpu, rocm]"
+    assert shipped in text
+    m.write_text(text.replace(shipped, "release: {columns: [cpu]}"))
     assert cli.main(base) == 0
 
 

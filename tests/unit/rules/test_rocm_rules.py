@@ -297,10 +297,12 @@ def test_a_named_backend_still_answers_for_a_release_whose_selection_was_not_rea
 
 
 def _cell(arch: str | None, release: str, *, env: dict[str, str] | None = None) -> Any:
-    """What blocksize.platform_rules reads of a ROCm cell (no matrix has a rocm platform yet)."""
+    """What blocksize.platform_rules reads of a ROCm cell: its engine environment (the
+    platform's and the case's) among the rest."""
     return SimpleNamespace(
         platform="rocm",
         gpu_arch=arch,
+        env=env or {},
         platform_spec=SimpleNamespace(env=env or {}, vllm=SimpleNamespace(version=release)),
         case=SimpleNamespace(knobs=SimpleNamespace(kv_cache_dtype=None)),
     )

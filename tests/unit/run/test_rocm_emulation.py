@@ -29,15 +29,21 @@ def test_the_rocm_devices_are_named_by_gfx_target_and_torch_s_full_name_is_read_
         gpus.gpu("rocm", "gfx90a")
 
 
-def test_rocm_runs_emulated_only_until_its_real_column_is_built() -> None:
+def test_rocm_s_columns_emulated_and_real_are_named_by_gfx_target() -> None:
     assert [c for c in gpus.emulated_columns() if c.startswith("rocm")] == [
         "rocm-gfx942-emulated",
         "rocm-gfx950-emulated",
         "rocm-gfx1201-emulated",
     ]
-    assert "rocm" not in column_names.HARDWARE_PLATFORMS
-    assert not [c for c in column_names.hardware_columns() if c.startswith("rocm")]
-    assert "kvrig column --platform rocm --emulate gfx942" in column_names.emulated_only("rocm")
+    # The gate reads the real ones as hardware, never the emulated ones.
+    hardware = column_names.hardware_columns()
+    assert [c for c in hardware if c.startswith("rocm")] == [
+        "rocm-gfx942",
+        "rocm-gfx950",
+        "rocm-gfx1201",
+    ]
+    assert not [c for c in hardware if c.endswith("-emulated")]
+    assert column_names.parse("rocm-gfx950") == column_names.Column("rocm", gpu_arch="gfx950")
 
 
 @pytest.mark.parametrize(
@@ -199,16 +205,67 @@ def test_an_unknown_gfx_target_or_a_rocm_key_without_rocm_cells_is_refused() -> 
         Matrix.model_validate(data)
 
 
-def test_a_real_rocm_column_is_refused_in_one_paragraph_naming_the_emulated_one() -> None:
+AITER_ON = {rocm.AITER_ENV: "1", "VLLM_ROCM_USE_AITER": "1"}
+
+
+def _rocm_only(**case: Any) -> dict[str, Any]:
+    data = _rocm_matrix(**case)
+    data["cases"][0]["expect"] = {"rocm": {"outcome": "runs"}}
+    return data
+
+
+def test_a_case_with_aiter_on_reaches_the_engine_and_the_rules_alike(tmp_path: Any) -> None:
+    from kvrig.define.cells import expand
+    from kvrig.define.matrix import Matrix
+    from kvrig.rules import blocksize
+
+    matrix = Matrix.model_validate(_rocm_only(env=AITER_ON))
+    cells = {
+        arch: expand(matrix, "rocm", gpu_arch=arch, device_emulated=True)[0]
+        for arch in gpus.ROCM_GPUS
+    }
+    for arch, cell in cells.items():
+        assert cell.env["VLLM_ROCM_USE_AITER"] == "1"
+        env = cellmod.cell_env(cell, tmp_path, base={})
+        assert env[rocm.AITER_ENV] == "1" and env["VLLM_ROCM_USE_AITER"] == "1"
+        chosen = blocksize.layer_backends(cell, cell.config)[0].name
+        assert chosen == ("ROCM_AITER_UNIFIED_ATTN" if arch == "gfx1201" else "ROCM_ATTN")
+    # Without the case's env, gfx1201 keeps 0.34.0's TRITON_ATTN.
+    plain = expand(Matrix.model_validate(_rocm_only()), "rocm", gpu_arch="gfx1201")[0]
+    assert blocksize.layer_backends(plain, plain.config)[0].name == "TRITON_ATTN"
+
+
+def test_a_case_sets_only_rocm_s_aiter_switches_and_on_rocm_only() -> None:
+    from kvrig.define.matrix import Matrix
+
+    with pytest.raises(ValueError, match="VLLM_ATTENTION_BACKEND: a case sets only the variables"):
+        Matrix.model_validate(_rocm_only(env={"VLLM_ATTENTION_BACKEND": "X"}))
+    with pytest.raises(ValueError, match="the case expects on cuda too"):
+        Matrix.model_validate(_rocm_matrix(env=AITER_ON))
+
+
+def test_a_real_rocm_column_is_named_by_the_gpu_s_gfx_target() -> None:
     from kvrig.containers import args as container_args
     from kvrig.containers.plan import UsageError
 
-    with pytest.raises(column_choice.ChoiceError, match="--platform rocm --emulate gfx942"):
-        column_choice.requested("rocm")
+    host = SimpleNamespace(platform="rocm", flags=set(), arch="x86_64", gpu_arch="gfx942")
+    assert column_choice.choose("rocm", host=host).column == "rocm-gfx942"
+    assert column_choice.choose("rocm", host=host, gpu_arch="gfx942").column == "rocm-gfx942"
+    with pytest.raises(column_choice.ChoiceError, match=r"gfx target gfx942.*asked for gfx950"):
+        column_choice.choose("rocm", host=host, gpu_arch="gfx950")
+    unread = SimpleNamespace(platform="rocm", flags=set(), arch="x86_64", gpu_arch=None)
+    with pytest.raises(column_choice.ChoiceError, match="Neither rocminfo nor amd-smi"):
+        column_choice.choose("rocm", host=unread)
+    cpu_host = SimpleNamespace(platform="cpu", flags=set(), arch="x86_64", gpu_arch=None)
+    with pytest.raises(column_choice.ChoiceError, match="needs an AMD GPU"):
+        column_choice.choose("rocm", host=cpu_host)
     choice = column_choice.requested("rocm", emulate="gfx1201")
     assert choice.column == "rocm-gfx1201-emulated"
-    with pytest.raises(UsageError, match="a real rocm GPU's column is not built yet"):
-        container_args.parse_args(["rocm"], {})
+    assert container_args.parse_args(["rocm", "--gpu-arch", "gfx942"], {}).gpu_arch == "gfx942"
+    with pytest.raises(UsageError, match="serves only CUDA's build of vLLM"):
+        container_args.parse_args(["rocm", "--from-wheels"], {})
+    with pytest.raises(UsageError, match="the xpu column has none"):
+        container_args.parse_args(["xpu", "--gpu-arch", "gfx942"], {})
 
 
 def test_the_mutation_check_reads_a_device_as_kvrig_emulated_names_it() -> None:

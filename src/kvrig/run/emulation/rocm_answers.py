@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
+from kvrig.define.case_spec import AITER_ENV
 from kvrig.define.gpus import Gpu
-from kvrig.rules.rocm import AITER_ENV
 
 # What HIP's torch reports as gcnArchName on each board: the target id with its
 # features, as amd-smi and rocminfo print it. vLLM tests substrings of it ("gfx942" in

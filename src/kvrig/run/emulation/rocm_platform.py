@@ -17,7 +17,7 @@ GPU is (kvrig.run.emulation.rocm_answers):
   earlier with another device's target;
 - the device queries RocmPlatform sends to amd-smi (name, memory, count, topology, uuid,
   NUMA nodes): the emulated device's answers, as on the CUDA and XPU columns;
-- AITER, only where the cell says AMD's aiter is installed (kvrig.rules.rocm.AITER_ENV):
+- AITER, only where the cell says AMD's aiter is installed (kvrig.define.case_spec.AITER_ENV):
   an `aiter` of empty stand-ins, so that vLLM finds it as on its ROCm image;
   VLLM_ROCM_USE_AITER stays vLLM's switch.
 
