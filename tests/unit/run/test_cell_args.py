@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from kvrig.run.cell import cell_env, craft_spec, engine_kwargs
 from kvrig.run.vllm_plugin.crafted import CraftSpec
@@ -145,9 +148,6 @@ class _AttentionBackendLike:
         return block_size is None or not sizes or any(block_size % s == 0 for s in sizes)
 
 
-_AttentionBackendLike.__name__ = "AttentionBackend"
-
-
 class _AnyMultipleOf16(_AttentionBackendLike):
     """As TRITON_ATTN: its own rule (any multiple of 16) in place of the declared sizes'."""
 
@@ -156,11 +156,72 @@ class _AnyMultipleOf16(_AttentionBackendLike):
         return block_size is None or block_size % 16 == 0
 
 
-def test_a_plain_crafted_backend_keeps_vllms_reading_of_its_sizes_over_its_bases() -> None:
+def _vllm_base(monkeypatch: pytest.MonkeyPatch, base: Any) -> None:
+    """crafted.need answering for vLLM's AttentionBackend (no vLLM in the unit tests)."""
+    from kvrig.run.vllm_plugin import crafted
+    from kvrig.run.vllm_plugin.symbols import MissingVllmSymbol
+
+    def need(dotted: str, user: str) -> Any:
+        if base is None:
+            raise MissingVllmSymbol(dotted, user, "class AttentionBackend has no such rule")
+        assert dotted == f"{crafted.BACKEND_BASE}.supports_block_size"
+        return base.supports_block_size
+
+    monkeypatch.setattr(crafted, "need", need)
+
+
+def test_a_plain_crafted_backend_keeps_vllms_reading_of_its_sizes_over_its_bases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from kvrig.run.vllm_plugin.crafted import BackendSpec, make_backend
 
+    _vllm_base(monkeypatch, _AttentionBackendLike)
     plain = make_backend(_AnyMultipleOf16, BackendSpec("KVRIG_T_PLAIN", (24,), False, "X"))
     assert plain.supports_block_size(48) and plain.supports_block_size(72)
     assert not plain.supports_block_size(64)  # the base's own rule would take it
     exact = make_backend(_AnyMultipleOf16, BackendSpec("KVRIG_T_EXACT", (32,), True, "X"))
     assert exact.supports_block_size(32) and not exact.supports_block_size(64)
+
+
+def test_a_release_without_vllms_base_rule_names_it_instead_of_guessing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kvrig.run.vllm_plugin.crafted import BackendSpec, make_backend
+    from kvrig.run.vllm_plugin.symbols import MissingVllmSymbol
+
+    _vllm_base(monkeypatch, None)
+    with pytest.raises(MissingVllmSymbol, match=r"AttentionBackend\.supports_block_size"):
+        make_backend(_AnyMultipleOf16, BackendSpec("KVRIG_T_NONE", (24,), False, "X"))
+
+
+def test_a_sibling_takes_a_layer_handed_the_backend_it_is_built_over_and_no_other() -> None:
+    """DeepSeek-V3.2's sparse MLA on ROCm is handed ROCM_AITER_MLA_SPARSE by the model; a
+    sibling over it stands in for it there, and one over another backend does not."""
+    from kvrig.run.vllm_plugin.crafted import _with_siblings
+
+    class Named:
+        @staticmethod
+        def is_mla() -> bool:
+            return True
+
+    class Other(Named):
+        pass
+
+    class Sibling(Named):
+        pass
+
+    seen: list[Any] = []
+    init = _with_siblings(
+        lambda self, **kw: seen.append(kw.get("attn_backend")), [("model.layers.1.", Sibling)]
+    )
+
+    class MLAAttention:
+        pass
+
+    for given, routed in ((None, Sibling), (Named, Sibling), (Other, Other)):
+        seen.clear()
+        init(MLAAttention(), prefix="model.layers.1.self_attn.attn", attn_backend=given)
+        assert seen == [routed], given
+    seen.clear()
+    init(MLAAttention(), prefix="model.layers.0.self_attn.attn", attn_backend=Named)
+    assert seen == [Named]

@@ -68,6 +68,13 @@ class CraftSpec:
         )
 
 
+USER = "kvrig's plugin (crafted backends)"
+REGISTRY = "vllm.v1.attention.backends.registry"
+# The class every attention backend derives from, whose block-size rule a plain crafted
+# backend takes.
+BACKEND_BASE = "vllm.v1.attention.backend.AttentionBackend"
+
+
 def make_backend(base: type, spec: BackendSpec) -> type:
     """A subclass of `base` that names itself `spec.name` and declares `spec.sizes`."""
     sizes = list(spec.sizes)
@@ -93,34 +100,27 @@ def make_backend(base: type, spec: BackendSpec) -> type:
 
         attrs["supports_block_size"] = classmethod(supports_block_size)
     else:
-        generic = _declared_sizes_rule(base)
-        if generic is not None:
-            attrs["supports_block_size"] = classmethod(generic)
+        attrs["supports_block_size"] = classmethod(_declared_sizes_rule())
     cls = type(name, (base,), attrs)
     _CLASSES[name] = cls
     return cls
 
 
-def _declared_sizes_rule(base: type) -> Any:
+def _declared_sizes_rule() -> Any:
     """vLLM's own reading of declared kernel sizes (AttentionBackend.supports_block_size:
     a size any declared one divides), for a plain crafted backend. Its base may override
     the rule with its own kernels' (TRITON_ATTN and ROCm's AITER unified attention accept
     any multiple of 16, whatever is declared), which would make the crafted sizes say
-    nothing; None if the release's backends have no such base rule."""
-    for klass in base.__mro__:
-        if klass.__name__ == "AttentionBackend" and "supports_block_size" in vars(klass):
-            return vars(klass)["supports_block_size"].__func__
-    return None
+    nothing; a release without the base rule is a missing symbol, named, not a crafted
+    backend that quietly declares its base's sizes."""
+    rule = need(f"{BACKEND_BASE}.supports_block_size", USER)
+    return rule.__func__
 
 
 def __getattr__(name: str) -> type:
     if name in _CLASSES:
         return _CLASSES[name]
     raise AttributeError(name)
-
-
-USER = "kvrig's plugin (crafted backends)"
-REGISTRY = "vllm.v1.attention.backends.registry"
 
 
 def _backend(name: str) -> Any:
@@ -169,14 +169,20 @@ def _route_layers(siblings: list[tuple[str, type]]) -> None:
 
 
 def _with_siblings(original: Any, siblings: list[tuple[str, type]]) -> Any:
+    """A layer the sibling's prefix names gets the sibling, where it would get what the
+    selector picks (no attn_backend=) or the very backend the sibling is built over: some
+    models name their layers' backend themselves (DeepSeek-V3.2's sparse MLA on ROCm is
+    handed ROCM_AITER_MLA_SPARSE), and a sibling over it stands in for it there too."""
+
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         prefix = kwargs.get("prefix", "")
-        if kwargs.get("attn_backend") is None:
-            is_mla = any(c.__name__ == "MLAAttention" for c in type(self).__mro__)
-            for layers, cls in siblings:
-                if prefix.startswith(layers) and cls.is_mla() == is_mla:
-                    kwargs["attn_backend"] = cls
-                    break
+        given = kwargs.get("attn_backend")
+        is_mla = any(c.__name__ == "MLAAttention" for c in type(self).__mro__)
+        for layers, cls in siblings:
+            over = given is None or issubclass(cls, given)
+            if prefix.startswith(layers) and cls.is_mla() == is_mla and over:
+                kwargs["attn_backend"] = cls
+                break
         original(self, *args, **kwargs)
 
     return init
