@@ -94,6 +94,19 @@ def test_the_hosts_platform_is_taken_and_said_when_none_is_named(
     assert "Platform 'tpu' is not in" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("named", [["rocm"], []])
+def test_a_rocm_host_is_sent_to_vllms_rocm_image_in_one_paragraph(
+    named: list[str], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """`nox -s local` on an AMD GPU host, or `kvrig setup vllm rocm`: the index serves no
+    vLLM for ROCm, so nothing is installed and the column's container is named."""
+    monkeypatch.setenv("KVRIG_PLATFORM", "rocm")
+    assert main(["--matrix", str(DEFAULT_MATRIX), "setup", "vllm", *named, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "kvrig installs no vLLM for ROCm on a host" in err and "`nox -s rocm`" in err
+    assert err.count("\n") == 1
+
+
 def test_cpu_engines_get_their_compiler_before_vllm_and_emulated_ones_their_stub(
     monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
