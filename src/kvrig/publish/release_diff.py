@@ -348,19 +348,16 @@ def _why(
     what = "; ".join(names) if names else "the switches together"
     kernels = ""
     if "kernels" in moved:
-        old_k, new_k = (
-            _attention_kernels(seen, side.block)
-            for seen, side in ((seen_old, p_old), (seen_new, p_new))
-        )
+        old_k, new_k = (_attention_kernels(seen) for seen in (seen_old, seen_new))
         kernels = f"; the worker's kernel blocks {old_k} -> {new_k} follow"
     return f"{what}: rules compute {p_old.text()} -> {p_new.text()}{kernels}, as vLLM did", tuple(  # type: ignore[union-attr]
         names or [s.name for s in versions.differing(rules_old, rules_new)]
     )
 
 
-def _attention_kernels(seen: Observed, block: int | None) -> str:
+def _attention_kernels(seen: Observed) -> str:
     """The attention groups' kernel blocks as numbers (N written out)."""
-    return ", ".join(k if k != "N" else str(block) for _, k in seen.groups)
+    return ", ".join(k if k != "N" else str(seen.block) for _, k in seen.groups)
 
 
 def _did(seen: Observed) -> str:
