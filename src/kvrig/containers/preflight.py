@@ -264,19 +264,18 @@ def _amd_gpu_unlisted(tool: str, probe: Probe) -> str | None:
 
 def rocm_arch(probe: Probe) -> str | None:
     """The AMD GPU's gfx target without its features (gfx942 for gfx942:sramecc+:xnack-),
-    as the matrix keys it: rocminfo's first GPU agent, else amd-smi's first GPU; None if
-    neither answers one."""
-    if probe.which("rocminfo") is not None:
-        code, out = probe.run_all(["rocminfo"])
-        targets = hardware.parse_rocminfo(out) if code == 0 else []
-        if targets:
-            return gpus.normalize("rocm", targets[0])
-    if probe.which("amd-smi") is not None:
-        code, out = probe.run_all(["amd-smi", "static", "--asic"])
-        target = hardware.parse_amd_smi_asic(out) if code == 0 else None
-        if target:
-            return gpus.normalize("rocm", target)
-    return None
+    as the matrix keys it: read as kvrig.host.hardware.gfx_target reads it (rocminfo's
+    first GPU agent, else amd-smi's first GPU), through the probe; None if neither
+    answers one."""
+
+    def read(cmd: list[str]) -> str | None:
+        if probe.which(cmd[0]) is None:
+            return None
+        code, out = probe.run_all(cmd)
+        return out if code == 0 else None
+
+    target = hardware.gfx_target(read)
+    return gpus.normalize("rocm", target) if target else None
 
 
 INTEL_PCI_VENDOR = "0x8086"

@@ -155,6 +155,8 @@ BY_ARCH = ("cuda", "rocm")
 # architecture of its GPU on each of them: nvidia-smi's compute capability, the gfx target
 # rocminfo or amd-smi names.
 HOST_ARCH_KEY = {"cuda": "gpu_compute_capability", "rocm": "gpu_gfx_target"}
+# The tools that answer it there (kvrig.host.hardware.gpu_info).
+HOST_ARCH_TOOLS = {"cuda": "nvidia-smi", "rocm": "rocminfo and amd-smi"}
 # What a device's architecture is called in messages.
 ARCH_WORD = {"cuda": "compute capability", "rocm": "gfx target"}
 

@@ -13,6 +13,7 @@ import platform as _platform
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -83,10 +84,13 @@ def has_amd_gpu() -> bool:
     return bool(parse_rocminfo(_run(["rocminfo"]) or ""))
 
 
-def gfx_target() -> str | None:
-    """The AMD GPU's gfx target (gfx942), from rocminfo, else amd-smi; None without one."""
-    found = parse_rocminfo(_run(["rocminfo"]) or "")
-    return found[0] if found else parse_amd_smi_asic(_run(["amd-smi", "static", "--asic"]) or "")
+def gfx_target(read: Callable[[list[str]], str | None] | None = None) -> str | None:
+    """The AMD GPU's gfx target (gfx942), from rocminfo, else amd-smi; None without one.
+    `read` answers a command's output, None where the tool is missing or fails (the
+    preflight passes its own probe's; by default this host's)."""
+    read = read or _run
+    found = parse_rocminfo(read(["rocminfo"]) or "")
+    return found[0] if found else parse_amd_smi_asic(read(["amd-smi", "static", "--asic"]) or "")
 
 
 def detect_platform() -> str:

@@ -245,7 +245,7 @@ def _architecture_problem(cell: Cell, rec: Record) -> str | None:
     seen = (rec.host or {}).get(gpus.HOST_ARCH_KEY[cell.platform])
     word = gpus.ARCH_WORD[cell.platform]
     if not seen:
-        tool = "nvidia-smi" if cell.platform == "cuda" else "rocminfo and amd-smi"
+        tool = gpus.HOST_ARCH_TOOLS[cell.platform]
         return (
             f"the record names no GPU {word} ({tool} in the cell's process answered none),"
             f" so the device cannot be shown to be the {cell.gpu_arch} the cell's"
