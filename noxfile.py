@@ -134,13 +134,17 @@ def emulated(session: nox.Session) -> None:
     cell and every ROCm cell on each gfx target (gfx942, gfx950, gfx1201), decided by vLLM's
     own platform code on this host: configuration only, nothing generates, and no result
     counts as hardware. One environment serves every device: the
-    cuda platform's PyPI wheel with PyPI's torch (about 9 GB). Into
-    results/<platform>-<arch>-emulated; `-- --only cuda:9.0` runs one device."""
+    cuda platform's PyPI wheel with PyPI's torch (about 9 GB); vLLM is imported once per
+    platform (ROCm: per gfx target). Into results/<platform>-<arch>-emulated; `-- --only
+    cuda:9.0` runs one device."""
     _install_rig(session, *EMULATED)
     # The cuda platform's wheel, then the stand-in libcuda.so.1 its extensions link.
     session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
     session.run("kvrig", "emulated", *session.posargs)
     if not session.posargs:
+        # A platform's shared parent gives each architecture's cells, forked after another
+        # architecture's, the records a parent of their own gives.
+        session.run("pytest", "tests/emulated", "-q", "-p", "no:cacheprovider")
         # With the early check patched out, every CUDA and ROCm early_error cell must turn
         # red here too.
         session.run("kvrig", "check", "mutation", "--emulate", "9.0", env=NOX_UV)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from kvrig.publish import results as results_mod
 from kvrig.run.cell import STUB_ENV, STUB_SYMBOLS_ENV, cell_env
 from kvrig.run.emulation import wheel
 from kvrig.run.forkserver import Pool, preload_for
+from kvrig.run.platform_parent import Shared
 
 
 @dataclass
@@ -65,10 +67,13 @@ class ColumnRun:
 
     def pool(self) -> Pool:
         if self._pool is None:
+            logs = self.results / "logs"
             self._pool = Pool(
                 warm=not self.cold,
-                log_dir=self.results / "logs",
+                log_dir=logs,
                 preload=preload_for(self.platform, emulated=self.device is not None),
+                # Under kvrig emulated or kvrig release diff, the platform's parent is shared.
+                sharing=Shared.from_environment(sys.executable, logs) if self.device else None,
             )
         return self._pool
 

@@ -33,7 +33,7 @@ from kvrig.provision import libcuda_stub
 from kvrig.publish import pipeline, report
 from kvrig.publish import results as results_mod
 from kvrig.run.emulation.wheel import EmulationError
-from kvrig.run.forkserver import die_with_parent
+from kvrig.run.fork_loop import die_with_parent
 from kvrig.run.runner import ResultsFolderError, check_results_folder
 
 MARKERS = {

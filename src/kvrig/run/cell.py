@@ -76,6 +76,11 @@ def device_env(cell: Cell, env: dict[str, str]) -> dict[str, str]:
         "HUMMING_DISABLE_PARALLEL_BUILD": "1",
         # MoE layers open a CUDA stream for their shared experts as they are built.
         "VLLM_DISABLE_SHARED_EXPERTS_STREAM": "1",
+        # vLLM caches what it inspects of each model class under its cache root, keyed by
+        # the class's file and not by the release: two releases' columns side by side (the
+        # release diff) would each find the other's entry stale and inspect the model again
+        # in a fresh interpreter, for every cell. Each environment keeps its own.
+        "VLLM_CACHE_ROOT": env.get("VLLM_CACHE_ROOT") or str(Path(sys.prefix) / "vllm-cache"),
     }
     if cell.platform == "rocm":
         # On ROCm vLLM's Triton check reads HIP_VISIBLE_DEVICES, not CUDA_VISIBLE_DEVICES,

@@ -30,26 +30,30 @@ ends (a negative returncode is the signal that ended it).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
+from kvrig.run import fork_loop
 from kvrig.run.vllm_plugin import CRAFT_ENV, PROBE_ENV
 
+# Where the columns of one run find the platform parents they share, and the command
+# running them, whose end is theirs (kvrig.run.platform_parent): read by the owner's pool.
+PARENTS_ENV = "KVRIG_PARENTS"
+OWNER_ENV = "KVRIG_PARENTS_OWNER"
 # Read by vLLM or the kvrig plugin only when an engine is built, i.e. after the fork.
 LAZY_ENV = frozenset(
     {
+        PARENTS_ENV,
+        OWNER_ENV,
         CRAFT_ENV,
         PROBE_ENV,
         "VLLM_ENABLE_V1_MULTIPROCESSING",
@@ -89,14 +93,12 @@ PRELOAD = (
     "kvrig.run.vllm_plugin.probe",
 )
 READY_TIMEOUT_S = 600.0
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
+PR_SET_CHILD_SUBREAPER = 36
 
 
 # An emulated device's cells build their model on the meta device and plan the KV cache
 # themselves (kvrig.run.emulation.configure). Importing these resolves vLLM's platform in
-# the server: the emulated one, fixed by KVRIG_EMULATE, which is part of the server's key,
-# so every cell forked from it emulates the same device.
+# the server: the emulated one that KVRIG_EMULATE names, which is part of the server's key.
 EMULATED_PRELOAD = (
     "vllm.engine.arg_utils",
     "vllm.model_executor.model_loader",
@@ -135,6 +137,27 @@ def preload_for(platform: str, *, emulated: bool = False) -> tuple[str, ...]:
     return (*base, *EMULATED_PRELOAD) if emulated else base
 
 
+# What reads the emulated device as it is imported: vllm.kernels, which every model, the
+# model loader and most attention backends import, sets oink_ops.OINK_AVAILABLE from the
+# compute capability; the FlashAttention backend's metadata builder fixes its CUDA-graph
+# support by the FlashAttention version the capability allows. A parent that serves every
+# architecture of a platform (kvrig.run.platform_parent) imports the rest of its preload
+# and leaves these to each architecture's parent, forked from it once a device is chosen.
+DEVICE_READING = (
+    "vllm.model_executor.models.",
+    "vllm.model_executor.model_loader",
+    "vllm.v1.worker.gpu.attn_utils",
+    f"{OPTIONAL}vllm.v1.attention.backends.flash_attn",
+    f"{OPTIONAL}vllm.v1.attention.backends.flex_attention",
+    f"{OPTIONAL}vllm.v1.attention.backends.mla.",
+)
+
+
+def before_a_device(preload: tuple[str, ...]) -> tuple[str, ...]:
+    """The part of an emulated preload that a parent with no device chosen imports."""
+    return tuple(m for m in preload if not m.startswith(DEVICE_READING))
+
+
 def env_key(env: Mapping[str, str]) -> frozenset[tuple[str, str]]:
     """The part of an environment that must equal the server's for a child to use it."""
     return frozenset((k, v) for k, v in env.items() if k not in LAZY_ENV)
@@ -143,16 +166,6 @@ def env_key(env: Mapping[str, str]) -> frozenset[tuple[str, str]]:
 def server_env(env: Mapping[str, str]) -> dict[str, str]:
     """A cell's environment without its per-cell part: what the server imports under."""
     return {k: v for k, v in env.items() if k not in LAZY_ENV}
-
-
-def die_with_parent() -> None:
-    """Asks the kernel to SIGKILL this process when its parent dies (Linux)."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _prctl(option: int, value: int) -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
 def _thread_count() -> int:
@@ -164,7 +177,7 @@ def _thread_count() -> int:
 # --- the server (its own process) ---------------------------------------------------------
 
 
-def _preload(modules: tuple[str, ...]) -> list[str]:
+def import_preload(modules: tuple[str, ...]) -> list[str]:
     """The required modules that failed to import, each with its error. A vLLM module the
     release no longer has is not one: each cell then meets its absence itself and says which
     name it lacked (kvrig.run.vllm_plugin.symbols), instead of no cell running at all."""
@@ -173,7 +186,9 @@ def _preload(modules: tuple[str, ...]) -> list[str]:
         optional = name.startswith(OPTIONAL)
         try:
             importlib.import_module(name.lstrip(OPTIONAL))
-        except Exception as exc:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # an emulated device asked for too early is one too
             if not optional and not gone_from_vllm(name, exc):
                 missing.append(f"{name} ({type(exc).__name__}: {exc})")
     return missing
@@ -188,59 +203,20 @@ def gone_from_vllm(name: str, exc: BaseException) -> bool:
     return lost.startswith("vllm.") and (name == lost or name.startswith(f"{lost}."))
 
 
-def _child(request: dict[str, Any], warm: bool, python: str) -> None:
-    """The cell's process, right after fork; never returns."""
-    try:
-        os.setsid()
-        # The server dies only when its owner is gone; the cell then goes with it.
-        die_with_parent()
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.close(null)
-        env = request["env"]
-        if not warm:
-            os.execve(python, [python, "-m", "kvrig.run.cell", request["workdir"]], env)
-        os.environ.clear()
-        os.environ.update(env)
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        from kvrig.run import cell
-
-        cell.main([request["workdir"]])  # ends with os._exit
-    except BaseException:
-        with contextlib.suppress(Exception):
-            traceback.print_exc()
-            sys.stderr.flush()
-    os._exit(70)
-
-
-def _kill_sessions(sids: set[int]) -> None:
-    from kvrig.run.procs import kill_session
-
-    for sid in sids:
-        kill_session(sid)
-
-
 def serve(warm: bool, python: str, preload: tuple[str, ...] = PRELOAD) -> int:
     """The server's loop: fork a cell per request, report its end, reap orphans."""
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # a cell's leaked children come back here to reap
+    fork_loop.prctl(PR_SET_CHILD_SUBREAPER, 1)  # a cell's leaked children come back here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when cells stop
     started = time.monotonic()
-    missing = _preload(preload) if warm else []
-    if warm and "vllm" in preload and _plugins_loaded():
+    missing = import_preload(preload) if warm else []
+    if warm and "vllm" in preload and plugins_loaded():
         print("forkserver: vLLM's plugins were loaded at import", file=sys.stderr)
         return 3
-    _announce(sys.stdout, _ready_message(time.monotonic() - started, missing))
-    return _fork_cells(sys.stdin.buffer, sys.stdout, warm, python)
+    _announce(sys.stdout, ready_message(time.monotonic() - started, missing))
+    return fork_loop.Loop(warm, python, conns=[fork_loop.Conn(0, 1)]).run()
 
 
-def _plugins_loaded() -> bool:
+def plugins_loaded() -> bool:
     """Whether importing the preloads already registered vLLM's plugins (kvrig's among
     them), which every child would then inherit instead of loading under its own env."""
     import vllm.plugins
@@ -250,7 +226,7 @@ def _plugins_loaded() -> bool:
     return bool(getattr(vllm.plugins, "plugins_loaded", False) or kvrig.run.vllm_plugin._done)
 
 
-def _ready_message(import_s: float, missing: list[str]) -> dict[str, Any]:
+def ready_message(import_s: float, missing: list[str]) -> dict[str, Any]:
     """What the owner needs to decide whether this parent is fit to fork cells."""
     return {
         "ready": os.getpid(),
@@ -260,7 +236,15 @@ def _ready_message(import_s: float, missing: list[str]) -> dict[str, Any]:
         "python_threads": [
             th.name for th in threading.enumerate() if th is not threading.main_thread()
         ],
+        "device_reads": _device_reads(),
     }
+
+
+def _device_reads() -> list[str]:
+    """Where the imports asked an emulated device that was not chosen yet (a parent that
+    serves every architecture of its platform: kvrig.run.emulation.chosen)."""
+    chosen = sys.modules.get("kvrig.run.emulation.chosen")
+    return chosen.unchosen_reads() if chosen is not None else []
 
 
 def _announce(out: IO[str], ready: dict[str, Any]) -> None:
@@ -273,64 +257,6 @@ def _announce(out: IO[str], ready: dict[str, Any]) -> None:
         flush=True,
     )
     _say(out, ready)
-
-
-def _fork_cells(stdin: IO[bytes], out: IO[str], warm: bool, python: str) -> int:
-    """Serves requests until the owner is gone, then kills the session of every cell it
-    started, so no engine outlives a killed run."""
-    running: dict[int, float] = {}  # cell pid -> start time
-    sessions: set[int] = set()
-    try:
-        while True:
-            requested, _, _ = select.select([stdin], [], [], 0.1)
-            if requested and not _fork_requested(stdin, out, warm, python, running, sessions):
-                return 0  # the owner is gone: the finally below ends its cells
-            _reap(out, running)
-    except BrokenPipeError:
-        return 0
-    finally:
-        _kill_sessions(sessions)
-
-
-def _fork_requested(
-    stdin: IO[bytes],
-    out: IO[str],
-    warm: bool,
-    python: str,
-    running: dict[int, float],
-    sessions: set[int],
-) -> bool:
-    """Forks the cell the owner asked for and answers its pid; False once the owner has
-    closed its end instead of asking."""
-    line = stdin.readline()
-    if not line:
-        return False
-    request = json.loads(line)
-    # The owner has ended the sessions of cells that are over; forget them, so a session
-    # id the system hands out again is never killed by mistake.
-    sessions.intersection_update(running)
-    sys.stdout.flush()
-    pid = os.fork()
-    if pid == 0:
-        _child(request, warm, python)
-    running[pid] = time.monotonic()
-    sessions.add(pid)
-    _say(out, {"pid": pid})
-    return True
-
-
-def _reap(out: IO[str], running: dict[int, float]) -> None:
-    """Reaps every child that has ended, cells and the orphans they left (which come here
-    as to their subreaper), and reports the end of each cell to the owner."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        if running.pop(pid, None) is not None:
-            _say(out, {"exit": pid, "status": os.waitstatus_to_exitcode(status)})
 
 
 def _say(out: IO[str], message: dict[str, Any]) -> None:
@@ -350,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 # --- the owner's side ---------------------------------------------------------------------
 
 
-def _unfit(ready: Mapping[str, Any]) -> str | None:
+def unfit(ready: Mapping[str, Any]) -> str | None:
     """Why a parent that reported ready must not fork cells: a preload that failed (its
     cells would import it afresh, or fail), or a Python thread (a forked cell inherits its
     locks, held, and not the thread)."""
@@ -358,6 +284,11 @@ def _unfit(ready: Mapping[str, Any]) -> str | None:
         return f"could not import {'; '.join(ready['missing'])}"
     if ready.get("python_threads"):
         return f"holds Python threads after its imports ({', '.join(ready['python_threads'])})"
+    if ready.get("device_reads"):
+        return (
+            "asked for the emulated device before one was chosen, so what vLLM made of the"
+            f" answer would reach every architecture's cells ({'; '.join(ready['device_reads'])})"
+        )
     return None
 
 
@@ -365,7 +296,105 @@ class ServerError(RuntimeError):
     """The server could not start or stopped answering."""
 
 
-class ForkServer:
+class Unshared(ServerError):
+    """A parent shared by a platform's architectures turned out unfit to serve them (it
+    asked for the device before one was chosen): its cells get a parent of their own."""
+
+
+class CellParent:
+    """The owner's side of a warm parent's channel: asks for cells, hears how they ended.
+    A parent of the owner's own (ForkServer) and a platform's parent shared by several
+    columns (kvrig.run.platform_parent) speak the same protocol (kvrig.run.fork_loop)."""
+
+    key: frozenset[tuple[str, str]]
+    import_s: float | None = None
+    threads: int | None = None
+    log: Path | None = None
+
+    def __init__(self) -> None:
+        self._conn: fork_loop.Conn | None = None
+        self._exits: dict[int, int] = {}
+
+    def launch(self) -> CellParent:
+        raise NotImplementedError
+
+    def wait_ready(self) -> CellParent:
+        raise NotImplementedError
+
+    def alive(self) -> bool:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        raise NotImplementedError
+
+    def start(self) -> CellParent:
+        """Starts the server and waits until it has imported what it preloads."""
+        return self.launch().wait_ready()
+
+    def matches(self, env: Mapping[str, str]) -> bool:
+        return env_key(env) == self.key
+
+    def _accept_ready(self, msg: dict[str, Any] | None, what: str) -> None:
+        """Takes the parent's ready message, or refuses a parent that is unfit to fork."""
+        if msg is None or "ready" not in msg:
+            self.close()
+            raise ServerError(
+                f"{what} did not start"
+                + (f"; see {self.log}" if self.log else "")
+                + ". Run the column with --cold to start each cell in a fresh interpreter."
+            )
+        self.import_s = msg.get("import_s")
+        self.threads = msg.get("threads")
+        why = unfit(msg)
+        if why:
+            self.close()
+            raise ServerError(
+                f"{what} {why}"
+                + (f" (see {self.log})" if self.log else "")
+                + ". Run the column with --cold to start each cell in a fresh interpreter."
+            )
+
+    def spawn(self, workdir: Path, env: Mapping[str, str], log: Path) -> int:
+        """Starts a cell's process; returns its pid (also its session id)."""
+        self.wait_ready()
+        assert self._conn is not None
+        request = {"workdir": str(workdir), "env": dict(env), "log": str(log)}
+        try:
+            self._conn.send(request)
+        except OSError as exc:
+            raise ServerError("the warm cell parent is gone") from exc
+        while True:
+            msg = self._conn.read(60.0)
+            if msg is None:
+                raise ServerError("the warm cell parent did not answer")
+            if "pid" in msg:
+                return int(msg["pid"])
+            self._note(msg)
+
+    def poll(self, pid: int, timeout: float) -> int | None:
+        """The cell's returncode once its process has ended, else None after timeout."""
+        if pid in self._exits:
+            return self._exits.pop(pid)
+        msg = self._conn.read(timeout) if self._conn is not None else None
+        if msg is not None:
+            self._note(msg)
+        if pid in self._exits:
+            return self._exits.pop(pid)
+        if not self.alive():
+            # The server died: its cell was killed with it (PDEATHSIG).
+            return -signal.SIGKILL
+        return None
+
+    def _note(self, msg: dict[str, Any]) -> None:
+        if "exit" in msg:
+            self._exits[int(msg["exit"])] = int(msg["status"])
+
+
+class ForkServer(CellParent):
     """One server process, owned by one runner process (e.g. one pytest-xdist worker)."""
 
     def __init__(
@@ -377,22 +406,15 @@ class ForkServer:
         log: Path | None = None,
         preload: tuple[str, ...] = PRELOAD,
     ) -> None:
+        super().__init__()
         self.key = env_key(env)
         self.warm = warm
         self.preload = preload
         self.python = python
         self.log = log
-        self.import_s: float | None = None
-        self.threads: int | None = None
         self._ready = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._env = server_env(env)
-        self._exits: dict[int, int] = {}
-        self._buf = b""
-
-    def start(self) -> ForkServer:
-        """Starts the server and waits until it has imported what it preloads."""
-        return self.launch().wait_ready()
 
     def launch(self) -> ForkServer:
         """Starts the server without waiting for it: its import then overlaps whatever
@@ -417,30 +439,15 @@ class ForkServer:
         finally:
             if err is not subprocess.DEVNULL:
                 err.close()
+        assert self._proc.stdout is not None and self._proc.stdin is not None
+        self._conn = fork_loop.Conn(self._proc.stdout.fileno(), self._proc.stdin.fileno())
         return self
 
     def wait_ready(self) -> ForkServer:
-        if self._ready:
-            return self
-        msg = self._read(READY_TIMEOUT_S)
-        if msg is None or "ready" not in msg:
-            self.close()
-            raise ServerError(
-                "the warm cell parent did not start"
-                + (f"; see {self.log}" if self.log else "")
-                + ". Run the column with --cold to start each cell in a fresh interpreter."
-            )
-        self.import_s = msg.get("import_s")
-        self.threads = msg.get("threads")
-        unfit = _unfit(msg)
-        if unfit:
-            self.close()
-            raise ServerError(
-                f"the warm cell parent {unfit}"
-                + (f" (see {self.log})" if self.log else "")
-                + ". Run the column with --cold to start each cell in a fresh interpreter."
-            )
-        self._ready = True
+        if not self._ready:
+            assert self._conn is not None
+            self._accept_ready(self._conn.read(READY_TIMEOUT_S), "the warm cell parent")
+            self._ready = True
         return self
 
     @property
@@ -449,67 +456,6 @@ class ForkServer:
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
-
-    def matches(self, env: Mapping[str, str]) -> bool:
-        return env_key(env) == self.key
-
-    def spawn(self, workdir: Path, env: Mapping[str, str], log: Path) -> int:
-        """Starts a cell's process; returns its pid (also its session id)."""
-        self.wait_ready()
-        assert self._proc is not None and self._proc.stdin is not None
-        request = {"workdir": str(workdir), "env": dict(env), "log": str(log)}
-        try:
-            self._proc.stdin.write((json.dumps(request) + "\n").encode())
-            self._proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
-            raise ServerError("the warm cell parent is gone") from exc
-        while True:
-            msg = self._read(60.0)
-            if msg is None:
-                raise ServerError("the warm cell parent did not answer")
-            if "pid" in msg:
-                return int(msg["pid"])
-            self._note(msg)
-
-    def poll(self, pid: int, timeout: float) -> int | None:
-        """The cell's returncode once its process has ended, else None after timeout."""
-        if pid in self._exits:
-            return self._exits.pop(pid)
-        msg = self._read(timeout)
-        if msg is not None:
-            self._note(msg)
-        if pid in self._exits:
-            return self._exits.pop(pid)
-        if not self.alive():
-            # The server died: its cell was killed with it (PDEATHSIG).
-            return -signal.SIGKILL
-        return None
-
-    def _note(self, msg: dict[str, Any]) -> None:
-        if "exit" in msg:
-            self._exits[int(msg["exit"])] = int(msg["status"])
-
-    def _read(self, timeout: float) -> dict[str, Any] | None:
-        """The next message, or None after timeout or once the server is gone. Reads the
-        raw pipe into a buffer of its own: two messages may arrive in one read (a cell
-        that dies at once), and a buffered file would hide the second from select."""
-        assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while True:
-            while b"\n" in self._buf:
-                line, self._buf = self._buf.split(b"\n", 1)
-                try:
-                    return json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # stray output on the server's stdout is not a message
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return None
-            self._buf += chunk
 
     def close(self) -> None:
         """Ends the server; it kills whatever cell session it still has."""
@@ -528,9 +474,16 @@ class ForkServer:
         self._proc = None
 
 
+class Sharing(Protocol):
+    """Where a runner finds a parent shared by the columns of a run (a platform's parent:
+    kvrig.run.platform_parent), for the cells whose environment one can serve."""
+
+    def parent_for(self, env: Mapping[str, str]) -> CellParent | None: ...
+
+
 class Pool:
     """The servers of one runner process, one per import-time environment, replaced when
-    one has died."""
+    one has died; with a Sharing, the parent a run's columns share where one can serve."""
 
     def __init__(
         self,
@@ -539,45 +492,58 @@ class Pool:
         python: str = sys.executable,
         log_dir: Path | None = None,
         preload: tuple[str, ...] = PRELOAD,
+        sharing: Sharing | None = None,
     ) -> None:
         self.warm = warm
         self.python = python
         self.log_dir = log_dir
         self.preload = preload
-        self._servers: list[ForkServer] = []
+        self.sharing = sharing if warm else None
+        self._servers: list[CellParent] = []
 
     def prestart(self, env: Mapping[str, str]) -> None:
         """Launches the server cells of this environment will need, without waiting."""
         if not any(s.matches(env) for s in self._servers):
             self._add(env, wait=False)
 
-    def get(self, env: Mapping[str, str]) -> ForkServer:
+    def get(self, env: Mapping[str, str]) -> CellParent:
         for server in list(self._servers):
             if not server.alive():
                 server.close()
                 self._servers.remove(server)
             elif server.matches(env):
-                return server
+                try:
+                    return server.wait_ready()
+                except Unshared:
+                    self._servers.remove(server)
         return self._add(env, wait=True)
 
-    def _add(self, env: Mapping[str, str], wait: bool) -> ForkServer:
+    def _add(self, env: Mapping[str, str], wait: bool) -> CellParent:
         while len(self._servers) >= MAX_SERVERS:
             self._servers.pop(0).close()
-        n = len(self._servers)
-        log = self.log_dir / f"forkserver-{os.getpid()}-{n}.log" if self.log_dir else None
-        server = ForkServer(env, warm=self.warm, python=self.python, log=log, preload=self.preload)
+        server = self.sharing.parent_for(env) if self.sharing is not None else None
+        if server is None:
+            server = self._own(env)
         self._servers.append(server)
         server.launch()
         if wait:
             try:
                 server.wait_ready()
+            except Unshared:
+                self._servers.remove(server)
+                return self._add(env, wait)
             except ServerError:
                 self._servers.remove(server)
                 raise
         return server
 
+    def _own(self, env: Mapping[str, str]) -> ForkServer:
+        n = len(self._servers)
+        log = self.log_dir / f"forkserver-{os.getpid()}-{n}.log" if self.log_dir else None
+        return ForkServer(env, warm=self.warm, python=self.python, log=log, preload=self.preload)
+
     @property
-    def servers(self) -> list[ForkServer]:
+    def servers(self) -> list[CellParent]:
         return list(self._servers)
 
     def close(self) -> None:

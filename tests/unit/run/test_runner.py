@@ -137,12 +137,12 @@ def test_env_key_ignores_only_what_is_read_after_the_fork() -> None:
 
 
 def test_a_warm_parent_missing_a_preload_or_holding_python_threads_is_unfit() -> None:
-    from kvrig.run.forkserver import _unfit, preload_for
+    from kvrig.run.forkserver import preload_for, unfit
 
-    assert _unfit({"ready": 1, "missing": [], "python_threads": []}) is None
-    missing = _unfit({"missing": ["vllm.v1.worker.cpu_worker (ImportError: nope)"]})
+    assert unfit({"ready": 1, "missing": [], "python_threads": []}) is None
+    missing = unfit({"missing": ["vllm.v1.worker.cpu_worker (ImportError: nope)"]})
     assert missing == "could not import vllm.v1.worker.cpu_worker (ImportError: nope)"
-    threads = _unfit({"missing": [], "python_threads": ["Thread-1 (logger)"]})
+    threads = unfit({"missing": [], "python_threads": ["Thread-1 (logger)"]})
     assert threads == "holds Python threads after its imports (Thread-1 (logger))"
     # The CPU worker's modules are preloaded for the CPU column only.
     assert "vllm.v1.worker.cpu_worker" in preload_for("cpu")
@@ -190,7 +190,7 @@ def test_the_note_says_why_the_runner_ended_a_cell() -> None:
 
 
 def test_a_vllm_module_the_release_dropped_is_no_reason_to_refuse_every_cell() -> None:
-    from kvrig.run.forkserver import _preload, gone_from_vllm
+    from kvrig.run.forkserver import gone_from_vllm, import_preload
 
     dropped = ModuleNotFoundError("No module named 'vllm.v1.worker.gpu'", name="vllm.v1.worker.gpu")
     assert gone_from_vllm("vllm.v1.worker.gpu.attn_utils", dropped)
@@ -200,7 +200,7 @@ def test_a_vllm_module_the_release_dropped_is_no_reason_to_refuse_every_cell() -
     assert not gone_from_vllm("vllm.v1.attention.backends.flashinfer", inside)
     assert not gone_from_vllm("kvrig.x", ModuleNotFoundError("x", name="kvrig.x"))
     assert not gone_from_vllm("vllm.a", ImportError("cannot import name 'b'"))
-    assert _preload(("json", "kvrig_no_such_module_here")) == [
+    assert import_preload(("json", "kvrig_no_such_module_here")) == [
         "kvrig_no_such_module_here (ModuleNotFoundError: No module named"
         " 'kvrig_no_such_module_here')"
     ]

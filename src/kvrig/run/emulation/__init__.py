@@ -15,7 +15,9 @@ KVRIG_EMULATE, so installing kvrig beside vLLM changes no real engine's platform
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Mapping
 
 from kvrig.define.gpus import Gpu, device_parts, gpu
 
@@ -36,18 +38,35 @@ def spec(platform: str, arch: str) -> str:
     return f"{platform}:{gpu(platform, arch).arch}"
 
 
-def target(env: dict[str, str] | None = None) -> Gpu | None:
-    """The device this process emulates, or None (a real engine's process)."""
+def target(env: Mapping[str, str] | None = None) -> Gpu | None:
+    """The device this process emulates; None in a real engine's process, and in a
+    platform's parent, where KVRIG_EMULATE names the platform alone (kvrig.run.emulation.
+    chosen: each process forked from it chooses its architecture)."""
+    value = (os.environ if env is None else env).get(EMULATE_ENV)
+    if not value or value in PLATFORM_CLASSES:
+        return None
+    return _device(value)
+
+
+@functools.cache
+def _device(value: str) -> Gpu:
+    """A KVRIG_EMULATE value read once per value (vLLM asks for the device often)."""
+    return gpu(*device_parts(value))
+
+
+def emulated_platform(env: Mapping[str, str] | None = None) -> str | None:
+    """The platform this process emulates, with or without its device chosen: `cuda` for
+    a cell's `cuda:9.0` and for the `cuda` of a parent serving every CUDA architecture."""
     value = (os.environ if env is None else env).get(EMULATE_ENV)
     if not value:
         return None
-    return gpu(*device_parts(value))
+    return value if value in PLATFORM_CLASSES else _device(value).platform
 
 
 def platform_plugin() -> str | None:
     """vLLM's platform plugin hook: the emulated platform's class path, or None."""
-    device = target()
-    return PLATFORM_CLASSES[device.platform] if device else None
+    platform = emulated_platform()
+    return PLATFORM_CLASSES[platform] if platform else None
 
 
 def fakes(device: Gpu, stub_symbols: int | None = None) -> list[str]:

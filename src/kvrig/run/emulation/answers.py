@@ -8,7 +8,7 @@ same way, from the device the cell emulates (kvrig.define.gpus), fixed for the p
 
 from __future__ import annotations
 
-from kvrig.define.gpus import Gpu
+from kvrig.run.emulation import chosen
 from kvrig.run.vllm_plugin.symbols import need
 
 USER = "kvrig's emulated platform"
@@ -20,15 +20,13 @@ COMMUNICATOR = (
 class DeviceAnswers:
     """Mixed in before vLLM's platform class, so these answers take its place."""
 
-    device: Gpu
-
     @classmethod
     def get_device_name(cls, device_id: int = 0) -> str:
-        return cls.device.name
+        return chosen.device().name
 
     @classmethod
     def get_device_total_memory(cls, device_id: int = 0) -> int:
-        return cls.device.memory_gib << 30
+        return chosen.device().memory_gib << 30
 
     @classmethod
     def device_count(cls) -> int:

@@ -113,8 +113,6 @@ class EmulatedRocmPlatform(DeviceAnswers, RocmPlatform):  # type: ignore[misc, v
     """RocmPlatform with amd-smi's answers given by the emulated device; the capability
     stays vLLM's own, derived from _GCN_ARCH."""
 
-    device = _DEVICE
-
     @classmethod
     def is_fully_connected(cls, physical_device_ids: list[int]) -> bool:
         return True

@@ -9,7 +9,7 @@ GDN rounding and its second check) are XPUPlatform's code.
 
 from __future__ import annotations
 
-from kvrig.run.emulation import stub_modules, target
+from kvrig.run.emulation import emulated_platform, stub_modules
 from kvrig.run.emulation.answers import DeviceAnswers
 
 STUB_PACKAGE = "vllm_xpu_kernels"
@@ -73,10 +73,9 @@ def _op_namespace_with_stubs(namespace: object) -> None:
 
 _op_namespace_with_stubs(torch.ops._C)
 
-_DEVICE = target()
-if _DEVICE is None or _DEVICE.platform != "xpu":  # pragma: no cover - a misuse, said loud
-    raise RuntimeError("kvrig's emulated XPU platform was imported without KVRIG_EMULATE=xpu:*")
+if emulated_platform() != "xpu":  # pragma: no cover - a misuse, said loud
+    raise RuntimeError("kvrig's emulated XPU platform was imported without KVRIG_EMULATE=xpu")
 
 
 class EmulatedXpuPlatform(DeviceAnswers, XPUPlatform):
-    device = _DEVICE
+    """XPUPlatform with the device's answers read when asked (kvrig.run.emulation.chosen)."""

@@ -1,0 +1,56 @@
+"""The device this process emulates, read from its environment each time vLLM asks.
+
+A platform's warm parent serves every architecture of its platform: it imports vLLM with
+no device chosen (KVRIG_EMULATE names the platform alone, `cuda`), and each process forked
+from it takes on the architecture its own KVRIG_EMULATE names (`cuda:9.0`). So no answer
+is fixed at import: every device answer the emulated platforms give (capability, name,
+memory, multiprocessors, torch's device properties) is read here when asked.
+
+A question asked before a device is chosen is how one architecture's answer would leak
+into another's cells: whatever vLLM computed from it (a module constant, a functools
+cache) would be inherited by every process forked after. Such a read is noted with the
+code that made it and refused with an exception `except Exception` cannot swallow into a
+cached fallback; a parent that noted one is unfit to serve (kvrig.run.forkserver).
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from kvrig.define.gpus import Gpu
+from kvrig.run.emulation import EMULATE_ENV, target
+
+_reads: list[str] = []
+
+
+class DeviceUnchosen(BaseException):
+    """A device answer was asked for in a process that serves every architecture."""
+
+
+def device() -> Gpu:
+    """The emulated device, as this process's environment names it now."""
+    found = target()
+    if found is None:
+        where = asked_from(traceback.extract_stack()[:-1])
+        _reads.append(where)
+        raise DeviceUnchosen(
+            f"{where} asked for the emulated device's answers before a device was chosen"
+            f" ({EMULATE_ENV} names a platform alone: a parent serving every architecture)"
+        )
+    return found
+
+
+def asked_from(stack: traceback.StackSummary) -> str:
+    """The innermost frame outside kvrig that asked, as `vllm/...py:LINE in NAME`."""
+    outside = [f for f in stack if "/kvrig/" not in f.filename and "<frozen" not in f.filename]
+    if not outside:
+        return "kvrig"
+    frame = outside[-1]
+    path = frame.filename.split("site-packages/")[-1]
+    return f"{path}:{frame.lineno} in {frame.name}"
+
+
+def unchosen_reads() -> list[str]:
+    """Where this process asked for the device before one was chosen (none, in a parent
+    fit to serve every architecture)."""
+    return list(_reads)

@@ -1,0 +1,272 @@
+"""A warm parent's loop: fork a cell per request, report each cell's end to whoever asked.
+
+One loop serves both kinds of warm parent (kvrig.run.forkserver): a column's own, whose
+one connection is its stdin and stdout, and an architecture's parent shared by several
+columns (kvrig.run.platform_parent), which accepts a connection per column on a Unix
+socket. Each cell's end goes back on the connection that asked for it; a connection that
+closes (its column is gone, even by SIGKILL) has the session of every cell it started
+killed, so no engine outlives the run that wanted it.
+
+Messages are one JSON object a line: {"workdir", "env", "log"} asks for a cell, {"pid"}
+answers at once, {"exit": pid, "status": returncode} when the cell's process ends (a
+negative returncode is the signal that ended it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+
+class Conn:
+    """One end of a line-JSON channel over file descriptors (a pipe pair or a socket),
+    with a buffer of its own: two messages may arrive in one read, and a buffered file
+    would hide the second from select."""
+
+    def __init__(self, rfd: int, wfd: int | None = None, owner: Any = None) -> None:
+        self.rfd = rfd
+        self.wfd = rfd if wfd is None else wfd
+        self.owner = owner  # what keeps the descriptors open (a socket), if anything
+        self.buf = b""
+        self.closed = False
+
+    def fileno(self) -> int:
+        return self.rfd
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        while data:
+            data = data[os.write(self.wfd, data) :]
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The messages that have arrived (one read, which select said would not block);
+        marks the channel closed at its end."""
+        chunk = os.read(self.rfd, 65536)
+        if not chunk:
+            self.closed = True
+        self.buf += chunk
+        return list(self._complete())
+
+    def _complete(self) -> Any:
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue  # stray output on the channel is not a message
+
+    def read(self, timeout: float) -> dict[str, Any] | None:
+        """The next message, or None after timeout or once the other end is gone."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for message in self._complete():
+                return message
+            if self.closed:
+                return None
+            ready, _, _ = select.select([self.rfd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.rfd, 65536)
+            if not chunk:
+                self.closed = True
+            self.buf += chunk
+
+    def close(self) -> None:
+        if self.owner is not None:
+            self.owner.close()
+        else:
+            for fd in {self.rfd, self.wfd}:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.closed = True
+
+
+def child(request: dict[str, Any], warm: bool, python: str, inherited: list[int]) -> None:
+    """The cell's process, right after fork; never returns. `inherited` are the parent's
+    own descriptors (its sockets, its lifeline), closed here so that a cell holds no
+    channel of the parent open."""
+    try:
+        for fd in inherited:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        os.setsid()
+        # The parent dies only when its run is gone; the cell then goes with it.
+        die_with_parent()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(null)
+        env = request["env"]
+        if not warm:
+            os.execve(python, [python, "-m", "kvrig.run.cell", request["workdir"]], env)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        from kvrig.run import cell
+
+        cell.main([request["workdir"]])  # ends with os._exit
+    except BaseException:
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+            sys.stderr.flush()
+    os._exit(70)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Asks the kernel to SIGKILL this process when its parent dies (Linux)."""
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def prctl(option: int, value: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def ended_children() -> Iterator[tuple[int, int]]:
+    """Each child that has ended, reaped, with its wait status; none left waiting."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, status
+
+
+def kill_sessions(sids: set[int]) -> None:
+    from kvrig.run.procs import kill_session
+
+    for sid in sids:
+        kill_session(sid)
+
+
+class Cells:
+    """The cells a parent has forked, each with the connection that asked for it, and the
+    sessions each connection's owner may not have ended yet."""
+
+    def __init__(self) -> None:
+        self.running: dict[int, Conn] = {}
+        self.sessions: dict[Conn, set[int]] = {}
+
+    def started(self, pid: int, conn: Conn) -> None:
+        self.running[pid] = conn
+        self.sessions.setdefault(conn, set()).add(pid)
+
+    def forget_ended(self, conn: Conn) -> None:
+        """The owner has ended the sessions of its cells that are over; forget them, so a
+        session id the system hands out again is never killed by mistake."""
+        mine = self.sessions.get(conn, set())
+        mine.intersection_update(p for p, c in self.running.items() if c is conn)
+
+    def gone(self, conn: Conn) -> None:
+        """A connection closed: the sessions of every cell it started are killed."""
+        kill_sessions(self.sessions.pop(conn, set()))
+        for pid in [p for p, c in self.running.items() if c is conn]:
+            del self.running[pid]
+
+    def reap(self) -> None:
+        """Reaps every child that has ended, cells and the orphans they left (which come
+        here as to their subreaper), and reports each cell's end to its connection."""
+        for pid, status in ended_children():
+            conn = self.running.pop(pid, None)
+            if conn is not None and not conn.closed:
+                with contextlib.suppress(OSError):
+                    conn.send({"exit": pid, "status": os.waitstatus_to_exitcode(status)})
+
+    def kill_all(self) -> None:
+        kill_sessions({s for sids in self.sessions.values() for s in sids})
+
+
+class Loop:
+    """Forks cells for its connections until its run is gone: for a column's own parent,
+    when its one connection closes; for a shared one, when its lifeline closes."""
+
+    def __init__(
+        self,
+        warm: bool,
+        python: str,
+        *,
+        conns: list[Conn] | None = None,
+        listener: socket.socket | None = None,
+        lifeline: int | None = None,
+        ready: dict[str, Any] | None = None,
+    ) -> None:
+        self.warm, self.python = warm, python
+        self.conns = list(conns or [])
+        self.listener, self.lifeline, self.ready = listener, lifeline, ready
+        self.cells = Cells()
+
+    def run(self) -> int:
+        try:
+            while self._turn():
+                self.cells.reap()
+            return 0
+        except BrokenPipeError:
+            return 0
+        finally:
+            self.cells.kill_all()
+
+    def _turn(self) -> bool:
+        """One wait for something to do; False once the run is gone."""
+        watched: list[Any] = [*self.conns]
+        watched += [self.listener] if self.listener is not None else []
+        watched += [self.lifeline] if self.lifeline is not None else []
+        readable, _, _ = select.select(watched, [], [], 0.1)
+        if self.lifeline is not None and self.lifeline in readable:
+            return False  # the platform's parent is gone, or said stop
+        if self.listener is not None and self.listener in readable:
+            self._accept()
+        for conn in [c for c in readable if isinstance(c, Conn)]:
+            self._serve(conn)
+        return bool(self.conns) or self.listener is not None
+
+    def _accept(self) -> None:
+        sock, _ = self.listener.accept()  # type: ignore[union-attr]
+        conn = Conn(sock.fileno(), owner=sock)
+        self.conns.append(conn)
+        with contextlib.suppress(OSError):
+            conn.send(self.ready or {})
+
+    def _serve(self, conn: Conn) -> None:
+        for request in conn.messages():
+            self._fork(conn, request)
+        if conn.closed:
+            self.cells.gone(conn)
+            self.conns.remove(conn)
+            conn.close()
+
+    def _fork(self, conn: Conn, request: dict[str, Any]) -> None:
+        self.cells.forget_ended(conn)
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            child(request, self.warm, self.python, self._own_fds())
+        self.cells.started(pid, conn)
+        conn.send({"pid": pid})
+
+    def _own_fds(self) -> list[int]:
+        """The descriptors of this parent's channels (not 0-2: the cell replaces those)."""
+        fds = [fd for c in self.conns for fd in (c.rfd, c.wfd)]
+        fds += [self.listener.fileno()] if self.listener is not None else []
+        fds += [self.lifeline] if self.lifeline is not None else []
+        return sorted({fd for fd in fds if fd > 2})
