@@ -303,6 +303,7 @@ def cmd_emulated(ns: argparse.Namespace, extra: list[str]) -> int:
         columns,
         "emulated GPU columns (vLLM's own platform code on this host; not hardware)",
         at_once=side_by_side(len(columns), extra),
+        groups=[platform for platform, _ in gpus.chosen_devices(ns.only)],
     )
 
 

@@ -4,22 +4,31 @@ of its own.
 `kvrig cpu-classes`, `kvrig emulated` and `kvrig release diff` run several columns; one
 that breaks (a crash, a refusal) must cost only itself, and the end must say which passed,
 so each is its own process and the outcome is one line per column, red if any column is.
-An emulated column is one warm vLLM parent and a core's worth of cells, so two of them side
-by side, one worker each, keep both cores busy through each other's start, collection and
-report, where one column with two workers starts two parents and leaves a core idle
-between cells; their lines are printed as they come, each prefixed with its column.
+An emulated column is a core's worth of cells, so two of them side by side, one worker
+each, keep both cores busy through each other's start, collection and report; their lines
+are printed as they come, each prefixed with its column.
+
+Emulated columns come in groups (a platform of a release): a group's columns share one
+warm parent (kvrig.run.platform_parent), stopped when the group's last column is done.
+They run in two lanes of groups, taken in turn, so that two imports of vLLM (one per
+lane) overlap at the start and a lane's columns follow one another on its parent.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from kvrig.run.platform_parent import Parents, parents_for
+
 Run = Callable[[Sequence[str]], int]
+Beside = Callable[..., int]
 # Emulated columns run this many at a time, each with one worker (-n 0: its cells in the
 # pytest process, beside one warm parent).
 SIDE_BY_SIDE = 2
@@ -54,10 +63,15 @@ def _run(command: Sequence[str]) -> int:
 _PRINTING = threading.Lock()
 
 
-def _run_prefixed(column: str, command: Sequence[str]) -> int:
+def _run_prefixed(column: str, command: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """The column's process with each line it prints prefixed by the column, as it comes."""
     proc = subprocess.Popen(
-        list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        list(command),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        env={**os.environ, **env} if env else None,
     )
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -71,25 +85,60 @@ def run_each(
     columns: Sequence[tuple[str, list[str]]],
     run: Run = _run,
     at_once: int = 1,
-    beside: Callable[[str, Sequence[str]], int] = _run_prefixed,
+    beside: Beside = _run_prefixed,
+    groups: Sequence[str] | None = None,
 ) -> list[tuple[str, int]]:
     """Each (column, command) run, in turn or `at_once` side by side; each column's exit
-    code, in the order given."""
+    code, in the order given. With `groups` (one per column) the columns side by side
+    share their group's platform parents and run in lanes (`lanes`)."""
     if at_once <= 1:
         outcome = []
         for column, command in columns:
             print(f"kvrig: the {column} column", file=sys.stderr, flush=True)
             outcome.append((column, run(command)))
         return outcome
+    order = lanes(groups) if groups is not None else list(range(len(columns)))
+    left = Counter(groups or ())
+    counting = threading.Lock()
 
-    def one(job: tuple[str, list[str]]) -> int:
+    def one(index: int, parents: Parents | None) -> int:
+        column, command = columns[index]
         with _PRINTING:
-            print(f"kvrig: the {job[0]} column", file=sys.stderr, flush=True)
-        return beside(*job)
+            print(f"kvrig: the {column} column", file=sys.stderr, flush=True)
+        if parents is None or groups is None:
+            return beside(column, command)
+        code = beside(column, command, parents.env(groups[index]))
+        with counting:
+            left[groups[index]] -= 1
+            done = not left[groups[index]]
+        if done:
+            parents.stop(groups[index])
+        return code
 
-    with ThreadPoolExecutor(at_once) as pool:
-        codes = list(pool.map(one, columns))
-    return [(column, code) for (column, _), code in zip(columns, codes, strict=True)]
+    codes: dict[int, int] = {}
+    with (
+        parents_for(list(groups) if groups is not None else None) as parents,
+        ThreadPoolExecutor(at_once) as pool,
+    ):
+        for index, code in zip(order, pool.map(lambda i: one(i, parents), order), strict=True):
+            codes[index] = code
+    return [(column, codes[i]) for i, (column, _) in enumerate(columns)]
+
+
+def lanes(groups: Sequence[str], count: int = SIDE_BY_SIDE) -> list[int]:
+    """The order to run grouped columns in (indices into `groups`): the groups dealt to
+    `count` lanes, largest first onto the lane with fewest columns, then the lanes' columns
+    taken in turn, so the first columns side by side start different groups' parents."""
+    members: dict[str, list[int]] = {}
+    for index, group in enumerate(groups):
+        members.setdefault(group, []).append(index)
+    dealt: list[list[int]] = [[] for _ in range(max(1, count))]
+    for group in sorted(members, key=lambda g: -len(members[g])):
+        min(dealt, key=len).extend(members[group])
+    order = []
+    for turn in range(max(len(lane) for lane in dealt)):
+        order += [lane[turn] for lane in dealt if turn < len(lane)]
+    return order
 
 
 def run_columns(
@@ -97,10 +146,11 @@ def run_columns(
     title: str,
     run: Run = _run,
     at_once: int = 1,
+    groups: Sequence[str] | None = None,
 ) -> int:
     """Runs each (column, command), in turn or `at_once` side by side, then prints one line
     per column; 1 if any column failed or was refused, else 0."""
-    outcome = run_each(columns, run, at_once)
+    outcome = run_each(columns, run, at_once, groups=groups)
     print(f"\nkvrig: {title}")
     for column, code in outcome:
         word = {0: "passed", 2: "refused"}.get(code, "FAILED")

@@ -121,11 +121,13 @@ def column_command(
 def run_sides(
     ns: argparse.Namespace, runs: tuple[SideRun, SideRun], chosen: list[tuple[str, str]]
 ) -> None:
-    """Both sides' columns, two at a time with one worker each (kvrig.cli.in_turn); a
-    refused column (exit 2) stops the diff: there would be nothing to compare. Red cells
-    are the diff's data, not its failure."""
+    """Both sides' columns at once, two at a time with one worker each, each side's
+    platforms sharing a warm parent per platform, in lanes that keep both cores busy
+    (kvrig.cli.in_turn); a refused column (exit 2) stops the diff: there would be nothing
+    to compare. Red cells are the diff's data, not its failure."""
     commands = [column_command(ns.matrix, side, p, a, ns.rerun) for side in runs for p, a in chosen]
-    outcome = in_turn.run_each(commands, at_once=in_turn.SIDE_BY_SIDE)
+    groups = [f"{side.label}: {p}" for side in runs for p, _ in chosen]
+    outcome = in_turn.run_each(commands, at_once=in_turn.SIDE_BY_SIDE, groups=groups)
     refused = [label for label, code in outcome if code == 2]
     if refused:
         raise UsageError(

@@ -3,6 +3,7 @@ command each runs, and the outcome (no column is run: the runner is recorded).""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -138,3 +139,47 @@ def test_a_column_beside_another_prints_each_line_prefixed_with_its_name(capsys)
         "[cuda-sm90-emulated] one",
         "[cuda-sm90-emulated] two",
     ]
+
+
+def test_grouped_columns_run_in_two_lanes_the_first_pair_from_two_groups() -> None:
+    emulated = [p for p, _ in columns.gpus.chosen_devices(None)]
+    order = [emulated[i] for i in in_turn.lanes(emulated)]
+    # CUDA's six in one lane, ROCm's three and XPU's one in the other, taken in turn.
+    assert order == ["cuda", "rocm"] * 3 + ["cuda", "xpu", "cuda", "cuda"]
+    diff = [f"{side}: {p}" for side in ("0.33.0", "0.34.0") for p in emulated]
+    pairs = [diff[i] for i in in_turn.lanes(diff)]
+    # Each release's platforms in a lane of their own: the two sides overlap throughout.
+    assert all(p.startswith("0.33.0") for p in pairs[0::2])
+    assert all(p.startswith("0.34.0") for p in pairs[1::2])
+    assert sorted(in_turn.lanes(diff)) == list(range(len(diff)))
+
+
+def test_a_group_shares_its_parents_folder_which_is_stopped_when_its_last_column_is_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kvrig.run import platform_parent
+
+    stopped: list[tuple[str, list[str]]] = []
+    given: dict[str, dict[str, str]] = {}
+    monkeypatch.setattr(
+        platform_parent.Parents,
+        "stop",
+        lambda self, group: stopped.append((group, sorted(given))),
+    )
+    runs = [(f"c{i}", ["kvrig", str(i)]) for i in range(4)]
+
+    def beside(column: str, command: list[str], env: dict[str, str] | None = None) -> int:
+        given[column] = dict(env or {})
+        return 0
+
+    groups = ["cuda", "cuda", "rocm", "cuda"]
+    outcome = in_turn.run_each(runs, at_once=2, beside=beside, groups=groups)
+    assert outcome == [(c, 0) for c, _ in runs]
+    folders = {c: e[platform_parent.PARENTS_ENV] for c, e in given.items()}
+    assert folders["c0"] == folders["c1"] == folders["c3"] != folders["c2"]
+    assert {e[platform_parent.OWNER_ENV] for e in given.values()} == {str(os.getpid())}
+    # Each group stopped once, after its own columns; then every group once more at the end.
+    early = [group for group, _ in stopped[:2]]
+    assert sorted(early) == ["cuda", "rocm"]
+    [cuda_done] = [ran for group, ran in stopped[:2] if group == "cuda"]
+    assert {"c0", "c1", "c3"} <= set(cuda_done)
