@@ -22,6 +22,8 @@ could not be made.
                                  # also every emulated GPU column, in nox -s emulated's env
     nox -s bench -- --skip-setup --setup-only --emulated .nox/release/bin/python --release-diff
                                  # the whole release diff (previous read release -> pin)
+
+The emulated columns' figures, with their floors, are kvrig.column.bench_emulated's.
 """
 
 from __future__ import annotations
@@ -32,16 +34,15 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from kvrig.define import gpus
+from kvrig.column import bench_emulated
+from kvrig.column.figures import line, ratio_line, run_sampled
 from kvrig.define.loader import default_matrix
 from kvrig.define.matrix import load
 from kvrig.host import hardware, isa
 from kvrig.provision import install, uv, vllm_install
-from kvrig.run.procs import pss_mb, tree_pids
 
 TARGETS = {
     "setup_s": 180.0,
@@ -49,41 +50,7 @@ TARGETS = {
     "peak_gb": 4.0,
     "ratio": 1.2,
     "speedup": 5.0,
-    "emulated_s": 600.0,  # every emulated GPU column (five CUDA architectures and XPU)
-    "release_diff_s": 1200.0,  # kvrig release diff OLD NEW: both releases, every device
 }
-
-
-class Sampler:
-    """Peak memory of a process tree, sampled twice a second in the background."""
-
-    def __init__(self, root: int) -> None:
-        self.root, self.peak_mb = root, 0.0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._done.is_set():
-            self.peak_mb = max(self.peak_mb, pss_mb(tree_pids(self.root)))
-            self._done.wait(0.5)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-
-def run_sampled(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, float, float]:
-    """Runs cmd in the checkout (the working folder, as nox runs it); returns (exit
-    status, seconds, peak MB over the process tree)."""
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env)
-    with Sampler(proc.pid) as sampler:
-        code = proc.wait()
-    return code, time.monotonic() - started, sampler.peak_mb
 
 
 def naive_cmd(py: str, results: Path, workers: int, select: list[str]) -> list[str]:
@@ -117,7 +84,7 @@ def import_seconds(py: str, env: dict[str, str]) -> float:
     modules a cell needs."""
     code = (
         "import time; t = time.monotonic(); from kvrig.run import forkserver as f;"
-        " f._preload(f.PRELOAD); print(time.monotonic() - t)"
+        " f.import_preload(f.PRELOAD); print(time.monotonic() - t)"
     )
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", **env}
     out = subprocess.run([py, "-c", code], capture_output=True, text=True, env=env, check=True)
@@ -157,13 +124,6 @@ def workers_of() -> int:
     return min(load(default_matrix()).platforms["cpu"].parallel, os.cpu_count() or 1)
 
 
-def ratio_line(name: str, value: float, target: float, at_most: bool) -> str:
-    ok = value <= target if at_most else value >= target
-    sign = "<=" if at_most else ">="
-    verdict = "within target" if ok else "OFF TARGET"
-    return f"{name:<28} {value:8.2f} x   (target {sign} {target:g} x)  {verdict}"
-
-
 def setup(venv: Path, no_cache: bool) -> tuple[int, float]:
     """A new environment with kvrig and the CPU vLLM, as a fresh machine's first session
     makes it (uv, the rig, then kvrig.provision.install's plan)."""
@@ -181,11 +141,6 @@ def setup(venv: Path, no_cache: bool) -> tuple[int, float]:
     command[3:3] = ["-q", *cache]  # after `uv pip install`
     code = subprocess.run(command, env={**os.environ, **plan.env}, check=False).returncode
     return code, time.monotonic() - started
-
-
-def line(name: str, value: float, target: float, unit: str) -> str:
-    verdict = "within target" if value <= target else "OVER TARGET"
-    return f"{name:<28} {value:8.1f} {unit:<3} (target <= {target:.0f} {unit})  {verdict}"
 
 
 def column_figures(py: str, cls: str, tmp: Path, select: list[str], workers: int) -> list[str]:
@@ -215,48 +170,6 @@ def column_figures(py: str, cls: str, tmp: Path, select: list[str], workers: int
     return out
 
 
-def emulated_figures(py: str) -> list[str]:
-    """Every emulated column, as nox -s emulated runs them (two columns side by side, a
-    warm parent each): the whole wall time, the cells and the peak memory."""
-    code, secs, peak = run_sampled([py, "-m", "kvrig", "emulated", "--rerun", "--", "-q"])
-    cells = sum(
-        1
-        for folder in Path("results").glob("*-emulated")
-        for _ in (folder / "records").glob("*.json")
-    )
-    head = "emulated GPU columns" + (f" (exited {code})" if code else "")
-    return [
-        head,
-        line("  all devices", secs, TARGETS["emulated_s"], "s"),
-        f"{'  cells':<28} {cells:8d}     ({len(gpus.EMULATED)} devices: CUDA, XPU, ROCm)",
-        line("  peak memory", peak / 1024, TARGETS["peak_gb"], "GB"),
-    ]
-
-
-def release_diff_figures(py: str, releases: list[str]) -> list[str]:
-    """The whole release diff, as `nox -s release_diff` runs it on a warm cache: both
-    releases' emulated columns on every device (each in its release's environment, made
-    before the timing starts), compared; its wall time against the target."""
-    base = [py, "-m", "kvrig", "release", "diff", *releases]
-    # Warm: each release's environment made and its wheels in uv's cache, nothing timed.
-    subprocess.run([*base, "--only", "cuda:9.0"], check=False, capture_output=True)
-    code, secs, peak = run_sampled([*base, "--rerun"])
-    head = "release diff " + " ".join(releases or ["(previous read release -> pin)"])
-    return [
-        head + (f" (exited {code}: moves unexplained or a side missing)" if code else ""),
-        line("  every device, both sides", secs, TARGETS["release_diff_s"], "s"),
-        line("  peak memory", peak / 1024, TARGETS["peak_gb"], "GB"),
-    ]
-
-
-def emulated_extras(ns: argparse.Namespace) -> list[str]:
-    """The emulated columns' figures and the release diff's, when asked for."""
-    figures = emulated_figures(ns.emulated) if ns.emulated else []
-    if ns.release_diff is not None:
-        figures += release_diff_figures(ns.emulated or sys.executable, ns.release_diff)
-    return figures
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kvrig bench", description=__doc__.splitlines()[0])
     ap.add_argument("--no-cache", action="store_true", help="cold set-up without uv's cache")
@@ -267,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--naive", action="store_true", help="also run the naive column")
     ap.add_argument("--workers", type=int, default=2, help="cells side by side, naive run")
     ap.add_argument("--naive-run", help=argparse.SUPPRESS)
+    ap.add_argument("--import-seconds", help=argparse.SUPPRESS)
     ap.add_argument(
         "--emulated", metavar="PYTHON", help="also every emulated GPU column, with this Python"
     )
@@ -281,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     if ns.naive_run:
         return naive_run(Path(ns.naive_run), ns.workers, ns.select)
+    if ns.import_seconds:
+        print(bench_emulated.measure_import(ns.import_seconds))
+        return 0
     figures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="kvrig-bench-") as tmp:
         if ns.skip_setup:
@@ -294,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             py = str(venv / "bin" / "python")
             figures.append(line("cold set-up", secs, TARGETS["setup_s"], "s"))
         # The emulated figures when asked for, with or without the CPU column's.
-        figures += emulated_extras(ns)
+        figures += bench_emulated.figures(ns.emulated, ns.release_diff)
         if ns.setup_only:
             print("\n".join(figures))
             return 0

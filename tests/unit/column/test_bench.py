@@ -2,18 +2,39 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
-from kvrig.column import bench
+from kvrig.column import bench, bench_emulated, figures
 from kvrig.host import isa
 
 
 def test_benchmark_sees_its_own_process_tree() -> None:
-    assert os.getpid() in bench.tree_pids(os.getppid())
-    assert "OVER TARGET" in bench.line("x", 400, 300, "s")
-    assert "within target" in bench.line("x", 200, 300, "s")
+    assert os.getpid() in figures.tree_pids(os.getppid())
+    assert "OVER TARGET" in figures.line("x", 400, 300, "s")
+    assert "within target" in figures.line("x", 200, 300, "s")
+
+
+def test_the_emulated_floor_is_an_import_per_platform_and_release_plus_the_cells_side_by_side(
+    tmp_path: Path,
+) -> None:
+    for column, times in {"cuda-sm90-emulated": [1.5, 0.5], "xpu-bmg-emulated": [2.0]}.items():
+        records = tmp_path / column / "records"
+        records.mkdir(parents=True)
+        for i, cell_s in enumerate(times):
+            (records / f"{i}.json").write_text(json.dumps({"timings": {"cell_s": cell_s}}))
+    (tmp_path / "xpu-bmg-emulated" / "records" / "skip.json").write_text('{"timings": {}}')
+    n, cells_s = bench_emulated.cells_seconds(tmp_path.glob("*-emulated"))
+    assert (n, cells_s) == (3, 4.0)
+    floor = bench_emulated.Floor({"cuda": 20.0, "xpu": 16.0}, n, cells_s)
+    assert floor.seconds == (36.0 + 4.0) / 2
+    assert bench_emulated.Floor({"cuda": 20.0}, n, cells_s, releases=2).seconds == 22.0
+    (ratio,) = [x for x in floor.lines(30.0) if "rig / floor" in x]
+    assert "1.50 x" in ratio and "within target" in ratio
+    assert "OFF TARGET" in floor.lines(40.0)[1]
 
 
 def test_the_naive_column_is_the_benchmark_run_again_in_the_interpreter_under_test() -> None:
