@@ -51,11 +51,19 @@ class Conn:
     def messages(self) -> list[dict[str, Any]]:
         """The messages that have arrived (one read, which select said would not block);
         marks the channel closed at its end."""
-        chunk = os.read(self.rfd, 65536)
+        chunk = self._read_some()
         if not chunk:
             self.closed = True
         self.buf += chunk
         return list(self._complete())
+
+    def _read_some(self) -> bytes:
+        """What has arrived; nothing at the end, or when the other end went away with a
+        message of ours unread (a column that only checked the parent answers)."""
+        try:
+            return os.read(self.rfd, 65536)
+        except (ConnectionResetError, BrokenPipeError):
+            return b""
 
     def _complete(self) -> Any:
         while b"\n" in self.buf:
@@ -76,7 +84,7 @@ class Conn:
             ready, _, _ = select.select([self.rfd], [], [], max(0.0, deadline - time.monotonic()))
             if not ready:
                 return None
-            chunk = os.read(self.rfd, 65536)
+            chunk = self._read_some()
             if not chunk:
                 self.closed = True
             self.buf += chunk
@@ -221,8 +229,6 @@ class Loop:
             while self._turn():
                 self.cells.reap()
             return 0
-        except BrokenPipeError:
-            return 0
         finally:
             self.cells.kill_all()
 
@@ -262,7 +268,8 @@ class Loop:
         if pid == 0:
             child(request, self.warm, self.python, self._own_fds())
         self.cells.started(pid, conn)
-        conn.send({"pid": pid})
+        with contextlib.suppress(OSError):  # a column gone: its end is read next
+            conn.send({"pid": pid})
 
     def _own_fds(self) -> list[int]:
         """The descriptors of this parent's channels (not 0-2: the cell replaces those)."""

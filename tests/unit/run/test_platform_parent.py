@@ -9,6 +9,7 @@ is proved with vLLM, in tests/emulated.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -224,3 +225,21 @@ def test_a_platform_parent_that_asked_for_the_device_leaves_its_cells_a_parent_o
     assert shared.refused == {shared.socket_for(cell_env_of("9.0", tmp_path))}
     log = "".join(p.read_text() for p in (tmp_path / "logs").glob("platform-parent-*.log"))
     assert "early.py" in log
+
+
+def test_a_column_that_left_without_reading_costs_no_parent_its_life(
+    tmp_path: Path, sharing
+) -> None:
+    _, shared = sharing
+    env = cell_env_of("9.0", tmp_path)
+    first = SharedParent(env, shared).start()
+    # A column that only checked the parent answers, gone before reading what it was sent.
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(first.path))
+        time.sleep(0.5)  # the parent's ready message arrives, unread
+    time.sleep(0.5)
+    again = SharedParent(env, shared).start()
+    assert again.platform_pid == first.platform_pid and alive(first.platform_pid)
+    (tmp_path / "w").mkdir()
+    pid = again.spawn(tmp_path / "w", env, tmp_path / "cell.log")
+    assert again.poll(pid, 20.0) == 0
