@@ -13,6 +13,7 @@ Side effects at the edge: uv and the new environment's `kvrig setup vllm` are ru
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -104,11 +105,21 @@ def ensure(
     environ: Mapping[str, str] | None = None,
     run: Run = subprocess.run,
 ) -> Path:
-    """The environment's folder, made (or brought up to date) when it has to be."""
+    """The environment's folder, made (or brought up to date) when it has to be; by one
+    column at a time, when a release diff starts several of the release's columns at once."""
     environ = os.environ if environ is None else environ
     folder = wanted.folder(root or envs_root(environ))
     if reusable(folder, wanted):
         return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_name(folder.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait, then find it made
+        if not reusable(folder, wanted):
+            _make(wanted, folder, environ, run)
+    return folder
+
+
+def _make(wanted: Wanted, folder: Path, environ: Mapping[str, str], run: Run) -> None:
     if not (ROOT / "pyproject.toml").is_file():
         raise ReleaseEnvError(
             f"A column for vLLM {wanted.named.describe()} runs in an environment made from"
@@ -134,7 +145,6 @@ def ensure(
         _step(step, run, environ, wanted, kvrig_setup=i == len(steps) - 1)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / STAMP).write_text(json.dumps(wanted.identity()))
-    return folder
 
 
 def commands(wanted: Wanted, folder: Path, uv_exe: str) -> list[list[str]]:

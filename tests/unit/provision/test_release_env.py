@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,25 @@ def test_a_made_environment_is_reused_and_remade_when_what_it_was_made_from_chan
     third = Recorder()
     re_.ensure(other, root=tmp_path, environ=ENV, run=third)
     assert len(third.calls) == 3 and "--override=flashinfer-python==0.7.4" in third.calls[-1]
+
+
+def test_columns_asking_at_once_make_the_environment_once(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    wanted = re_.Wanted("emulated", NamedRelease("0.33.0"))
+    calls: list[list[str]] = []
+
+    def slow(argv: list[str], **kw: Any) -> subprocess.CompletedProcess:
+        calls.append(argv)
+        time.sleep(0.2)
+        return subprocess.CompletedProcess(argv, 0)
+
+    with ThreadPoolExecutor(3) as pool:
+        made = list(
+            pool.map(lambda _: re_.ensure(wanted, root=tmp_path, environ=ENV, run=slow), range(3))
+        )
+    assert made == [tmp_path / "emulated-vllm-0.33.0"] * 3
+    assert len(calls) == 3  # venv, kvrig, setup: once
 
 
 def test_a_refused_setup_or_a_failed_step_is_one_paragraph_and_leaves_no_stamp(
