@@ -125,6 +125,10 @@ EMULATED_PRELOAD = (
             "mla.indexer",
         )
     ),
+    # Last: the model classes imported above registered with vLLM in this process, so no
+    # cell inspects one in a fresh interpreter (optional: a release without the registry's
+    # names leaves the inspection to vLLM).
+    f"{OPTIONAL}kvrig.run.emulation.registered",
 )
 
 
@@ -140,10 +144,12 @@ def preload_for(platform: str, *, emulated: bool = False) -> tuple[str, ...]:
 # What reads the emulated device as it is imported: vllm.kernels, which every model, the
 # model loader and most attention backends import, sets oink_ops.OINK_AVAILABLE from the
 # compute capability; the FlashAttention backend's metadata builder fixes its CUDA-graph
-# support by the FlashAttention version the capability allows. A parent that serves every
-# architecture of a platform (kvrig.run.platform_parent) imports the rest of its preload
-# and leaves these to each architecture's parent, forked from it once a device is chosen.
+# support by the FlashAttention version the capability allows (and kvrig's registration of
+# the model classes needs them imported). A parent that serves every architecture of a
+# platform (kvrig.run.platform_parent) imports the rest of its preload and leaves these to
+# each architecture's parent, forked from it once a device is chosen.
 DEVICE_READING = (
+    f"{OPTIONAL}kvrig.run.emulation.registered",
     "vllm.model_executor.models.",
     "vllm.model_executor.model_loader",
     "vllm.v1.worker.gpu.attn_utils",

@@ -13,6 +13,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import psutil
 import pytest
@@ -243,3 +244,45 @@ def test_a_column_that_left_without_reading_costs_no_parent_its_life(
     (tmp_path / "w").mkdir()
     pid = again.spawn(tmp_path / "w", env, tmp_path / "cell.log")
     assert again.poll(pid, 20.0) == 0
+
+
+def test_the_parent_registers_the_model_classes_it_imported_and_no_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib
+    import types
+    from dataclasses import dataclass
+
+    @dataclass
+    class Lazy:
+        module_name: str
+        class_name: str
+
+    registered: dict[str, object] = {}
+
+    class Registry:
+        models: ClassVar[dict[str, Lazy]] = {
+            "GraniteMoeHybridForCausalLM": Lazy("fake_granite", "GraniteMoeHybridForCausalLM"),
+            "LlamaForCausalLM": Lazy("fake_llama_not_imported", "LlamaForCausalLM"),
+        }
+
+        @staticmethod
+        def register_model(arch: str, cls: object) -> None:
+            registered[arch] = cls
+
+    granite = types.ModuleType("fake_granite")
+    granite.GraniteMoeHybridForCausalLM = type("GraniteMoeHybridForCausalLM", (), {})  # type: ignore[attr-defined]
+    registry = types.ModuleType("vllm.model_executor.models.registry")
+    registry.ModelRegistry = Registry  # type: ignore[attr-defined]
+    for name in ("vllm", "vllm.model_executor", "vllm.model_executor.models"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.model_executor.models.registry", registry)
+    monkeypatch.setitem(sys.modules, "fake_granite", granite)
+    monkeypatch.delitem(sys.modules, "kvrig.run.emulation.registered", raising=False)
+    module = importlib.import_module("kvrig.run.emulation.registered")
+    assert "LlamaForCausalLM" in module.architectures()  # the miniatures name it
+    assert module.REGISTERED == ["GraniteMoeHybridForCausalLM"]  # llama's module: not here
+    assert registered == {"GraniteMoeHybridForCausalLM": granite.GraniteMoeHybridForCausalLM}
+    assert "?kvrig.run.emulation.registered" not in before_a_device(
+        preload_for("cuda", emulated=True)
+    )
