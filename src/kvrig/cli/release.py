@@ -2,7 +2,7 @@
 
 Each side is a release by name (or a wheel file), the new one optionally with a patch or a
 checkout's Python over it (`--vllm-patch`, `--vllm-source`): a vLLM kvrig has never read.
-Both sides' columns run one after another, each in the environment kvrig keeps for its
+Both sides' columns run at once, two at a time, each in the environment kvrig keeps for its
 release (kvrig.provision.release_env), into a folder of the diff's own; then the records
 are compared and every moved cell explained or not (kvrig.publish.release_diff). Exit 0:
 nothing moved that a rule switch does not explain; 1: an unexplained move, or a cell one

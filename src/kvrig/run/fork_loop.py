@@ -207,7 +207,8 @@ class Cells:
 
 class Loop:
     """Forks cells for its connections until its run is gone: for a column's own parent,
-    when its one connection closes; for a shared one, when its lifeline closes."""
+    when its one connection closes; for a shared one, when its lifeline closes or the last
+    column it served has gone."""
 
     def __init__(
         self,
@@ -223,6 +224,9 @@ class Loop:
         self.conns = list(conns or [])
         self.listener, self.lifeline, self.ready = listener, lifeline, ready
         self.cells = Cells()
+        # A shared parent goes once every column it served has gone (an architecture's
+        # columns of one run come one at a time: an idle parent only holds memory).
+        self.served = False
 
     def run(self) -> int:
         try:
@@ -244,12 +248,23 @@ class Loop:
             self._accept()
         for conn in [c for c in readable if isinstance(c, Conn)]:
             self._serve(conn)
-        return bool(self.conns) or self.listener is not None
+        if self.listener is None:
+            return bool(self.conns)
+        if self.served and not self.conns and not self._waiting():
+            self.listener.close()  # idle: refuse newcomers, who ask the platform's again
+            return False
+        return True
+
+    def _waiting(self) -> bool:
+        """Whether a column is knocking (a connection not accepted yet)."""
+        readable, _, _ = select.select([self.listener], [], [], 0)
+        return bool(readable)
 
     def _accept(self) -> None:
         sock, _ = self.listener.accept()  # type: ignore[union-attr]
         conn = Conn(sock.fileno(), owner=sock)
         self.conns.append(conn)
+        self.served = True
         with contextlib.suppress(OSError):
             conn.send(self.ready or {})
 

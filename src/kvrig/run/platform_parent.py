@@ -71,6 +71,7 @@ from kvrig.run.forkserver import (
 
 SHARED_PLATFORMS = ("cuda", "xpu")
 START_TIMEOUT_S = 120.0  # for the platform's parent to open its socket (not to import)
+ARCH_ATTEMPTS = 5  # an architecture's parent that was going is asked for again
 
 
 # --- the platform's parent and its architectures' parents (their own processes) -----------
@@ -145,7 +146,7 @@ class PlatformParent:
         if unfit(self.ready):
             return {"error": unfit(self.ready)}
         arch = self.archs.get(spec)
-        if arch is None:
+        if arch is None or not _running(arch.pid):
             arch = self.archs[spec] = self._fork_arch(spec)
         return {"arch": spec, "socket": str(arch.path), "pid": arch.pid}
 
@@ -169,6 +170,14 @@ class PlatformParent:
             for spec, arch in list(self.archs.items()):
                 if arch.pid == pid:
                     del self.archs[spec]
+
+
+def _running(pid: int) -> bool:
+    """Whether a child is still running (one that ended is reaped here)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return False
 
 
 def _arch_parent(
@@ -444,16 +453,30 @@ class SharedParent(CellParent):
             raise Unshared(why)
         self._accept_ready(ready, f"the {self.spec.split(':')[0]} platform's warm parent")
         self.platform_pid = int(ready["ready"]) if ready else None
-        where = self._platform.read(60.0)
+        arch_ready = self._arch_channel(self._platform)
         self._platform.close()
         self._platform = None
-        if where is None or "socket" not in where:
-            raise ServerError(f"the platform's warm parent gave no parent for {self.spec}")
-        self._pid = int(where["pid"])
-        self._conn = _connect(Path(where["socket"]))
-        self._accept_ready(self._conn.read(READY_TIMEOUT_S), f"the {self.spec} warm parent")
+        self._accept_ready(arch_ready, f"the {self.spec} warm parent")
         self._ready = True
         return self
+
+    def _arch_channel(self, platform: fork_loop.Conn) -> dict[str, Any] | None:
+        """Connects to the architecture's parent the platform's names and returns its ready
+        message; asks again when that one was going (its last column had just left)."""
+        for _ in range(ARCH_ATTEMPTS):
+            where = platform.read(60.0)
+            if where is None or "socket" not in where:
+                raise ServerError(f"the platform's warm parent gave no parent for {self.spec}")
+            self._pid = int(where["pid"])
+            with contextlib.suppress(ServerError):
+                self._conn = _connect(Path(where["socket"]))
+                ready = self._conn.read(READY_TIMEOUT_S)
+                if ready is not None:
+                    return ready
+                self._conn.close()
+            time.sleep(0.2)
+            platform.send({"arch": self.spec})
+        raise ServerError(f"the {self.spec} warm parent went, {ARCH_ATTEMPTS} times")
 
     @property
     def pid(self) -> int | None:

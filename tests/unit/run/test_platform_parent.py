@@ -190,7 +190,11 @@ def test_a_column_that_goes_away_takes_its_running_cells_with_it(tmp_path: Path,
     assert alive(pid)
     parent.close()  # the column's channel closes: the architecture's parent ends the cell
     assert gone_within([pid]) == []
-    assert alive(parent.pid)  # and stays, for the platform's other columns
+    # and, its last column gone, goes too; the platform's parent makes another when asked.
+    assert gone_within([parent.pid]) == [] and alive(parent.platform_pid)
+    again = SharedParent(env, shared).start()
+    assert again.platform_pid == parent.platform_pid and again.pid != parent.pid
+    again.close()
 
 
 def test_the_parents_go_when_the_run_that_owns_them_does(tmp_path: Path) -> None:
