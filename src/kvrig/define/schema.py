@@ -79,6 +79,21 @@ class Allowance(Strict):
         default_factory=lambda: ["fail", "skip", "missing"], min_length=1
     )
 
+    @field_validator("expires", mode="before")
+    @classmethod
+    def _a_day_of_the_calendar(cls, value: Any) -> Any:
+        """A date written as text is one the calendar lacks (2027-02-30: YAML reads a real
+        one as a date); pydantic's words for it name no format."""
+        if isinstance(value, str):
+            try:
+                dt.date.fromisoformat(value)
+            except ValueError as exc:
+                raise ValueError(
+                    f"the date is no day of the calendar ({exc}); write the day the allowance"
+                    " ends as YYYY-MM-DD, one that exists"
+                ) from None
+        return value
+
 
 def allowance_too_long(allowance: Allowance, today: dt.date) -> dt.date | None:
     """The latest expiry an allowance may have today, when its own is later; else None."""

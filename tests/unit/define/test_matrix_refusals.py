@@ -592,6 +592,23 @@ def test_a_release_newer_than_any_read_is_judged_by_the_newest_rules_and_says_so
         versions.rules("cuda", "0.33.1")
 
 
+# --- a date the calendar lacks ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("day", ["2027-02-30", "2027-13-01", "2027-02-30 10:00:00"])
+def test_an_allowance_expiring_on_a_day_the_calendar_lacks_is_refused_at_its_line(
+    tmp_path, day
+) -> None:
+    text, n = re.subn(r"(?m)^(\s+expires:) \S+$", rf"\1 {day}", REPO_MATRIX.read_text(), count=1)
+    assert n == 1, "the shipped matrix has an allowance to change"
+    path = written(tmp_path, text)
+    msg = refusal(path)
+    at = line_with(path, f"expires: {day}")
+    assert msg.startswith(f"{path}:{at}: the matrix is invalid at allowances.0.expires:"), msg
+    assert "no day of the calendar" in msg and f"(got '{day}')" in msg, msg
+    assert "YYYY-MM-DD" in msg
+
+
 # --- no malformed matrix ends in a traceback -----------------------------------------------
 
 
