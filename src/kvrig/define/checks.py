@@ -20,12 +20,13 @@ from __future__ import annotations
 import builtins
 import difflib
 import itertools
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvrig.define import column_names, gpus, lines, modules, patterns, vllm_models
+from kvrig.define import column_names, gpus, lines, measured, modules, patterns, vllm_models
 from kvrig.define.case_spec import (
     Case,
     EarlyError,
@@ -41,8 +42,11 @@ from kvrig.define.config_checks import stock_backends
 from kvrig.define.schema import Allowance, Matrix, MatrixError
 from kvrig.define.vllm_models import HYBRID_FAMILIES
 from kvrig.define.vllm_names import PLATFORM_BACKENDS
+from kvrig.host import isa
 
 Configs = dict[str, dict[str, Any]]
+# (model, case id) -> what its CPU cells were seen to do (kvrig.define.shorthands.cpu_facts).
+Facts = dict[tuple[str, str], measured.CpuFacts]
 # The function of vLLM's early alignment check and of the worker's late one (the verdicts
 # name them too, kvrig.judge.messages, a layer this one cannot import).
 EARLY_FUNCTION = "_check_aligned_block_size"
@@ -64,12 +68,17 @@ class Refusal:
     field: str
     what: str
     fix: str
+    # Where the field is no longer in the parsed data (a case's `measured:`, taken out
+    # before validation): its line as written.
+    line: int | None = None
 
 
-def check(path: Path, data: Any, matrix: Matrix, configs: Configs) -> None:
+def check(
+    path: Path, data: Any, matrix: Matrix, configs: Configs, facts: Facts | None = None
+) -> None:
     """Raises MatrixError with the paragraph of the first mistake, at its line."""
-    for refusal in refusals(data, matrix, configs):
-        line = lines.line_of(data, lines.split_field(data, refusal.field))
+    for refusal in refusals(data, matrix, configs, facts or {}):
+        line = refusal.line or lines.line_of(data, lines.split_field(data, refusal.field))
         where = f"{path}:{line}" if line else str(path)
         raise MatrixError(
             f"{where}: the matrix is invalid at {refusal.field}: {refusal.what}. Nothing was"
@@ -77,8 +86,9 @@ def check(path: Path, data: Any, matrix: Matrix, configs: Configs) -> None:
         )
 
 
-def refusals(data: Any, matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
-    """Every mistake, names first, then numbers, patterns, expectations and allowances."""
+def refusals(data: Any, matrix: Matrix, configs: Configs, facts: Facts) -> Iterator[Refusal]:
+    """Every mistake, names first, then numbers, patterns, expectations (and the sizes
+    measured beside them) and allowances."""
     return itertools.chain(
         _unknown_modules(matrix),
         _crafted_bases(matrix, configs),
@@ -92,6 +102,7 @@ def refusals(data: Any, matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
         _late_errors_after_sizing(matrix),
         _early_errors_that_cannot_fire(matrix),
         _defects_that_differ(matrix),
+        _measured_against_expectations(matrix, facts),
         _skips_the_gate_requires(matrix),
         _allowances(data, matrix),
     )
@@ -437,6 +448,66 @@ def _defects_that_differ(matrix: Matrix) -> Iterator[Refusal]:
                     " from the fix and the cell fails whatever vLLM does",
                     "write what vLLM does wrong, or remove known_defect",
                 )
+
+
+def _measured_against_expectations(matrix: Matrix, facts: Facts) -> Iterator[Refusal]:
+    """A `measured:` size is what vLLM did on a class, and the cell's expectation (or its
+    known defect) what it must show there: when they disagree one of them is wrong, and
+    only the shipped matrix's unit tests would have said so."""
+    for i, case in enumerate(matrix.cases):
+        fact = facts.get((case.model, case.id))
+        if fact is None or fact.measured is None or "cpu" not in case.expect:
+            continue
+        for cls in isa.CLASSES:
+            where, shown = _shown_on_class(case, cls)
+            clash = _size_clash(fact.measured[cls], shown)
+            if clash is not None:
+                yield Refusal(
+                    f"cases.{i}.measured",
+                    f"`measured:` says vLLM {_chose(fact.measured[cls])} on {cls}, and"
+                    f" {where} {clash}: one of the two is wrong",
+                    f"write what vLLM does on {cls} in both (an expect_by_isa.{cls} where a"
+                    " class differs)",
+                    fact.lines.get("measured"),
+                )
+                break
+
+
+def _shown_on_class(case: Case, cls: str) -> tuple[str, Expectation]:
+    """What a CPU cell of the case must show on a class, and where that is written: a
+    known defect's record where there is one (what released vLLM does), else the class's
+    expectation."""
+    defect = case.known_defect.shows.get("cpu") if case.known_defect else None
+    if defect is not None:
+        return "known_defect.shows.cpu", defect
+    if cls in case.expect_by_isa:
+        return f"expect_by_isa.{cls}", case.expect_by_isa[cls]
+    return "expect.cpu", case.expect["cpu"]
+
+
+def _chose(size: int | None) -> str:
+    return f"chose block size {size}" if size is not None else "refuses the cell before a size"
+
+
+_LATE_SIZE = re.compile(r"No common block size for (\d+)")
+
+
+def _size_clash(size: int | None, shown: Expectation) -> str | None:
+    """What the expectation says that a cell of this measured size (None: refused before
+    one) cannot show, or None when they agree."""
+    if isinstance(shown, Runs | EarlyError | LateError) and size is None:
+        return f"expects it to reach a size ({shown.outcome})"
+    if isinstance(shown, Runs):
+        inv = shown.invariants
+        if inv.block_size is not None and size != inv.block_size:
+            return f"expects block size {inv.block_size}"
+        if inv.block_size_in is not None and size not in inv.block_size_in:
+            return f"expects a block size among {inv.block_size_in}"
+    if isinstance(shown, LateError) and shown.function == LATE_FUNCTION:
+        late = _LATE_SIZE.search(shown.match)
+        if late is not None and size != int(late.group(1)):
+            return f"expects the late error at {late.group(1)} ({shown.match!r})"
+    return None
 
 
 def _skips_the_gate_requires(matrix: Matrix) -> Iterator[Refusal]:
