@@ -58,6 +58,13 @@ def _load(tmp_path: Path, cases: str):
     return load(path)
 
 
+def _refused(tmp_path: Path, cases: str) -> str:
+    """The paragraph loading BASE with these cases is refused with."""
+    with pytest.raises(MatrixError) as exc:
+        _load(tmp_path, cases)
+    return str(exc.value)
+
+
 def test_a_case_for_several_models_is_one_case_per_model(tmp_path: Path) -> None:
     m = _load(tmp_path, "  - {id: c, models: [granite_hybrid, qwen3_next], expect: {cpu: *runs}}\n")
     assert [(c.id, c.model) for c in m.cases] == [("c", "granite_hybrid"), ("c", "qwen3_next")]
@@ -278,17 +285,15 @@ def test_no_cell_takes_a_platform_off_one_model(tmp_path: Path) -> None:
 def test_a_null_under_a_platform_is_refused_at_its_line_naming_the_word(tmp_path: Path) -> None:
     """`~` beside a model keeps the case's expectations; under a platform it read as "no
     cell", two meanings on one line: it is refused, saying what to write."""
-    with pytest.raises(MatrixError) as exc:
-        _load(
-            tmp_path,
-            "  - id: c\n"
-            "    models:\n"
-            "      granite_hybrid: ~\n"
-            '      qwen3_next: {cpu: 256, "cuda, xpu": ~}\n'
-            '    expect: {"cpu, cuda": runs}\n',
-        )
+    text = _refused(
+        tmp_path,
+        "  - id: c\n"
+        "    models:\n"
+        "      granite_hybrid: ~\n"
+        '      qwen3_next: {cpu: 256, "cuda, xpu": ~}\n'
+        '    expect: {"cpu, cuda": runs}\n',
+    )
     line = BASE.count("\n") + 4
-    text = str(exc.value)
     assert text.startswith(f"{tmp_path / 'matrix.yaml'}:{line}: ")
     assert "cases.0.models.qwen3_next.cuda, xpu: `~` under a platform is read two ways" in text
     assert "write `no_cell` for no cell on cuda and xpu for this model" in text
@@ -378,10 +383,8 @@ CONTRADICTIONS = {
 def test_a_measured_size_the_expectation_contradicts_is_refused_at_its_line(
     tmp_path: Path, case: str, says: str
 ) -> None:
-    with pytest.raises(MatrixError) as exc:
-        _load(tmp_path, f"  - {case}\n")
+    msg = _refused(tmp_path, f"  - {case}\n")
     path, line = tmp_path / "matrix.yaml", BASE.count("\n") + 1
-    msg = str(exc.value)
     assert msg.startswith(f"{path}:{line}: the matrix is invalid at cases.0.measured: "), msg
     assert says in msg and "one of the two is wrong" in msg, msg
 
@@ -389,19 +392,18 @@ def test_a_measured_size_the_expectation_contradicts_is_refused_at_its_line(
 def test_a_model_s_own_measured_size_is_held_to_its_expectation_at_its_line(
     tmp_path: Path,
 ) -> None:
-    with pytest.raises(MatrixError) as exc:
-        _load(
-            tmp_path,
-            "  - id: c\n"
-            "    models:\n"
-            "      granite_hybrid: ~\n"
-            "      qwen3_next: {measured: 256}\n"
-            "    expect: {cpu: 384}\n"
-            "    measured: 384\n",
-        )
+    msg = _refused(
+        tmp_path,
+        "  - id: c\n"
+        "    models:\n"
+        "      granite_hybrid: ~\n"
+        "      qwen3_next: {measured: 256}\n"
+        "    expect: {cpu: 384}\n"
+        "    measured: 384\n",
+    )
     line = BASE.count("\n") + 4
-    assert str(exc.value).startswith(f"{tmp_path / 'matrix.yaml'}:{line}: "), exc.value
-    assert "cases.1.measured" in str(exc.value)
+    assert msg.startswith(f"{tmp_path / 'matrix.yaml'}:{line}: "), msg
+    assert "cases.1.measured" in msg
 
 
 @pytest.mark.parametrize(
