@@ -282,6 +282,23 @@ def known_releases(platform: str) -> tuple[list[Version], Version]:
     return [v for v in known if v < newest], newest
 
 
+def not_known(platform: str, release: str, switches: tuple[Switch, ...]) -> str:
+    """The sentence every refusal of a release these switches do not cover starts with (the
+    matrix's pin, a column's --vllm, kvrig predict's)."""
+    what = "; ".join(f"{s.name} ({s.where}) is {s.known_text()}" for s in switches)
+    return f"kvrig's block-size rules do not know vLLM {release} on {platform}: {what}"
+
+
+def known_text(platform: str) -> str:
+    """The releases a refusal offers instead, in a phrase."""
+    older, newest = known_releases(platform)
+    known = [shown(v) for v in older] + [
+        f"{shown(newest)} or later (one newer than kvrig has read is judged by the newest"
+        " rules, every cell saying so)"
+    ]
+    return ", ".join(known)
+
+
 @dataclass(frozen=True)
 class Reading:
     """A release whose code kvrig's rules were checked against, function by function, on

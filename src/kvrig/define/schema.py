@@ -320,16 +320,10 @@ class Matrix(Strict):
                 if spec.vllm.version == release
                 else ("image" if spec.vllm.kind == "image" else "git_ref")
             )
-            older, newest = releases.known_releases(p)
-            known = [releases.shown(v) for v in older] + [
-                f"{releases.shown(newest)} or later (one newer than kvrig has read is judged"
-                " by the newest rules, every cell saying so)"
-            ]
-            what = "; ".join(f"{s.name} ({s.where}) is {s.known_text()}" for s in unknown)
             raise ValueError(
-                f"platforms.{p}.vllm.{field}: kvrig's block-size rules do not know vLLM"
-                f" {release} on {p}: {what}. Pin a release they know ({', '.join(known)}),"
-                f" or add what {release} does to kvrig.define.releases"
+                f"platforms.{p}.vllm.{field}: {releases.not_known(p, release, unknown)}. Pin"
+                f" a release they know ({releases.known_text(p)}), or add what {release} does"
+                " to kvrig.define.releases"
             )
         return self
 

