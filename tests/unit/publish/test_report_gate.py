@@ -54,6 +54,26 @@ def test_results_keep_the_latest_row_per_cell(tmp_path: Path) -> None:
     ]
 
 
+def test_the_newest_row_by_its_end_time_wins_whatever_the_line_order(
+    tmp_path: Path, write_matrix, base, capsys
+) -> None:
+    """A FAIL that ended at 11:00 followed by an older PASS: the FAIL stands, in the rows
+    read and at the gate."""
+    folder = tmp_path / "results" / "cpu"
+    results.append(folder, row(REQUIRED, "fail", reason="boom", ended_at="2026-11-29T11:00:00Z"))
+    results.append(folder, row(REQUIRED, "pass", ended_at="2026-11-29T10:00:00Z"))
+    results.append(folder, row(OTHER, "pass"))
+    assert [(r["cell_id"], r["status"]) for r in results.read(folder)] == [
+        (REQUIRED, "fail"),
+        (OTHER, "pass"),
+    ]
+    assert cli.main(["--matrix", str(write_matrix(base)), "gate", "--results", str(folder)]) == 1
+    assert f"FAIL    {REQUIRED}: failed: boom" in capsys.readouterr().out
+    # A row that names no time is taken as written: the later line.
+    results.append(folder, row(REQUIRED, "pass", ended_at=None))
+    assert results.read(folder)[0]["status"] == "pass"
+
+
 def test_a_row_says_where_when_and_with_what_it_ran() -> None:
     r = row(REQUIRED, "pass")
     assert r["started_at"] == "2026-11-29T17:39:30Z"
