@@ -164,17 +164,21 @@ def _thread_count() -> int:
 # --- the server (its own process) ---------------------------------------------------------
 
 
-def _preload(modules: tuple[str, ...]) -> list[str]:
+def _preload(modules: tuple[str, ...], absent: list[str] | None = None) -> list[str]:
     """The required modules that failed to import, each with its error. A vLLM module the
     release no longer has is not one: each cell then meets its absence itself and says which
-    name it lacked (kvrig.run.vllm_plugin.symbols), instead of no cell running at all."""
+    name it lacked (kvrig.run.vllm_plugin.symbols), instead of no cell running at all; it is
+    added to `absent`, which the parent's log names."""
     missing = []
     for name in modules:
         optional = name.startswith(OPTIONAL)
         try:
             importlib.import_module(name.lstrip(OPTIONAL))
         except Exception as exc:
-            if not optional and not gone_from_vllm(name, exc):
+            if gone_from_vllm(name.lstrip(OPTIONAL), exc):
+                if absent is not None:
+                    absent.append(name.lstrip(OPTIONAL))
+            elif not optional:
                 missing.append(f"{name} ({type(exc).__name__}: {exc})")
     return missing
 
@@ -232,11 +236,12 @@ def serve(warm: bool, python: str, preload: tuple[str, ...] = PRELOAD) -> int:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # a cell's leaked children come back here to reap
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when cells stop
     started = time.monotonic()
-    missing = _preload(preload) if warm else []
+    absent: list[str] = []
+    missing = _preload(preload, absent) if warm else []
     if warm and "vllm" in preload and _plugins_loaded():
         print("forkserver: vLLM's plugins were loaded at import", file=sys.stderr)
         return 3
-    _announce(sys.stdout, _ready_message(time.monotonic() - started, missing))
+    _announce(sys.stdout, {**_ready_message(time.monotonic() - started, missing), "absent": absent})
     return _fork_cells(sys.stdin.buffer, sys.stdout, warm, python)
 
 
@@ -268,7 +273,8 @@ def _announce(out: IO[str], ready: dict[str, Any]) -> None:
     print(
         f"forkserver: ready in {ready['import_s']} s, {ready['threads']} thread(s) of which"
         f" Python ones besides main: {ready['python_threads'] or 'none'}; preloads that"
-        f" failed: {ready['missing'] or 'none'}",
+        f" failed: {ready['missing'] or 'none'}; preloads this vLLM does not have (not"
+        f" preloaded): {', '.join(ready.get('absent') or []) or 'none'}",
         file=sys.stderr,
         flush=True,
     )
