@@ -7,7 +7,11 @@ verdicts: the outcome, the block size, the backends chosen, the kernel block siz
 the error. A cell that moved is explained when each release's own rules compute what that
 release did and a switch of kvrig.define.releases (reverted alone) accounts for the
 difference; any other move is unexplained, and red, because it is what someone must read.
-It ends with the changes to matrix.yaml the moves imply, for review: nothing is applied.
+The kernel sizes each backend declares are part of what a release moves: a change is
+listed once, with the cells it touches, and is red (no switch of kvrig's speaks of them,
+and its backend table is read by every size it computes). An early error whose text no
+longer reads as the check's is said so, quoted. It ends with the changes to matrix.yaml the
+moves imply, for review: nothing is applied.
 
 Pure: cells, records and results rows in; a Diff and its texts out.
 """
@@ -65,6 +69,10 @@ class Observed:
     # state groups' kernel blocks: how the kernel sizes split between the rules and vLLM.
     groups: tuple[tuple[tuple[str, ...], str], ...] = ()
     state_kernels: tuple[str, ...] = ()
+    # The kernel sizes each backend declared (get_supported_kernel_block_sizes), by name.
+    declared: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # An early error whose first line does not read as the check's: that line, as raised.
+    unread_early: str | None = None
 
     def get(self, aspect: str) -> object:
         return getattr(self, aspect)
@@ -107,11 +115,13 @@ def observe(record: Record | None, row: Row | None = None) -> Observed:
     error = record.get("error") or {}
     message = str(error.get("message") or "").strip().splitlines()[:1]
     block, rejecting = record.get("worker_block_size"), ()
+    unread_early = None
     if kind == "early_error":
         parsed = early_error_backends(message[0] if message else "")
         block, rejecting = (parsed[0], tuple(sorted(parsed[1]))) if parsed else (None, ())
+        unread_early = None if parsed else (message[0] if message else "")
     text = ""
-    if error and kind != "early_error":
+    if error and (kind != "early_error" or unread_early is not None):
         text = f"{error.get('type')} from {error.get('function')}: {message[0] if message else ''}"
         # A config's repr as its class name alone: a release that adds a field to the
         # selector's config (AttentionSelectorConfig) changes no outcome.
@@ -124,7 +134,15 @@ def observe(record: Record | None, row: Row | None = None) -> Observed:
         kernels=tuple(_as_n(str(k), block) for k in record.get("kernel_block_sizes") or []),
         error=_as_n(text, block),
         **_groups(record.get("kv_cache_groups") or [], block),
+        declared=tuple(sorted(_declared(record).items())),
+        unread_early=unread_early,
     )
+
+
+def _declared(record: Record) -> dict[str, tuple[str, ...]]:
+    """The kernel sizes each backend declared in the record, by name."""
+    sizes = record.get("backend_kernel_sizes") or {}
+    return {str(k): tuple(str(x) for x in v) for k, v in sizes.items() if isinstance(v, list)}
 
 
 def _groups(groups: Sequence[Mapping[str, Any]], block: int | None) -> dict[str, tuple]:
@@ -244,6 +262,41 @@ class MatrixChange:
     what: str
 
 
+@dataclass(frozen=True)
+class DeclaredChange:
+    """A backend whose declared kernel sizes moved between the releases, once, with the
+    cells whose records show it."""
+
+    backend: str
+    old: tuple[str, ...]
+    new: tuple[str, ...]
+    cells: tuple[str, ...]
+
+    def text(self) -> str:
+        shown = ", ".join(self.cells[:6])
+        more = f" and {len(self.cells) - 6} more" if len(self.cells) > 6 else ""
+        return (
+            f"{self.backend} declares {', '.join(self.old) or '-'} -> {', '.join(self.new) or '-'}"
+            f" ({len(self.cells)} cell(s): {shown}{more})"
+        )
+
+
+def declared_changes(pairs: Sequence[CellPair]) -> list[DeclaredChange]:
+    """Each vLLM backend's declared kernel sizes that differ between a cell's two records,
+    one change per backend and pair of sizes, with every cell it touches; a crafted
+    backend's follow the cell (`aligned`), not the release."""
+    found: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]] = {}
+    for pair in pairs:
+        crafted = pair.old_cell.case.crafted
+        if pair.old_record is None or pair.new_record is None or crafted.replace is not None:
+            continue  # a replaced backend declares the case's sizes, not the release's
+        old, new = _declared(pair.old_record), _declared(pair.new_record)
+        for name in sorted(set(old) & set(new) - {s.name for s in crafted.siblings}):
+            if old[name] != new[name]:
+                found.setdefault((name, old[name], new[name]), []).append(pair.old_cell.id)
+    return [DeclaredChange(*key, tuple(cells)) for key, cells in found.items()]
+
+
 @dataclass
 class Diff:
     old: Side
@@ -253,6 +306,7 @@ class Diff:
     moves: list[Move] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     changes: list[MatrixChange] = field(default_factory=list)
+    declared: list[DeclaredChange] = field(default_factory=list)
 
     @property
     def unexplained(self) -> list[Move]:
@@ -260,8 +314,9 @@ class Diff:
 
     @property
     def red(self) -> bool:
-        """An unexplained move, or a cell one side could not show: a release manager's."""
-        return bool(self.unexplained or self.missing)
+        """An unexplained move, a backend's declared kernel sizes that moved (no switch of
+        kvrig's speaks of them), or a cell one side could not show: a release manager's."""
+        return bool(self.unexplained or self.missing or self.declared)
 
 
 @dataclass(frozen=True)
@@ -309,13 +364,11 @@ def _why(
     new: Side,
 ) -> tuple[str, tuple[str, ...]]:
     """(why, the explaining switches: empty when unexplained)."""
-    beyond = [f"{a}: {seen_old.text(a)} -> {seen_new.text(a)}" for a in moved if a not in MODELED]
-    if "kernels" in moved and seen_old.state_kernels != seen_new.state_kernels:
-        old_k, new_k = (", ".join(s.state_kernels) or "-" for s in (seen_old, seen_new))
-        beyond.append(f"the state groups' kernel blocks: {old_k} -> {new_k}")
-    if beyond:
-        facts = "; ".join(beyond)
-        return f"moved where kvrig's rules do not reach ({facts}): no switch says why", ()
+    beyond = _unread_early(((old.label, seen_old), (new.label, seen_new))) or _beyond_rules(
+        moved, seen_old, seen_new
+    )
+    if beyond is not None:
+        return beyond, ()
     rules_old, rules_new = _rules(pair.old_cell), _rules(pair.new_cell)
     if rules_old is None or rules_new is None:
         return "no rules for one side's release", ()
@@ -355,12 +408,39 @@ def _why(
     )
 
 
+def _beyond_rules(moved: tuple[str, ...], seen_old: Observed, seen_new: Observed) -> str | None:
+    """Why no switch can say why: something moved that kvrig's rules do not speak of."""
+    beyond = [f"{a}: {seen_old.text(a)} -> {seen_new.text(a)}" for a in moved if a not in MODELED]
+    if "kernels" in moved and seen_old.state_kernels != seen_new.state_kernels:
+        old_k, new_k = (", ".join(s.state_kernels) or "-" for s in (seen_old, seen_new))
+        beyond.append(f"the state groups' kernel blocks: {old_k} -> {new_k}")
+    if not beyond:
+        return None
+    return f"moved where kvrig's rules do not reach ({'; '.join(beyond)}): no switch says why"
+
+
+def _unread_early(sides: tuple[tuple[str, Observed], ...]) -> str | None:
+    """Why a side's early error cannot be compared: its text no longer reads as the
+    check's, so neither the size nor the backends can be read from it; quoted."""
+    for label, seen in sides:
+        if seen.unread_early is not None:
+            return (
+                f"vLLM {label}'s early error ({EARLY_FUNCTION}) no longer reads as the check's"
+                " ('Aligned KV cache block size N is not supported by attention backend(s):"
+                f" ...'): it says {seen.unread_early!r}; neither the size nor the backends can"
+                " be read from it"
+            )
+    return None
+
+
 def _attention_kernels(seen: Observed) -> str:
     """The attention groups' kernel blocks as numbers (N written out)."""
     return ", ".join(k if k != "N" else str(seen.block) for _, k in seen.groups)
 
 
 def _did(seen: Observed) -> str:
+    if seen.unread_early is not None:
+        return f"an early error that does not read as the check's ({seen.unread_early!r})"
     if seen.kind == "early_error":
         return f"an early error at {seen.block} naming {', '.join(seen.rejecting)}"
     if seen.kind == "runs":
@@ -419,6 +499,7 @@ def _outcome_differs(wanted: str, kind: str) -> bool:
 
 def diff(pairs: Sequence[CellPair], old: Side, new: Side) -> Diff:
     out = Diff(old, new, columns=sorted({p.column for p in pairs}))
+    out.declared = declared_changes(pairs)
     for pair in pairs:
         if pair.old_record is None or pair.new_record is None:
             side = old.label if pair.old_record is None else new.label
@@ -445,8 +526,15 @@ def summary(d: Diff) -> str:
     return (
         f"{verdict}: {d.compared} cells compared on {len(d.columns)} column(s), {len(d.moves)}"
         f" moved, {len(d.moves) - len(d.unexplained)} explained by a rule switch,"
-        f" {len(d.unexplained)} unexplained, {len(d.missing)} not on both sides"
+        f" {len(d.unexplained)} unexplained, {len(d.missing)} not on both sides,"
+        f" {len(d.declared)} backend(s) declaring other kernel sizes"
     )
+
+
+DECLARED_HEADING = (
+    "Declared kernel sizes that moved (each backend once; kvrig's backend table, which every"
+    " computed size reads, holds the old ones: read them, then change kvrig.rules.backends)"
+)
 
 
 def _header(d: Diff) -> list[str]:
@@ -467,6 +555,9 @@ def terminal(d: Diff) -> str:
             lines.append(f"{m.cell_id:<{w}}  {mark}  {_facts(m, 'old')} -> {_facts(m, 'new')}")
             lines.append(f"{'':<{w}}  {'':<11}  {m.why}")
     lines += [f"not on both sides: {x}" for x in d.missing]
+    if d.declared:
+        lines.append(f"{DECLARED_HEADING}:")
+        lines += [f"  {c.text()}" for c in d.declared]
     if d.changes:
         lines.append("matrix.yaml changes the moves imply (for review; nothing was applied):")
         lines += [f"  {c.where}: {c.cell_id}: {c.what}" for c in d.changes]
@@ -491,6 +582,8 @@ def markdown(d: Diff, title: str) -> str:
         out.append("")
     if d.missing:
         out += ["## Not on both sides", "", *[f"- {x}" for x in d.missing], ""]
+    if d.declared:
+        out += [f"## {DECLARED_HEADING}", "", *[f"- {_md(c.text())}" for c in d.declared], ""]
     if d.changes:
         out += ["## matrix.yaml changes the moves imply (for review, not applied)", ""]
         out += [f"- `{c.where}` `{c.cell_id}`: {c.what}" for c in d.changes]
@@ -511,6 +604,7 @@ def to_html(d: Diff, title: str) -> str:
         for c in d.changes
     )
     missing = "".join(f"<li>{e(x)}</li>" for x in d.missing)
+    declared = "".join(f"<li>{e(c.text())}</li>" for c in d.declared)
     head = "".join(f"<li>{e(x)}</li>" for x in _header(d))
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
@@ -520,6 +614,7 @@ def to_html(d: Diff, title: str) -> str:
         "<table><tr><th>cell</th><th></th><th>A</th><th>B</th><th>why</th></tr>"
         f"{rows}</table>"
         + (f"<h2>Not on both sides</h2><ul>{missing}</ul>" if missing else "")
+        + (f"<h2>{e(DECLARED_HEADING)}</h2><ul id=declared>{declared}</ul>" if declared else "")
         + (
             "<h2>matrix.yaml changes the moves imply (for review, not applied)</h2>"
             f"<ul>{changes}</ul>"
@@ -552,6 +647,10 @@ def as_json(d: Diff) -> dict[str, Any]:
             for m in d.moves
         ],
         "missing": d.missing,
+        "declared": [
+            {"backend": c.backend, "old": list(c.old), "new": list(c.new), "cells": list(c.cells)}
+            for c in d.declared
+        ],
         "changes": [vars(c) for c in d.changes],
     }
 

@@ -237,3 +237,61 @@ def test_an_error_that_moved_only_in_the_backend_and_config_it_names_is_no_error
     move = rd.diff([pair], OLD, NEW).moves[0]
     assert move.aspects == ("backends",)
     assert new.attention == ("KVRIG_SIBLING", "TRITON_ATTN")
+
+
+def _declaring(record: dict, sizes: list[str]) -> dict:
+    return {**record, "backend_kernel_sizes": {"FLASH_ATTN": sizes, "MAMBA2_ATTN": ["N"]}}
+
+
+def test_a_backend_declaring_other_kernel_sizes_is_listed_once_with_the_cells_it_touches() -> None:
+    """A change of 0.34.0 whose FLASH_ATTN declares multiples of 32: the sizes chosen need
+    not move, but the release moved what every computed size reads."""
+    pairs = [
+        _pair(
+            _declaring(_ran(192), ["MultipleOf(16)"]),
+            _declaring(_ran(192), ["MultipleOf(32)"]),
+            arch,
+        )
+        for arch in ("9.0", "8.0")
+    ]
+    found = rd.diff(pairs, NEW, NEW)
+    assert found.moves == [] and found.red
+    [change] = found.declared
+    assert (change.backend, change.old, change.new) == (
+        "FLASH_ATTN",
+        ("MultipleOf(16)",),
+        ("MultipleOf(32)",),
+    )
+    assert change.cells == tuple(p.old_cell.id for p in pairs)
+    text = rd.terminal(found)
+    assert text.count("FLASH_ATTN declares MultipleOf(16) -> MultipleOf(32) (2 cell(s): ") == 1
+    assert "1 backend(s) declaring other kernel sizes" in rd.summary(found)
+    assert "FLASH_ATTN declares" in rd.markdown(found, "t") and "id=declared" in rd.to_html(
+        found, "t"
+    )
+    assert rd.as_json(found)["declared"][0]["cells"] == list(change.cells)
+    # A crafted sibling's sizes follow the cell (`aligned`), not the release.
+    sibling = {"name": "KVRIG_SIBLING", "layers": "model.layers.1.", "sizes": ["aligned", 16]}
+    crafted = [
+        {**_ran(n), "backend_kernel_sizes": {"KVRIG_SIBLING": [str(n), "16"]}} for n in (144, 192)
+    ]
+    assert rd.diff([_pair(*crafted, crafted={"siblings": [sibling]})], OLD, NEW).declared == []
+    # The same declarations on both sides: nothing to list.
+    same = _pair(
+        _declaring(_ran(192), ["MultipleOf(16)"]), _declaring(_ran(192), ["MultipleOf(16)"])
+    )
+    assert rd.diff([same], NEW, NEW).declared == []
+
+
+def test_an_early_error_reworded_is_said_to_no_longer_read_as_the_checks_and_quoted() -> None:
+    reworded = copy.deepcopy(_early(192, "KVRIG_SIBLING"))
+    reworded["error"]["message"] = "Block size 192 is refused by KVRIG_SIBLING."
+    found = rd.diff([_pair(_early(192, "KVRIG_SIBLING"), reworded)], OLD, NEW)
+    [move] = found.moves
+    assert not move.explained and found.red
+    assert "0.34.0's early error (_check_aligned_block_size) no longer reads as the check's" in (
+        move.why
+    )
+    assert "'Block size 192 is refused by KVRIG_SIBLING.'" in move.why
+    text = rd.terminal(found)
+    assert "None" not in text and "naming ;" not in text
