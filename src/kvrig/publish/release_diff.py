@@ -8,8 +8,8 @@ the error. A cell that moved is explained when each release's own rules compute 
 release did and a switch of kvrig.define.releases (reverted alone) accounts for the
 difference; any other move is unexplained, and red, because it is what someone must read.
 The kernel sizes each backend declares are part of what a release moves: a change is
-listed once, with the cells it touches, and is red (no switch of kvrig's speaks of them,
-and its backend table is read by every size it computes). An early error whose text no
+listed once, with the cells it touches, and is red where kvrig's backend table (which every
+size it computes reads) does not hold the new sizes. An early error whose text no
 longer reads as the check's is said so, quoted. It ends with the changes to matrix.yaml the
 moves imply, for review: nothing is applied.
 
@@ -29,7 +29,7 @@ from kvrig.define.cells import Cell
 from kvrig.define.vllm_names import STATE_BACKENDS
 from kvrig.judge.computed import computed_kind
 from kvrig.judge.messages import EARLY_FUNCTION, early_error_backends
-from kvrig.rules import blocksize, shapes, versions
+from kvrig.rules import backend_facts, blocksize, shapes, versions
 from kvrig.rules.backends import Backend, NoCommonKernelBlock, kernel_block_size
 
 Row = dict[str, Any]
@@ -264,28 +264,45 @@ class MatrixChange:
 
 @dataclass(frozen=True)
 class DeclaredChange:
-    """A backend whose declared kernel sizes moved between the releases, once, with the
-    cells whose records show it."""
+    """A backend whose declared kernel sizes moved between the releases on a platform,
+    once, with the cells whose records show it, and what kvrig's backend table (which
+    every computed size reads) says of the new ones: None where it holds them."""
 
+    platform: str
     backend: str
     old: tuple[str, ...]
     new: tuple[str, ...]
     cells: tuple[str, ...]
+    table: str | None = None
+
+    @property
+    def red(self) -> bool:
+        return self.table is not None
 
     def text(self) -> str:
         shown = ", ".join(self.cells[:6])
         more = f" and {len(self.cells) - 6} more" if len(self.cells) > 6 else ""
+        known = self.table or "kvrig's backend table holds the new sizes"
         return (
-            f"{self.backend} declares {', '.join(self.old) or '-'} -> {', '.join(self.new) or '-'}"
-            f" ({len(self.cells)} cell(s): {shown}{more})"
+            f"{self.platform}: {self.backend} declares {', '.join(self.old) or '-'} ->"
+            f" {', '.join(self.new) or '-'} ({len(self.cells)} cell(s): {shown}{more}); {known}"
         )
+
+
+def _table_says(platform: str, backend: str, new: tuple[str, ...]) -> str | None:
+    """None where kvrig's table holds the new sizes; else what it holds, or that it does
+    not restate the backend."""
+    if backend not in backend_facts.table(platform):
+        return f"kvrig's backend table does not restate {backend} on {platform}"
+    differ = backend_facts.disagreements(platform, {backend: list(new)})
+    return f"not the table's: {differ[0]}" if differ else None
 
 
 def declared_changes(pairs: Sequence[CellPair]) -> list[DeclaredChange]:
     """Each vLLM backend's declared kernel sizes that differ between a cell's two records,
     one change per backend and pair of sizes, with every cell it touches; a crafted
     backend's follow the cell (`aligned`), not the release."""
-    found: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]] = {}
+    found: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], list[str]] = {}
     for pair in pairs:
         crafted = pair.old_cell.case.crafted
         if pair.old_record is None or pair.new_record is None or crafted.replace is not None:
@@ -293,8 +310,12 @@ def declared_changes(pairs: Sequence[CellPair]) -> list[DeclaredChange]:
         old, new = _declared(pair.old_record), _declared(pair.new_record)
         for name in sorted(set(old) & set(new) - {s.name for s in crafted.siblings}):
             if old[name] != new[name]:
-                found.setdefault((name, old[name], new[name]), []).append(pair.old_cell.id)
-    return [DeclaredChange(*key, tuple(cells)) for key, cells in found.items()]
+                key = (pair.old_cell.platform, name, old[name], new[name])
+                found.setdefault(key, []).append(pair.old_cell.id)
+    return [
+        DeclaredChange(*key, tuple(cells), _table_says(key[0], key[1], key[3]))
+        for key, cells in found.items()
+    ]
 
 
 @dataclass
@@ -314,9 +335,9 @@ class Diff:
 
     @property
     def red(self) -> bool:
-        """An unexplained move, a backend's declared kernel sizes that moved (no switch of
-        kvrig's speaks of them), or a cell one side could not show: a release manager's."""
-        return bool(self.unexplained or self.missing or self.declared)
+        """An unexplained move, a backend's declared kernel sizes that moved to ones kvrig's
+        table does not hold, or a cell one side could not show: a release manager's."""
+        return bool(self.unexplained or self.missing or any(c.red for c in self.declared))
 
 
 @dataclass(frozen=True)
@@ -528,12 +549,13 @@ def summary(d: Diff) -> str:
         f" moved, {len(d.moves) - len(d.unexplained)} explained by a rule switch,"
         f" {len(d.unexplained)} unexplained, {len(d.missing)} not on both sides,"
         f" {len(d.declared)} backend(s) declaring other kernel sizes"
+        f" ({sum(c.red for c in d.declared)} not as kvrig's table holds them)"
     )
 
 
 DECLARED_HEADING = (
-    "Declared kernel sizes that moved (each backend once; kvrig's backend table, which every"
-    " computed size reads, holds the old ones: read them, then change kvrig.rules.backends)"
+    "Declared kernel sizes that moved (each backend once; every size kvrig computes reads"
+    " its backend table, kvrig.rules.backends: red where the table does not hold the new ones)"
 )
 
 
@@ -648,7 +670,15 @@ def as_json(d: Diff) -> dict[str, Any]:
         ],
         "missing": d.missing,
         "declared": [
-            {"backend": c.backend, "old": list(c.old), "new": list(c.new), "cells": list(c.cells)}
+            {
+                "platform": c.platform,
+                "backend": c.backend,
+                "old": list(c.old),
+                "new": list(c.new),
+                "cells": list(c.cells),
+                "table": c.table,
+                "red": c.red,
+            }
             for c in d.declared
         ],
         "changes": [vars(c) for c in d.changes],

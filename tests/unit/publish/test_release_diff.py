@@ -257,15 +257,23 @@ def test_a_backend_declaring_other_kernel_sizes_is_listed_once_with_the_cells_it
     found = rd.diff(pairs, NEW, NEW)
     assert found.moves == [] and found.red
     [change] = found.declared
-    assert (change.backend, change.old, change.new) == (
+    assert (change.platform, change.backend, change.old, change.new) == (
+        "cuda",
         "FLASH_ATTN",
         ("MultipleOf(16)",),
         ("MultipleOf(32)",),
     )
     assert change.cells == tuple(p.old_cell.id for p in pairs)
+    assert change.red and "kvrig's table [MultipleOf(16)]" in str(change.table)
     text = rd.terminal(found)
-    assert text.count("FLASH_ATTN declares MultipleOf(16) -> MultipleOf(32) (2 cell(s): ") == 1
-    assert "1 backend(s) declaring other kernel sizes" in rd.summary(found)
+    assert (
+        text.count("cuda: FLASH_ATTN declares MultipleOf(16) -> MultipleOf(32) (2 cell(s): ") == 1
+    )
+    assert "1 backend(s) declaring other kernel sizes (1 not as kvrig's table" in rd.summary(found)
+    # Towards the sizes kvrig's table holds: listed, and not red.
+    back = rd.diff([_pair(*[p.new_record for p in pairs][:1], pairs[0].old_record)], NEW, NEW)
+    assert [c.red for c in back.declared] == [False] and not back.red
+    assert "kvrig's backend table holds the new sizes" in rd.terminal(back)
     assert "FLASH_ATTN declares" in rd.markdown(found, "t") and "id=declared" in rd.to_html(
         found, "t"
     )
