@@ -29,7 +29,7 @@ from kvrig.define.loader import default_matrix
 from kvrig.define.matrix import Matrix, load
 from kvrig.define.paths import RESULTS_ROOT
 from kvrig.provision import overlay
-from kvrig.publish import release_diff
+from kvrig.publish import compare, release_diff
 from kvrig.publish import results as results_mod
 from kvrig.rules import versions
 
@@ -160,12 +160,12 @@ def _read(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             continue
         records[data["cell_id"]] = data
     if strays:
-        shown = ", ".join(strays[:6]) + (f" and {len(strays) - 6} more" if len(strays) > 6 else "")
         raise UsageError(
             f"{where} holds {len(strays)} file(s) that are no cell's record as a column writes"
-            f" it, `<cell id>.json` holding that cell ({shown}); the diff reads one record per"
-            " cell, and a copy could stand for its cell. Move them out of records/ (a *.tmp is"
-            " a write a killed run left: rerun that column) and run the diff again."
+            f" it, `<cell id>.json` holding that cell ({compare.names(strays)}); the diff reads"
+            " one record per cell, and a copy could stand for its cell. Move them out of"
+            " records/ (a *.tmp is a write a killed run left: rerun that column) and run the"
+            " diff again."
         )
     rows = {r["cell_id"]: r for r in results_mod.read(folder)} if folder.is_dir() else {}
     return records, rows

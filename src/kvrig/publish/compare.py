@@ -14,7 +14,7 @@ by kvrig, not by vLLM. Pure: rows in, changes and a table out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -200,7 +200,8 @@ def _other_vllm(cells: list[Change]) -> tuple[str, str] | None:
     return (va, vb) if va != vb else None
 
 
-def _names(keys: list[str], limit: int = 6) -> str:
+def names(keys: Sequence[str], limit: int = 6) -> str:
+    """The first `limit` of `keys`, and how many more: a list a line can hold."""
     return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
@@ -236,14 +237,14 @@ def table(result: Comparison, label_a: str, label_b: str, width: int = 70) -> st
 def _tail(result: Comparison) -> list[str]:
     tail = []
     if result.only_a:
-        tail.append(f"ran on A only ({len(result.only_a)}): {_names(result.only_a)}")
+        tail.append(f"ran on A only ({len(result.only_a)}): {names(result.only_a)}")
     if result.lost:
         tail.append(
-            f"passed on A and missing on B ({len(result.lost)}): {_names(result.lost)};"
+            f"passed on A and missing on B ({len(result.lost)}): {names(result.lost)};"
             " B may have been cut short: run those cells on B"
         )
     if result.only_b:
-        tail.append(f"ran on B only ({len(result.only_b)}): {_names(result.only_b)}")
+        tail.append(f"ran on B only ({len(result.only_b)}): {names(result.only_b)}")
     for run, n in zip(("A", "B"), result.unread, strict=True):
         if n:
             tail.append(
@@ -253,7 +254,7 @@ def _tail(result: Comparison) -> list[str]:
     if result.unread_on_b:
         tail.append(
             f"passed on A and unread on B ({len(result.unread_on_b)}):"
-            f" {_names(result.unread_on_b)}; B's vLLM did as they expect, and the size was"
+            f" {names(result.unread_on_b)}; B's vLLM did as they expect, and the size was"
             " checked by rules not read for it: not shown to pass"
         )
     return tail + _judged(result) + [f"status kvrig never writes: {x}" for x in result.unknown]
@@ -272,14 +273,14 @@ def _judged(result: Comparison) -> list[str]:
         )
         out.append(
             f"judged under different matrices on A and B ({len(result.other_matrix)}):"
-            f" {_names(result.other_matrix)}; a cell's judged_under covers its case, model"
+            f" {names(result.other_matrix)}; a cell's judged_under covers its case, model"
             f" and platform spec, the vLLM pinned included{pins}: a difference there may be"
             " the matrix's, not vLLM's"
         )
     if result.other_kvrig:
         out.append(
             f"judged by different kvrigs on A and B ({len(result.other_kvrig)}):"
-            f" {_names(result.other_kvrig)}; kvrig's rules, judge or matrix code differ"
+            f" {names(result.other_kvrig)}; kvrig's rules, judge or matrix code differ"
             " between the runs (judged_by), so a verdict may differ by kvrig, not by vLLM:"
             " rerun both with one kvrig to compare their verdicts"
         )

@@ -29,6 +29,7 @@ from kvrig.define.cells import Cell
 from kvrig.define.vllm_names import STATE_BACKENDS
 from kvrig.judge.computed import computed_kind
 from kvrig.judge.messages import EARLY_FUNCTION, early_error_backends
+from kvrig.publish import compare
 from kvrig.rules import backend_facts, blocksize, shapes, versions
 from kvrig.rules.backends import Backend, NoCommonKernelBlock, kernel_block_size
 
@@ -280,12 +281,11 @@ class DeclaredChange:
         return self.table is not None
 
     def text(self) -> str:
-        shown = ", ".join(self.cells[:6])
-        more = f" and {len(self.cells) - 6} more" if len(self.cells) > 6 else ""
         known = self.table or "kvrig's backend table holds the new sizes"
+        cells = f"{len(self.cells)} cell(s): {compare.names(self.cells)}"
         return (
             f"{self.platform}: {self.backend} declares {', '.join(self.old) or '-'} ->"
-            f" {', '.join(self.new) or '-'} ({len(self.cells)} cell(s): {shown}{more}); {known}"
+            f" {', '.join(self.new) or '-'} ({cells}); {known}"
         )
 
 

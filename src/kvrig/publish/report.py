@@ -29,6 +29,7 @@ from kvrig.judge.verdict import Status
 from kvrig.publish import overview as overview_mod
 from kvrig.publish import repro as repro_mod
 from kvrig.publish import results as results_mod
+from kvrig.publish.compare import names
 
 Row = dict[str, Any]
 _ICON = {
@@ -290,12 +291,12 @@ def judged_notes(rows: list[Row], identity: dict[str, str], mine: str, matrix: s
         out.append(
             f"note: {len(other_matrix)} cell(s) judged under another matrix than {matrix}"
             " (their case, model or platform spec, the vLLM pinned included, differ from it"
-            f" now): {_names(other_matrix)}; rerun them to judge them under it"
+            f" now): {names(other_matrix)}; rerun them to judge them under it"
         )
     if other_kvrig:
         out.append(
             f"note: {len(other_kvrig)} cell(s) judged by another kvrig than this one"
-            f" ({mine}; their rows name {_digests(rows, other_kvrig)}): {_names(other_kvrig)};"
+            f" ({mine}; their rows name {_digests(rows, other_kvrig)}): {names(other_kvrig)};"
             " their verdicts may not be this kvrig's: rerun them"
         )
     return out
@@ -306,10 +307,6 @@ def _digests(rows: list[Row], cells: list[str]) -> str:
     return ", ".join(
         sorted({str(r.get("judged_by") or "none") for r in rows if r["cell_id"] in chosen})
     )
-
-
-def _names(keys: list[str], limit: int = 6) -> str:
-    return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 # --- Markdown ------------------------------------------------------------------------------
