@@ -138,14 +138,18 @@ def container_cpu(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
-    """Every early_error cell must turn red when vLLM's early check is disabled.
+    """Every early_error cell must turn red when vLLM's early check is disabled, and each
+    seeded change of a block-size branch the knobs reach must turn its cells red.
 
-    The check is disabled by patches/no_early_check.diff, applied through an overlay (a
-    copy of the installed vLLM): no installed file is touched, and uv's cache of vLLM is
-    hashed before and after to prove it."""
+    The check is disabled by patches/no_early_check.diff (the branches changed by
+    patches/seeded/), applied through an overlay (a copy of the installed vLLM): no
+    installed file is touched, and uv's cache of vLLM is hashed before and after to prove
+    it."""
     _install_vllm(session, "cpu")
     # Every early_error cell, whatever -k chose for the column: no posargs here.
     session.run("kvrig", "check", "mutation", env=NOX_UV)
+    # Each seeded change of a block-size branch the knobs reach turns its cells red.
+    session.run("kvrig", "check", "mutation", "--seeded", env=NOX_UV)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -165,6 +169,7 @@ def emulated(session: nox.Session) -> None:
         # red here too.
         session.run("kvrig", "check", "mutation", "--emulate", "9.0", env=NOX_UV)
         session.run("kvrig", "check", "mutation", "--emulate", "rocm:gfx942", env=NOX_UV)
+        session.run("kvrig", "check", "mutation", "--seeded", "--emulate", "9.0", env=NOX_UV)
 
 
 @nox.session(python=PYTHON, default=False)

@@ -15,6 +15,7 @@ from typing import Any
 from kvrig.cli.usage import UsageError
 from kvrig.define.loader import default_matrix
 from kvrig.define.matrix import MatrixError, load
+from kvrig.define.vllm_names import SPECULATIVE_METHODS
 from kvrig.host import hardware, isa
 from kvrig.rules import choices, rocm, shapes, versions
 from kvrig.rules import predict as predict_mod
@@ -75,10 +76,15 @@ def cmd_predict(ns: argparse.Namespace, extra: list[str]) -> int:
         block_size=ns.block_size,
         prefix_caching=ns.prefix_caching,
         mamba_cache_mode=ns.mamba_cache_mode,
-        num_speculative_tokens=ns.num_speculative_tokens,
+        num_speculative_tokens=_speculative_tokens(ns),
         gpu_arch=ns.gpu_arch,
         isa=cls if ns.platform == "cpu" else None,
         aiter=ns.aiter,
+        pp=ns.pp,
+        max_model_len=ns.max_model_len,
+        mamba_block_size=ns.mamba_block_size,
+        mamba_cache_dtype=ns.mamba_cache_dtype,
+        kv_cache_dtype_skip_layers=tuple(ns.kv_cache_dtype_skip_layers or ()),
     )
     try:
         out = predict_mod.predict(config, settings)
@@ -92,10 +98,64 @@ def cmd_predict(ns: argparse.Namespace, extra: list[str]) -> int:
         return 0
     rows = [("vllm", f"{release} ({origin})"), *([("note", unread)] if unread else []), *out.steps]
     rows += [("vLLM logs", line) for line in out.log] or [("vLLM logs", "nothing (no change)")]
+    rows += _planned_rows(out)
     rows.append(("block size", str(out.block_size)))
     for label, text in rows:
         print(f"{label:<12} {text}")
     return 0
+
+
+def _planned_rows(out: predict_mod.Prediction) -> list[tuple[str, str]]:
+    """What the engine core plans, what a deployment can reuse and hold, and warnings."""
+    rows = []
+    if out.stage_block_sizes:
+        rows.append(("stages", ", ".join(map(str, out.stage_block_sizes))))
+    core = out.engine_block_size
+    rows.append(("engine core", str(core) if core is not None else "unknown (no max_model_len)"))
+    if out.mamba_block_size is not None:
+        rows.append(("mamba block", str(out.mamba_block_size)))
+    prefix = out.cacheable_prefix
+    rows.append(
+        (
+            "reusable",
+            f"prefixes of {prefix} tokens or more (whole blocks)"
+            if prefix is not None
+            else "nothing (prefix caching off)",
+        )
+    )
+    if out.pinned_tokens is not None:
+        rows.append(
+            (
+                "per request",
+                f"{out.kv_cache_groups} group(s) x {core} = {out.pinned_tokens} tokens of"
+                " KV cache held at least",
+            )
+        )
+    rows += [("warning", w) for w in out.warnings]
+    return rows
+
+
+def _speculative_tokens(ns: argparse.Namespace) -> int:
+    """The tokens a step proposes: --speculative-config's (vLLM's JSON), else
+    --num-speculative-tokens; the method must be one of vLLM's."""
+    if ns.speculative_config is None:
+        return int(ns.num_speculative_tokens)
+    try:
+        spec = json.loads(ns.speculative_config)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--speculative-config is not JSON ({exc}); give it as vLLM takes it, e.g."
+            ' \'{"method": "mtp", "num_speculative_tokens": 1}\'.'
+        ) from None
+    tokens = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    method = spec.get("method") if isinstance(spec, dict) else None
+    if method not in SPECULATIVE_METHODS or not isinstance(tokens, int) or tokens < 1:
+        raise UsageError(
+            "--speculative-config needs a method of vLLM's"
+            f" ({', '.join(sorted(SPECULATIVE_METHODS))}) and num_speculative_tokens of at"
+            f" least 1; got {ns.speculative_config}."
+        )
+    return tokens
 
 
 def register(sub: Any) -> None:
@@ -119,6 +179,19 @@ def register(sub: Any) -> None:
     )
     pr.add_argument("--mamba-cache-mode", choices=predict_mod.CACHE_MODES)
     pr.add_argument("--num-speculative-tokens", type=int, default=0)
+    pr.add_argument(
+        "--speculative-config",
+        help='vLLM\'s JSON, e.g. \'{"method": "mtp", "num_speculative_tokens": 1}\'',
+    )
+    pr.add_argument("--pp", type=int, default=1, help="pipeline-parallel stages (default 1)")
+    pr.add_argument("--max-model-len", type=int, help="default: the config's positions")
+    pr.add_argument("--mamba-block-size", type=int, help="a user --mamba-block-size")
+    pr.add_argument("--mamba-cache-dtype", help="the conv state's dtype: auto, float32, ...")
+    pr.add_argument(
+        "--kv-cache-dtype-skip-layers",
+        type=lambda text: [part for part in text.split(",") if part],
+        help="layers kept at the model dtype beside a quantized KV cache (0,3 or sliding_window)",
+    )
     pr.add_argument(
         "--gpu-arch",
         help="the CUDA GPU's compute capability (decides the backend and GDN prefill), one"

@@ -11,11 +11,17 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
 from kvrig.define import gpus, patterns
 from kvrig.define.strict import BACKEND_NAME, NAME, Count, Strict
-from kvrig.define.vllm_names import KNOWN_KV_CACHE_DTYPES, Platform
+from kvrig.define.vllm_names import (
+    DRAFT_MODEL_METHODS,
+    KNOWN_KV_CACHE_DTYPES,
+    MAMBA_DTYPES,
+    SPECULATIVE_METHODS,
+    Platform,
+)
 
 
 class CraftedBackend(Strict):
@@ -65,21 +71,75 @@ class Crafted(Strict):
         return self
 
 
+Ranks = Annotated[StrictInt, Field(ge=1, le=8)]
+MambaDtype = Literal[MAMBA_DTYPES]  # type: ignore[valid-type]
+
+
+class Speculative(Strict):
+    """vLLM's --speculative-config as a case sets it: the method, the tokens it proposes
+    a step, and (for a drafter of its own) a model of this matrix, written offline beside
+    the target as any miniature is."""
+
+    method: str
+    num_speculative_tokens: Count
+    model: str | None = Field(default=None, pattern=NAME)
+
+    @field_validator("method")
+    @classmethod
+    def _a_vllm_method(cls, method: str) -> str:
+        if method not in SPECULATIVE_METHODS:
+            raise ValueError(
+                f"{method!r} is not one of vLLM's speculative methods"
+                f" ({', '.join(sorted(SPECULATIVE_METHODS))})"
+            )
+        return method
+
+    @model_validator(mode="after")
+    def _draft_where_read(self) -> Speculative:
+        drafts = self.method in DRAFT_MODEL_METHODS
+        if drafts and self.model is None:
+            raise ValueError(
+                f"method {self.method} reads a drafter checkpoint of its own: name a model of"
+                " this matrix as `model`"
+            )
+        if not drafts and self.model is not None:
+            raise ValueError(
+                f"method {self.method} reads no drafter checkpoint of its own, so `model`"
+                " would name nothing vLLM loads: leave it out"
+            )
+        return self
+
+
 class Knobs(Strict):
     """Engine arguments a case varies; None leaves vLLM's own default."""
 
     block_size: Count | None = None
-    enable_prefix_caching: bool | None = None
-    mamba_ssm_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    enable_prefix_caching: StrictBool | None = None
+    mamba_ssm_cache_dtype: MambaDtype | None = None
+    # The conv and SSM states' dtype together (--mamba-cache-dtype).
+    mamba_cache_dtype: MambaDtype | None = None
+    # The state group's block (--mamba-block-size): kept by vLLM only without alignment;
+    # vLLM refuses it without prefix caching.
+    mamba_block_size: Count | None = None
+    # The model's context for this case (the model's own max_model_len otherwise): the
+    # state group's block without prefix caching, and the engine core's bound.
+    max_model_len: Annotated[StrictInt, Field(ge=16)] | None = None
+    enable_chunked_prefill: StrictBool | None = None
+    disable_hybrid_kv_cache_manager: StrictBool | None = None
     kv_cache_dtype: str | None = None
     # Layers (by index or name) kept at the model dtype beside a quantized KV cache: vLLM's
     # phase 3 then sizes the shared block from the primary backend.
     kv_cache_dtype_skip_layers: list[str] | None = None
     attention_backend: str | None = Field(default=None, pattern=BACKEND_NAME)
-    multiprocessing: bool | None = None
+    multiprocessing: StrictBool | None = None
     # Ranks of one engine (vLLM's multiprocess executor): KV heads per rank, replicated
     # when there are fewer than ranks, and Mamba/GDN heads split across them.
-    tensor_parallel_size: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
+    tensor_parallel_size: Ranks | None = None
+    # Stages of one engine, each a worker holding its own layers (with tensor parallel,
+    # tp x pp ranks): each stage's worker sizes the block from its own layers only.
+    pipeline_parallel_size: Ranks | None = None
+    decode_context_parallel_size: Ranks | None = None
+    speculative_config: Speculative | None = None
 
     @field_validator("kv_cache_dtype")
     @classmethod
@@ -97,6 +157,11 @@ class Invariants(Strict):
 
     block_size: Count | None = None
     block_size_in: list[Count] | None = None
+    # The engine core's block: the smallest of its KV-cache groups' (max_model_len for a
+    # hybrid's state without prefix caching; an unaligned pipeline stage's).
+    engine_block_size: Count | None = None
+    # Each pipeline stage's worker block, stage 0 first.
+    stage_block_sizes: list[Count] | None = None
     kernel_block_sizes_include: list[Count] | None = None
     backends_include: list[str] | None = None
     # Backends that must reject the chosen size and still not stop the engine: the

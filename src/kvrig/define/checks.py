@@ -22,11 +22,19 @@ import difflib
 import itertools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvrig.define import column_names, gpus, lines, measured, modules, patterns, vllm_models
+from kvrig.define import (
+    column_names,
+    gpus,
+    knob_checks,
+    lines,
+    measured,
+    modules,
+    patterns,
+    vllm_models,
+)
 from kvrig.define.case_spec import (
     Case,
     EarlyError,
@@ -39,6 +47,7 @@ from kvrig.define.case_spec import (
 )
 from kvrig.define.cells import by_arch
 from kvrig.define.config_checks import stock_backends
+from kvrig.define.refusal import Refusal
 from kvrig.define.schema import Allowance, Matrix, MatrixError
 from kvrig.define.vllm_models import HYBRID_FAMILIES
 from kvrig.define.vllm_names import PLATFORM_BACKENDS
@@ -58,19 +67,6 @@ EXCEPTIONS = sorted(
 )
 # vLLM lets max_model_len pass the config's positions only with this set.
 LONG_MODEL_LEN = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """One mistake: the field it is at (a dotted path, as every refusal names it), what
-    is wrong and what to do."""
-
-    field: str
-    what: str
-    fix: str
-    # Where the field is no longer in the parsed data (a case's `measured:`, taken out
-    # before validation): its line as written.
-    line: int | None = None
 
 
 def check(
@@ -96,7 +92,9 @@ def refusals(data: Any, matrix: Matrix, configs: Configs, facts: Facts) -> Itera
         _error_types(matrix),
         _skip_layers(matrix, configs),
         _tp_splits(matrix, configs),
+        knob_checks.refusals(matrix, configs),
         _lengths_fit(matrix, configs),
+        _case_lengths_fit(matrix, configs),
         _prompts_fit(matrix),
         _weak_patterns(matrix),
         _late_errors_after_sizing(matrix),
@@ -300,11 +298,33 @@ def _checked_somewhere(matrix: Matrix, model: str) -> bool:
     )
 
 
-def _prompts_fit(matrix: Matrix) -> Iterator[Refusal]:
-    """A cell's prompt and the tokens it asks for must fit the model's length: the
-    engine refuses a longer prompt, and generates fewer tokens than asked past it."""
+def _case_lengths_fit(matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
+    """A case's own max_model_len is held to the positions as a model's is."""
     for i, case in enumerate(matrix.cases):
-        room = matrix.models[case.model].max_model_len
+        length = case.knobs.max_model_len
+        config = vllm_models.text_config(configs[case.model])
+        longest = config.get("max_position_embeddings")
+        if length is None or not isinstance(longest, int) or length <= longest:
+            continue
+        if _scaled(config) or not _configures(case):
+            continue
+        if all(LONG_MODEL_LEN in matrix.platforms[p].env for p in case.expect):
+            continue
+        yield Refusal(
+            f"cases.{i}.knobs.max_model_len",
+            f"max_model_len {length} is past {case.model}'s max_position_embeddings"
+            f" {longest}: vLLM refuses it before any engine starts (unless {LONG_MODEL_LEN}"
+            " is set)",
+            f"set a max_model_len of at most {longest}",
+        )
+
+
+def _prompts_fit(matrix: Matrix) -> Iterator[Refusal]:
+    """A cell's prompt and the tokens it asks for must fit the model's length (the case's
+    own where it sets one): the engine refuses a longer prompt, and generates fewer tokens
+    than asked past it."""
+    for i, case in enumerate(matrix.cases):
+        room = case.knobs.max_model_len or matrix.models[case.model].max_model_len
         if case.prompt_tokens + case.max_tokens <= room or not _configures(case):
             continue
         key = "max_tokens" if "prompt_tokens" not in case.model_fields_set else "prompt_tokens"

@@ -239,6 +239,13 @@ class Matrix(Strict):
                     f"cases.{i}.model: case {case.id!r} names unknown model {case.model!r}"
                     f" (known: {known})"
                 )
+            spec = case.knobs.speculative_config
+            if spec is not None and spec.model is not None and spec.model not in self.models:
+                known = ", ".join(sorted(self.models))
+                raise ValueError(
+                    f"cases.{i}.knobs.speculative_config.model: case {case.id!r} names unknown"
+                    f" drafter {spec.model!r} (known models: {known})"
+                )
             key = (case.model, case.id)
             if key in seen:
                 raise ValueError(f"cases.{i}.id: case {case.id!r} of {case.model!r} repeats")

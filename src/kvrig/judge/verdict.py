@@ -322,6 +322,14 @@ def _invariants_problem(expect: Runs, rec: Record, sizes: bool = True) -> str | 
         return f"block size {rec.worker_block_size}, expected {inv.block_size}"
     if sizes and inv.block_size_in is not None and rec.worker_block_size not in inv.block_size_in:
         return f"block size {rec.worker_block_size} not in {inv.block_size_in}"
+    if sizes and inv.engine_block_size not in (None, rec.engine_block_size):
+        return f"engine core block {rec.engine_block_size}, expected {inv.engine_block_size}"
+    if (
+        sizes
+        and inv.stage_block_sizes is not None
+        and rec.stage_block_sizes != inv.stage_block_sizes
+    ):
+        return f"pipeline stages at {rec.stage_block_sizes}, expected {inv.stage_block_sizes}"
     for size in inv.kernel_block_sizes_include or []:
         if size not in rec.kernel_block_sizes:
             return f"kernel block sizes {rec.kernel_block_sizes} lack {size}"

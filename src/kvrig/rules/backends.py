@@ -73,8 +73,10 @@ class PlatformRules:
     # CUDA and ROCm by published engine logs, docs/matrix.md "Where the rules come from"):
     # on an unconfirmed platform a mismatch is reported beside the verdict instead of failing.
     measured: bool = False
-    mla: Backend | None = None
+    mla: Backend | None = None  # a sparse-MLA (DSA) layer's
     indexer: Backend | None = None
+    # A dense MLA layer's (DeepSeek-V3, Kimi-Linear's latent layers).
+    dense_mla: Backend | None = None
     # Backends a case may name (--attention-backend) where they depend on the GPU and the
     # release (ROCm); kvrig.rules.blocksize.SELECTABLE holds the fixed ones elsewhere.
     selectable: Mapping[str, Backend] = field(default_factory=dict)

@@ -20,6 +20,9 @@ from kvrig.rules.versions import Rules, shown
 
 # NemotronH's config classes, whose "auto" SSM state follows NemotronHForCausalLMConfig.
 NEMOTRON_H = ("NemotronHForCausalLM",)
+# Kimi delta attention keeps its recurrent state in float32 unless told otherwise
+# (MambaStateDtypeCalculator.kda_state_dtype).
+KDA = ("KimiLinearForCausalLM",)
 _ARCH = re.compile(r"(?:sm_?)?(\d+)(?:\.(\d+))?$")
 
 
@@ -44,7 +47,9 @@ def ssm_dtype(
       (`MambaStateDtypeCalculator`).
     """
     chosen = dtype_name(knob) if knob not in (None, "auto") else "auto"
-    if chosen == "auto" and config_ssm_dtype:
+    if chosen == "auto" and architecture in KDA:
+        chosen = "float32"
+    elif chosen == "auto" and config_ssm_dtype:
         chosen = dtype_name(config_ssm_dtype)
     elif chosen == "auto" and architecture in NEMOTRON_H:
         if rules.nemotron_ssm_fallback is None:

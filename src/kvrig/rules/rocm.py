@@ -100,6 +100,10 @@ WHERE = {
 ATTENTION = ("ROCM_ATTN", "ROCM_AITER_UNIFIED_ATTN", "ROCM_AITER_FA", "TRITON_ATTN")
 
 
+# RocmAiterMLABackend.get_supported_kernel_block_sizes: any size (vLLM 0.34.0).
+ROCM_AITER_MLA = Backend("ROCM_AITER_MLA", (Kernel(1, True),))
+
+
 def backends(rules: versions.Rules) -> dict[str, Backend]:
     """The backends ROCm's selection reaches for kvrig's models at a release, by the name
     --attention-backend takes (AttentionBackendEnum's)."""
@@ -222,6 +226,9 @@ def platform_rules(
         mla=table["ROCM_AITER_MLA_SPARSE"],
         indexer=table["DEEPSEEK_V32_INDEXER"],
         selectable=table,
+        # Dense MLA layers with AITER on (without it vLLM finds no MLA prefill backend:
+        # kvrig.rules.refusals).
+        dense_mla=ROCM_AITER_MLA if aiter.found and aiter.enabled else None,
     )
 
 

@@ -104,6 +104,8 @@ EMULATED_PRELOAD = (
     "vllm.v1.core.kv_cache_planning",
     "vllm.model_executor.models.qwen3_5",
     "vllm.model_executor.models.falcon_h1",
+    "vllm.model_executor.models.lfm2",
+    "vllm.model_executor.models.mamba2",
     "kvrig.run.emulation.configure",
     # The backends the selectors try (importing FlashInfer alone takes seconds): optional,
     # as a backend whose module fails to import on a platform is one vLLM skips there.
@@ -115,6 +117,9 @@ EMULATED_PRELOAD = (
             "triton_attn",
             "flex_attention",
             "turboquant_attn",
+            "mla.flashattn_mla",
+            "mla.flashinfer_mla",
+            "mla.triton_mla",
             "mla.flashmla_sparse",
             "mla.flashattn_mla_sparse",
             "mla.flashinfer_mla_sparse",

@@ -477,13 +477,22 @@ def test_the_plugin_routes_exactly_the_prefixes_loading_accepts() -> None:
 def test_a_sibling_on_mla_layers_built_on_a_non_mla_backend_is_refused(tmp_path) -> None:
     data = repo_data()
     case, at = _case(data, "deepseek_v32", "sparse_sibling_rejects")
-    del case["crafted"]["siblings"][0]["base"]  # CUDA's default, FLASH_ATTN, is no MLA backend
+    case["crafted"]["siblings"][0]["base"] = "FLASH_ATTN"  # no MLA backend
     path = dumped(tmp_path, data)
     msg = refusal(path)
-    line = line_at(path, (*at, "crafted", "siblings", 0, "name"))
+    line = line_at(path, (*at, "crafted", "siblings", 0, "base"))
     field = ".".join(map(str, (*at, "crafted", "siblings", 0, "base")))
     assert msg.startswith(f"{path}:{line}: the matrix is invalid at {field}")
     assert "built on FLASH_ATTN" in msg
+
+
+def test_a_sibling_on_mla_layers_naming_no_base_takes_the_selector_s_mla_backend(
+    tmp_path,
+) -> None:
+    data = repo_data()
+    case, _ = _case(data, "deepseek_v32", "sparse_sibling_rejects")
+    del case["crafted"]["siblings"][0]["base"]
+    assert load(dumped(tmp_path, data)).cases
 
 
 def test_the_family_table_covers_the_matrix_s_models_and_what_kvrig_restates() -> None:
@@ -491,7 +500,10 @@ def test_the_family_table_covers_the_matrix_s_models_and_what_kvrig_restates() -
 
     family_of = vllm_models.FAMILY_OF
     assert set(shapes.RESTATED) == set(vllm_models.Family) - {vllm_models.Family.DSA}
-    assert set(family_of) <= set(vllm_models.ATTENTION_MODULE)
+    attention_free = {a for a, f in family_of.items() if f == vllm_models.Family.MAMBA}
+    assert attention_free, "the table names an attention-free architecture"
+    assert set(family_of) - attention_free <= set(vllm_models.ATTENTION_MODULE)
+    assert not attention_free & set(vllm_models.ATTENTION_MODULE)
     for name, spec in load(REPO_MATRIX).models.items():
         arch = vllm_models.architecture(models.render(spec))
         assert arch is not None, name

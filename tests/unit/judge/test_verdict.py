@@ -247,6 +247,7 @@ def hybrid_groups(size: int, mamba: int, per_token: int = 256) -> list[KVGroup]:
 # The tiny granite below AVX512-BF16: a bf16 state of 35072 B, aligned to 256.
 BF16_STATE_AT_256 = {
     "worker_block_size": 256,
+    "engine_block_size": 256,
     "kv_cache_groups": hybrid_groups(256, 35072),
     **alignment(256, 35072),
 }

@@ -393,3 +393,146 @@ def test_what_vllm_takes_is_still_answered(tmp_path: Path, capsys, argv, same_as
     got = json.loads(capsys.readouterr().out)
     assert main([*base, *same_as]) == 0
     assert got == json.loads(capsys.readouterr().out)
+
+
+# --- the engine arguments users run, and what a deployment sees past the block ------------
+
+
+def _shipped(name: str) -> dict:
+    from kvrig.define import models
+
+    return models.shipped_config(name)
+
+
+def _cuda(**kw) -> predict.Settings:
+    return predict.Settings(**{"platform": "cuda", "vllm": "0.34.0", "gpu_arch": "9.0", **kw})
+
+
+def test_an_unaligned_pipeline_stage_sets_the_engine_core_s_block_and_is_warned_of() -> None:
+    out = predict.predict(_shipped("nemotron-h.json"), _cuda(pp=2))
+    assert (out.block_size, out.stage_block_sizes, out.engine_block_size) == (320, (320, 64), 64)
+    assert any("vllm-project/vllm#51752" in w for w in out.warnings)
+    # Two stages that both hold attention size alike, and nothing is said.
+    both = predict.predict(_shipped("granite-hybrid-4l.json"), _cuda(pp=2))
+    assert (both.stage_block_sizes, both.engine_block_size, both.warnings) == ((192, 192), 192, [])
+
+
+def test_max_model_len_bounds_the_state_group_without_prefix_caching() -> None:
+    granite = _shipped("granite-hybrid-4l.json")
+    off = predict.predict(granite, _cuda(prefix_caching=False, max_model_len=128))
+    assert (off.block_size, off.engine_block_size, off.mamba_block_size) == (192, 128, 128)
+    assert off.cacheable_prefix is None  # no prefix caching: nothing is reused
+    on = predict.predict(granite, _cuda(max_model_len=128))
+    assert (on.engine_block_size, on.cacheable_prefix) == (192, 192)
+    assert any("prefix caching never hits" in w and "#54504" in w for w in on.warnings)
+
+
+def test_what_one_request_holds_is_a_block_of_every_group() -> None:
+    out = predict.predict(_shipped("kimi-linear-48b-mini.json"), _cuda(gpu_arch="10.0"))
+    assert (out.block_size, out.backend, out.kv_cache_groups) == (1920, "FLASHINFER_MLA", 4)
+    assert out.pinned_tokens == 4 * 1920
+
+
+def test_a_mamba_block_size_is_replaced_or_refused_as_vllm_does() -> None:
+    granite = _shipped("granite-hybrid-4l.json")
+    out = predict.predict(granite, _cuda(mamba_block_size=96))
+    assert out.mamba_block_size == 192
+    assert any("replaces --mamba-block-size 96" in w for w in out.warnings)
+    with pytest.raises(predict.shapes.ConfigError, match="can only be set with"):
+        predict.predict(granite, _cuda(mamba_block_size=96, prefix_caching=False))
+
+
+def test_an_attention_free_model_aligns_nothing_and_caches_no_prefix() -> None:
+    out = predict.predict(_shipped("mamba-codestral-7b-mini.json"), _cuda())
+    assert (out.block_size, out.engine_block_size, out.cacheable_prefix) == (64, 4096, None)
+    on = predict.predict(_shipped("mamba-codestral-7b-mini.json"), _cuda(prefix_caching=True))
+    assert (on.engine_block_size, on.cacheable_prefix) == (64, 64)
+
+
+def test_the_cli_takes_the_knobs_and_prints_what_the_engine_core_plans(
+    tmp_path: Path, capsys
+) -> None:
+    path = _write(tmp_path, _shipped("granite-hybrid-4l.json")) / "config.json"
+    spec = '{"method": "ngram", "num_speculative_tokens": 2}'
+    argv = ["predict", str(path), "--platform", "cuda", "--gpu-arch", "9.0", "--vllm", "0.34.0"]
+    assert main([*argv, "--speculative-config", spec, "--max-model-len", "128", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    # Two draft tokens widen the conv state (384 channels) by two positions.
+    assert got["mamba_page_bytes"] == 35072 + 2 * 384 * 2
+    assert (got["engine_block_size"], got["kv_cache_groups"]) == (192, 2)
+    assert got["warnings"] and "max_model_len (128)" in got["warnings"][0]
+    assert main([*argv, "--pp", "2"]) == 0
+    assert "engine core  192" in capsys.readouterr().out
+    assert main([*argv, "--speculative-config", '{"method": "fast"}']) == 2
+    assert "--speculative-config needs a method of vLLM's" in capsys.readouterr().err
+
+
+# --- `kvrig predict` and the emulated columns, cell for cell ------------------------------
+
+# Engine arguments a cell may set that `kvrig predict` has no flag for: vLLM refuses the
+# first two's settings here before sizing (kvrig.rules.refusals), and decode context
+# parallelism moves no size.
+NOT_PREDICTED = ("disable_hybrid_kv_cache_manager", "enable_chunked_prefill",
+                 "decode_context_parallel_size", "multiprocessing")  # fmt: skip
+
+
+def _emulated_cells():
+    from kvrig.define import gpus
+    from kvrig.define.cells import expand
+    from kvrig.define.matrix import load
+
+    matrix = load(ROOT / "matrix.yaml")
+    out = []
+    for platform in ("cuda", "xpu", "rocm"):
+        for arch in gpus.GPUS[platform]:
+            out += expand(matrix, platform, gpu_arch=arch, device_emulated=True)
+    return [
+        c
+        for c in out
+        if not c.case.crafted.replace
+        and not c.case.crafted.siblings
+        and not c.env.get("KVRIG_ROCM_AITER")
+        and c.model.family != "dsa"
+        and c.expect.outcome != "skip"
+        and all(getattr(c.case.knobs, k) is None for k in NOT_PREDICTED)
+    ]
+
+
+def _settings(cell) -> predict.Settings:
+    k = cell.case.knobs
+    spec = k.speculative_config
+    return predict.Settings(
+        platform=cell.platform,
+        vllm="0.34.0",
+        backend=k.attention_backend,
+        tp=k.tensor_parallel_size or 1,
+        dtype=cell.model.dtype,
+        kv_cache_dtype=k.kv_cache_dtype,
+        mamba_ssm_cache_dtype=k.mamba_ssm_cache_dtype,
+        block_size=k.block_size,
+        prefix_caching=k.enable_prefix_caching,
+        num_speculative_tokens=spec.num_speculative_tokens if spec else 0,
+        gpu_arch=cell.gpu_arch if cell.platform != "xpu" else None,
+        pp=k.pipeline_parallel_size or 1,
+        max_model_len=cell.max_model_len,
+        mamba_block_size=k.mamba_block_size,
+        mamba_cache_dtype=k.mamba_cache_dtype,
+        kv_cache_dtype_skip_layers=tuple(k.kv_cache_dtype_skip_layers or ()),
+    )
+
+
+@pytest.mark.parametrize("cell", _emulated_cells(), ids=lambda c: c.id)
+def test_predict_answers_each_emulated_cell_as_its_verdict_computes_it(cell) -> None:
+    from kvrig.rules import blocksize
+
+    exp = blocksize.expected(cell, cell.config, cpu=None, gpu_arch=cell.gpu_arch)
+    if exp.unsupported is not None or exp.rejecting or exp.phase1_error:
+        with pytest.raises(predict.shapes.ConfigError):
+            predict.predict(cell.config, _settings(cell))
+        return
+    got = predict.predict(cell.config, _settings(cell))
+    assert (got.block_size, got.engine_block_size, got.stage_block_sizes) == (
+        exp.block_size,
+        exp.engine_block_size,
+        exp.stage_block_sizes,
+    ), exp.explain()

@@ -77,6 +77,26 @@ _DEVICE = target()
 if _DEVICE is None or _DEVICE.platform != "xpu":  # pragma: no cover - a misuse, said loud
     raise RuntimeError("kvrig's emulated XPU platform was imported without KVRIG_EMULATE=xpu:*")
 
+# The Xe generation of each family kvrig emulates: vllm_xpu_kernels answers which one the
+# GPU is through device-query ops (torch.ops._xpu_C.is_xe2_arch, is_xe3_arch), which the
+# XPU MoE experts read as they are built (fused_moe/experts/xpu_moe.py).
+XE_GENERATION = {"bmg": 2}
+ARCH_QUERIES = (2, 3)
+
+
+def _answer_arch_queries(arch: str) -> torch.library.Library:
+    """The device-query ops, answering for the emulated device; kept for the process's
+    life (a dropped Library unregisters its ops)."""
+    lib = torch.library.Library("_xpu_C", "FRAGMENT")
+    for gen in ARCH_QUERIES:
+        name = f"is_xe{gen}_arch"
+        lib.define(f"{name}() -> bool")
+        lib.impl(name, lambda gen=gen: XE_GENERATION.get(arch) == gen, "CompositeExplicitAutograd")
+    return lib
+
+
+_ARCH_QUERIES = _answer_arch_queries(_DEVICE.arch)
+
 
 class EmulatedXpuPlatform(DeviceAnswers, XPUPlatform):
     device = _DEVICE

@@ -1,0 +1,96 @@
+"""What vLLM refuses for the engine arguments kvrig restates, before a block is sized.
+
+Some knob settings never reach the block-size steps: vLLM's config validation, its
+attention selector or its KV-cache planning stops the engine first, with words of its own.
+A cell expecting that refusal is held to it like any size, so each refusal is restated
+here, with the text vLLM raises (a case's `match` is checked against it).
+
+Pure: a cell's settings in, vLLM's refusal (or None) out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvrig.define.vllm_models import HYBRID_FAMILIES, MLA_FAMILIES, Family
+from kvrig.rules.planning import MAMBA_BLOCK_REFUSED, mamba_block_refused
+
+# The stock backends of CUDA's and ROCm's selectors all take multiples of 16 only: a
+# user's --block-size off them leaves the selector no valid backend.
+SELECTOR_GRANULE = 16
+PROMOTE_REFUSED = "Failed to promote local KV cache specs to one unified type."
+CHUNKED_REFUSED = "Chunked prefill is required for Mamba prefix caching."
+LAYOUT_REFUSED = "No KV cache layout satisfies every supported set"
+MLA_PREFILL_REFUSED = "No valid MLA prefill backend found"
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The settings a refusal depends on."""
+
+    platform: str
+    family: Family
+    align: bool  # prefix caching on (mamba_cache_mode align)
+    max_model_len: int
+    block_size: int | None = None
+    mamba_block_size: int | None = None
+    chunked_prefill: bool | None = None
+    hybrid_kv_cache_manager: bool = True
+    kv_cache_dtype: str | None = None
+    skip_layers: bool = False
+    decode_context_parallel: int = 1
+    aiter: bool = False
+
+
+def no_backend(platform: str) -> str:
+    """The selector's words when no backend is valid (vllm/attention/selector.py)."""
+    return f"No valid attention backend found for {platform}"
+
+
+def refusal(asked: Asked) -> str | None:
+    """vLLM's refusal of these settings, in its words, or None: each check in the order
+    vLLM meets them (config validation, the selector, the KV-cache planning)."""
+    for check in (_config, _selector, _planning):
+        found = check(asked)
+        if found is not None:
+            return found
+    return None
+
+
+def _config(asked: Asked) -> str | None:
+    """VllmConfig's validation and the hybrid model configs' asserts."""
+    if mamba_block_refused(asked.mamba_block_size, asked.align, asked.max_model_len):
+        return MAMBA_BLOCK_REFUSED
+    hybrid = asked.family in HYBRID_FAMILIES
+    if hybrid and asked.align and asked.chunked_prefill is False:
+        return CHUNKED_REFUSED  # MambaModelConfig.verify_and_update_config asserts it
+    return None
+
+
+def _selector(asked: Asked) -> str | None:
+    """The attention selector: CUDA's and ROCm's validate each backend with the user's
+    size; ROCm has no MLA prefill backend without AMD's aiter, and no decoder backend
+    that runs decode context parallelism."""
+    if asked.platform not in ("cuda", "rocm") or asked.family == Family.MAMBA:
+        return None
+    size = asked.block_size
+    if size is not None and size % SELECTOR_GRANULE:
+        return no_backend(asked.platform)
+    if asked.platform == "rocm" and asked.family in MLA_FAMILIES - {Family.DSA}:
+        return None if asked.aiter else MLA_PREFILL_REFUSED
+    if asked.platform == "rocm" and asked.decode_context_parallel > 1:
+        return no_backend("rocm")
+    return None
+
+
+def _planning(asked: Asked) -> str | None:
+    """The KV-cache planning: a hybrid's state and attention specs cannot be promoted to
+    one type without the hybrid manager; TurboQuant's packed layout shares none with the
+    skip layers' backend on a hybrid."""
+    hybrid = asked.family in HYBRID_FAMILIES
+    if hybrid and not asked.hybrid_kv_cache_manager:
+        return PROMOTE_REFUSED
+    turboquant = (asked.kv_cache_dtype or "").startswith("turboquant_")
+    if hybrid and turboquant and asked.skip_layers:
+        return LAYOUT_REFUSED
+    return None

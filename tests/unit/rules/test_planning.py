@@ -1,0 +1,110 @@
+"""What the engine core plans past the worker's block, and what vLLM refuses first, as the
+emulated columns of vLLM 0.34.0 showed them (results/*-emulated: the records'
+engine_block_size, stage sizes, kv_cache_groups and errors)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvrig.define.vllm_models import Family
+from kvrig.rules import planning, refusals
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "split"),
+    [
+        (4, 2, [range(0, 2), range(2, 4)]),
+        (5, 2, [range(0, 3), range(3, 5)]),
+        # The remainder goes to the stages before the last (get_pp_indices).
+        (7, 3, [range(0, 2), range(2, 5), range(5, 7)]),
+    ],
+)
+def test_stages_split_the_layers_as_vllm_does(layers: int, pp: int, split: list[range]) -> None:
+    assert planning.pipeline_split(layers, pp) == split
+
+
+@pytest.mark.parametrize(
+    ("family", "blocks", "align", "max_len", "planned"),
+    [
+        # granite at 192 without prefix caching, max_model_len 128: the state group's 128.
+        (Family.HYBRID_MAMBA, [192], False, 128, (128, 128)),
+        (Family.HYBRID_MAMBA, [192], False, 512, (512, 192)),
+        (Family.HYBRID_MAMBA, [192], True, 128, (192, 192)),
+        # nemotron_h over two stages, the second unaligned at 64 (vllm-project/vllm#51752).
+        (Family.HYBRID_MAMBA, [320, 64], True, 256, (320, 64)),
+        # An attention-free model has only its state group.
+        (Family.MAMBA, [64], False, 256, (256, 256)),
+        (Family.MAMBA, [64], True, 256, (64, 64)),
+        (Family.DENSE, [64], True, 256, (None, 64)),
+        (Family.MLA, [16], True, 256, (None, 16)),
+    ],
+)
+def test_the_engine_core_takes_the_smallest_group_block(
+    family: Family, blocks: list[int], align: bool, max_len: int, planned: tuple
+) -> None:
+    assert planning.core_blocks(family, blocks, align=align, max_model_len=max_len) == planned
+
+
+@pytest.mark.parametrize(
+    ("attention", "state", "groups"),
+    [
+        (2, 2, 2),  # granite: (192, 192)
+        (1, 3, 4),  # Kimi-Linear, LFM2's first four layers: group size 1
+        (10, 30, 4),  # Qwen3.6-35B-A3B: groups of 10
+        (12, 13, 2),  # within half of each other: groups of the larger, padded
+        (2, 0, 1),  # a dense model: one group
+        (0, 2, 1),  # an attention-free one: one group
+    ],
+)
+def test_groups_as_vllm_forms_them(attention: int, state: int, groups: int) -> None:
+    assert planning.group_count(attention, state) == groups
+
+
+def test_a_mamba_block_size_is_refused_only_without_prefix_caching() -> None:
+    assert planning.mamba_block_refused(96, align=False, max_model_len=256)
+    assert not planning.mamba_block_refused(96, align=True, max_model_len=256)
+    # max_model_len is the value vLLM sets itself: not the user's.
+    assert not planning.mamba_block_refused(256, align=False, max_model_len=256)
+    assert not planning.mamba_block_refused(None, align=False, max_model_len=256)
+
+
+def _asked(**kw: object) -> refusals.Asked:
+    base: dict = {"platform": "cuda", "family": Family.HYBRID_MAMBA, "align": True}
+    return refusals.Asked(**{**base, "max_model_len": 256, **kw})
+
+
+@pytest.mark.parametrize(
+    ("asked", "says"),
+    [
+        (_asked(mamba_block_size=96, align=False), "--mamba-block-size can only be set"),
+        (_asked(chunked_prefill=False), "Chunked prefill is required"),
+        (_asked(hybrid_kv_cache_manager=False), "Failed to promote local KV cache specs"),
+        (_asked(block_size=8), "No valid attention backend found for cuda"),
+        (_asked(platform="rocm", block_size=8), "No valid attention backend found for rocm"),
+        (_asked(platform="rocm", family=Family.MLA), "No valid MLA prefill backend found"),
+        (_asked(platform="rocm", family=Family.DENSE, decode_context_parallel=2), "for rocm"),
+        (
+            _asked(kv_cache_dtype="turboquant_4bit_nc", skip_layers=True),
+            "No KV cache layout satisfies",
+        ),
+    ],
+)
+def test_what_vllm_refuses_before_a_block_is_sized(asked: refusals.Asked, says: str) -> None:
+    found = refusals.refusal(asked)
+    assert found is not None and says in found
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        _asked(),
+        _asked(chunked_prefill=False, align=False),  # no prefix caching, no assert
+        _asked(family=Family.DENSE, hybrid_kv_cache_manager=False),
+        _asked(platform="cpu", block_size=8),  # CPU's worker fails late instead
+        _asked(platform="rocm", family=Family.MLA, aiter=True),
+        _asked(family=Family.DENSE, decode_context_parallel=2),
+        _asked(block_size=32),
+    ],
+)
+def test_what_vllm_takes_is_not_refused(asked: refusals.Asked) -> None:
+    assert refusals.refusal(asked) is None
