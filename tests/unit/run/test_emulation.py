@@ -701,3 +701,14 @@ def test_an_xpu_cell_that_reaches_for_torch_s_xpu_is_undecided() -> None:
     }
     rec = configured(cell, outcome="error", error=error)
     assert judge(cell, rec).status is Status.UNDECIDED
+
+
+def test_an_engine_core_call_the_emulated_executor_does_not_answer_names_itself() -> None:
+    from kvrig.run.emulation.configure import _Executor
+    from kvrig.run.vllm_plugin.symbols import MissingVllmSymbol
+
+    executor = _Executor([({"l": "spec"}, ["LBNHC"])], 1 << 20, None)  # type: ignore[arg-type]
+    assert executor.get_kv_cache_specs() == [{"l": "spec"}]
+    assert executor.determine_available_memory() == [1 << 20]
+    with pytest.raises(MissingVllmSymbol, match=r"model_executor\.reset_encoder_cache"):
+        executor.reset_encoder_cache()
