@@ -8,9 +8,10 @@ branch table
 process the cell forks (an emulated tensor-parallel rank) gets data of its own, a
 process ending in os._exit saves first, and a Python process vLLM spawns (the engine core
 and workers of a multiprocess CPU cell) starts measuring from the same settings and
-saves at its exit. The data go to the column's results folder (`coverage/`, beside
-`cells/`), each file named by its cell id, so the report can name a cell that took an
-arm; a small file beside them says which vLLM the cell ran.
+saves at its exit, which the cell asks of it (SIGTERM, which vLLM's processes turn into
+a normal exit) before it saves its own data. The data go to the column's results folder
+(`coverage/`, beside `cells/`), each file named by its cell id, so the report can name a
+cell that took an arm; a small file beside them says which vLLM the cell ran.
 """
 
 from __future__ import annotations
@@ -83,11 +84,25 @@ def measured(cell_file: Path) -> Iterator[None]:
     try:
         yield
     finally:
+        _end_children()
         if cov is not None:
             cov.stop()
             cov.save()
         meta.update(_vllm_of_process())
         (folder / (cell_id + META_SUFFIX)).write_text(json.dumps(meta))
+
+
+def _end_children(timeout_s: float = 20.0) -> None:
+    """The processes the cell started (a multiprocess engine's core and workers) asked to
+    end, so that each exits normally and saves its coverage; any still there after
+    `timeout_s` is left to the runner, which kills the cell's session."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    psutil.wait_procs(children, timeout=timeout_s)
 
 
 def _start(rc: Path, data_file: Path, meta: dict[str, Any]) -> Any:

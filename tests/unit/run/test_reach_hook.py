@@ -41,8 +41,18 @@ SCRIPT = textwrap.dedent(
             interface.child()
             os._exit(0)
         os.waitpid(pid, 0)
-        spawn = "from vllm.platforms import interface; interface.spawned()"
-        subprocess.run([sys.executable, "-c", spawn], check=True)
+        # An engine core that outlives the cell's work until asked to end (vLLM's turn
+        # SIGTERM into SystemExit).
+        spawn = (
+            "import signal, sys, time\\n"
+            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\\n"
+            "from vllm.platforms import interface\\n"
+            "interface.spawned()\\n"
+            "print('ready', flush=True)\\n"
+            "time.sleep(60)\\n"
+        )
+        core = subprocess.Popen([sys.executable, "-c", spawn], stdout=subprocess.PIPE)
+        core.stdout.readline()
     os._exit(0)  # as a cell ends, after writing its summary
     """
 )
