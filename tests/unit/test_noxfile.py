@@ -14,7 +14,7 @@ PROGRAMS = {"kvrig", "pytest", "ruff", "lint-imports", "hadolint", "mkdocs"}
 SESSIONS = {
     "local", "unit", "faults", "cpu_column", "container_cpu", "mutation", "emulated",
     "backend_facts", "tests", "cpu", "cuda", "xpu", "base_image", "lint", "report", "gate",
-    "bench", "cuda_image", "release_diff", "release", "rocm",
+    "bench", "cuda_image", "release_diff", "release", "rocm", "reach",
 }  # fmt: skip
 
 

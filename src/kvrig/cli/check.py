@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvrig.cli import reach
 from kvrig.cli.usage import UsageError
 from kvrig.containers import host_check, preflight
 from kvrig.define import column_choice, gpus
@@ -217,6 +218,7 @@ def register(sub: Any) -> None:
     b.add_argument("--platform", required=True, choices=("cpu", "cuda", "xpu", "rocm"))
     b.add_argument("--json", help="vLLM's answers (default: results/backend-facts/<platform>.json)")
     b.set_defaults(run=cmd_backend_facts)
+    reach.register(what)
 
 
 USER_ERRORS = (preflight.PreflightError, uv_cache.UvCacheError)

@@ -20,7 +20,7 @@ from kvrig.define import models
 from kvrig.define.cells import OFFLINE_ENV, Cell
 from kvrig.host import isa
 from kvrig.rules import blocksize
-from kvrig.run import emulation
+from kvrig.run import emulation, reach
 from kvrig.run.emulation import EMULATE_ENV
 from kvrig.run.identity import vllm_identity
 from kvrig.run.vllm_plugin import CRAFT_ENV, PROBE_ENV
@@ -295,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = Path(args[0])
     fault = os.environ.get(FAULT_ENV)
-    out = inject_fault(fault, workdir) if fault else run(workdir)
+    with reach.measured(workdir / CELL_FILE):  # only under `kvrig check reach`
+        out = inject_fault(fault, workdir) if fault else run(workdir)
     tmp = workdir / (FRONTEND_FILE + ".tmp")
     tmp.write_text(json.dumps(out, indent=2, default=str))
     tmp.replace(workdir / FRONTEND_FILE)
