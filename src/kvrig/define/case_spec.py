@@ -158,8 +158,9 @@ class Invariants(Strict):
     block_size: Count | None = None
     block_size_in: list[Count] | None = None
     # The engine core's block: the smallest of its KV-cache groups' (max_model_len for a
-    # hybrid's state without prefix caching; an unaligned pipeline stage's).
-    engine_block_size: Count | None = None
+    # hybrid's state without prefix caching; an unaligned pipeline stage's). `worker`: the
+    # worker's own block, whatever it is, so the fact holds for every release the cell runs.
+    engine_block_size: Count | Literal["worker"] | None = None
     # Each pipeline stage's worker block, stage 0 first.
     stage_block_sizes: list[Count] | None = None
     kernel_block_sizes_include: list[Count] | None = None

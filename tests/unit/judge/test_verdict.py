@@ -692,3 +692,18 @@ def test_a_real_engines_probe_hook_the_release_gave_no_place_names_the_missing_n
     v = judge(cell_with(RUNS), rec)
     assert v.status == "fail"
     assert f"probe not installed: prepare_kernel_block_sizes ({message})" in v.reason
+
+
+@pytest.mark.parametrize(("release", "start", "size"), [("0.33.0", 16, 144), ("0.34.0", 64, 192)])
+def test_an_engine_core_expected_at_the_workers_block_is_checked_at_any_release(
+    release: str, start: int, size: int
+) -> None:
+    # `engine_block_size: worker` holds for every release, where a number is the pinned
+    # release's only: a core below the worker's block fails at either.
+    worker = {"outcome": "runs", "invariants": {"engine_block_size": "worker"}}
+    cell = _gpu_cell("cuda", release, expect={"cuda": worker})
+    rec = _gpu_ran(cell, size, start=start)
+    assert judge(cell, rec).status == "pass"
+    below = judge(cell, rec.model_copy(update={"engine_block_size": start}))
+    assert below.status == "fail"
+    assert f"engine core block {start}, expected the worker's {size}" in below.reason
