@@ -221,6 +221,24 @@ ROCM_TRITON_FIRST = Switch(
     platforms=("rocm",),
 )
 
+# resolve_kv_cache_layout (vllm/v1/attention/backends/utils.py): 0.33.0 asserts that every
+# worker reports the same KV-cache layouts, so a pipeline stage without attention (which
+# reports the default preference) and one whose backend declares its own set stop the
+# engine; 0.34.0 merges the reports, and a worker with no declaration does not vote.
+KV_LAYOUTS_MERGED = Switch(
+    "kv_layouts_merged_across_workers",
+    since=(0, 34, 0),
+    old=False,
+    new=True,
+    old_seen=(0, 33, 0),
+    where="vllm/v1/attention/backends/utils.py: resolve_kv_cache_layout",
+    evidence=(
+        "read in the vllm 0.33.0 and 0.34.0 wheels; a pipeline stage without attention on"
+        " the emulated sm100 and ROCm columns"
+    ),
+    platforms=("cuda", "xpu", "rocm"),
+)
+
 SWITCHES = (
     DEFAULT_START,
     CPU_PHASE1,
@@ -231,6 +249,7 @@ SWITCHES = (
     PLAIN_ALIGN_MAMBA2,
     ROCM_ATTN_PREFERS_16,
     ROCM_TRITON_FIRST,
+    KV_LAYOUTS_MERGED,
 )
 
 

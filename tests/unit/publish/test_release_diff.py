@@ -303,3 +303,50 @@ def test_an_early_error_reworded_is_said_to_no_longer_read_as_the_checks_and_quo
     assert "'Block size 192 is refused by KVRIG_SIBLING.'" in move.why
     text = rd.terminal(found)
     assert "None" not in text and "naming ;" not in text
+
+
+def _refused(block: int, message: str, function: str = "_promote_local_kv_cache_specs") -> dict:
+    return {
+        "outcome": "error",
+        "error": {"type": "ValueError", "message": message, "function": function},
+        "kv_cache_sized_before_error": False,
+        "worker_block_size": block,
+        "layer_backends": {"model.layers.1.a": "FLASH_ATTN"},
+    }
+
+
+def test_a_refusal_on_both_sides_does_not_move_with_the_block_it_had_reached() -> None:
+    said = "Failed to promote local KV cache specs to one unified type."
+    assert rd.explain(_pair(_refused(144, said), _refused(192, said)), OLD, NEW) is None
+    other = _refused(192, "Something else.")
+    assert rd.explain(_pair(_refused(144, said), other), OLD, NEW) is not None
+
+
+def test_the_selector_s_reasons_are_read_in_name_order() -> None:
+    """The order is the platform's priority (a backends' move a switch explains), not the
+    error's; what each backend is refused for still is."""
+
+    def refused(reasons: str) -> dict:
+        text = f"No valid attention backend found for rocm. Reasons: {{{reasons}}}."
+        return _refused(8, text, "get_attn_backend_cls")
+
+    rocm_first = rd.observe(refused("ROCM_ATTN: [block_size], TRITON_ATTN: [DCP]")).error
+    triton_first = rd.observe(refused("TRITON_ATTN: [DCP], ROCM_ATTN: [block_size]")).error
+    assert rocm_first == triton_first
+    assert "Reasons: {ROCM_ATTN: [block_size], TRITON_ATTN: [DCP]}" in rocm_first
+    assert rd.observe(refused("ROCM_ATTN: [DCP], TRITON_ATTN: [DCP]")).error != rocm_first
+
+
+def test_a_group_of_smaller_pages_is_split_by_its_own_block() -> None:
+    """An fp8 group beside a bf16 one holds twice the tokens a block: its kernel block is
+    its own block's split, not the worker's."""
+    record = _ran(288)
+    record["kv_cache_groups"].append(
+        {"backends": ["FLASH_ATTN"], "kernel_block_size": 576, "block_size": 576}
+    )
+    seen = rd.observe(record)
+    predicted, _ = rd.predict(_cells("0.34.0"))
+    assert predicted is not None and rd.kernel_problem(seen, predicted) is None
+    record["kv_cache_groups"][-1]["block_size"] = 288
+    problem = rd.kernel_problem(rd.observe(record), predicted)
+    assert "split into kernel blocks of 576" in str(problem)

@@ -77,7 +77,8 @@ def _asked(**kw: object) -> refusals.Asked:
     ("asked", "says"),
     [
         (_asked(mamba_block_size=96, align=False), "--mamba-block-size can only be set"),
-        (_asked(chunked_prefill=False), "Chunked prefill is required"),
+        (_asked(chunked_prefill=False), "Chunked prefill is required for Mamba prefix caching"),
+        (_asked(chunked_prefill=False, release=(0, 32, 0)), "for mamba cache mode 'align'"),
         (_asked(hybrid_kv_cache_manager=False), "Failed to promote local KV cache specs"),
         (_asked(block_size=8), "No valid attention backend found for cuda"),
         (_asked(platform="rocm", block_size=8), "No valid attention backend found for rocm"),
@@ -108,3 +109,15 @@ def test_what_vllm_refuses_before_a_block_is_sized(asked: refusals.Asked, says: 
 )
 def test_what_vllm_takes_is_not_refused(asked: refusals.Asked) -> None:
     assert refusals.refusal(asked) is None
+
+
+def test_pipeline_stages_whose_layouts_differ_stop_an_engine_that_needs_them_to_agree() -> None:
+    """Before 0.34.0 the engine core asserts its workers report one set of KV-cache layouts:
+    a stage without attention reports the default preference, one with ROCM_ATTN its own."""
+    rocm = [frozenset({"ROCM_ATTN", "MAMBA2_ATTN"}), frozenset({"MAMBA2_ATTN"})]
+    assert refusals.layouts_disagree(rocm, merged=False) == refusals.LAYOUTS_DISAGREE
+    assert refusals.layouts_disagree(rocm, merged=True) is None  # 0.34.0 merges them
+    flash = [frozenset({"FLASH_ATTN", "MAMBA2_ATTN"}), frozenset({"MAMBA2_ATTN"})]
+    assert refusals.layouts_disagree(flash, merged=False) is None  # declares none either
+    both = [frozenset({"FLASHINFER"}), frozenset({"FLASHINFER", "MAMBA2_ATTN"})]
+    assert refusals.layouts_disagree(both, merged=False) is None
