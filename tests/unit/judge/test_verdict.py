@@ -11,7 +11,7 @@ from kvrig.judge.messages import early_error_backends
 from kvrig.judge.verdict import Status, judge
 from kvrig.run.record import ErrorInfo, KVGroup, Record
 
-from ..builders import BASE, ROOT, cell_with, gpu_matrix
+from ..builders import BASE, ROOT, UNREAD, cell_with, gpu_matrix
 from ..records import HOOKS, alignment, configured, failed, ran
 
 EARLY = "Aligned KV cache block size 384 is not supported by attention backend(s): {}."
@@ -600,9 +600,9 @@ def _cpu_cell_pinned(version: str, expect: dict[str, Any] = RUNS) -> Any:
 
 
 def test_a_release_newer_than_any_read_is_unread_not_passed() -> None:
-    v = judge(_cpu_cell_pinned("0.35.0"), ran(vllm_version="0.35.0", host=AVX512_BF16))
+    v = judge(_cpu_cell_pinned(UNREAD), ran(vllm_version=UNREAD, host=AVX512_BF16))
     assert v.status == "unread" and not v.passed
-    assert "not a pass" in v.reason and "not for 0.35.0" in v.reason
+    assert "not a pass" in v.reason and f"not for {UNREAD}" in v.reason
     assert "kvrig release diff" in v.reason
 
 
@@ -623,7 +623,7 @@ def test_an_overlay_that_changes_files_is_unread_and_one_that_changes_none_passe
 
 def test_a_failure_under_unread_rules_says_the_rules_may_not_be_this_vllms() -> None:
     v = judge(
-        _cpu_cell_pinned("0.35.0"), ran(vllm_version="0.35.0", tokens_generated=0, host=AVX512_BF16)
+        _cpu_cell_pinned(UNREAD), ran(vllm_version=UNREAD, tokens_generated=0, host=AVX512_BF16)
     )
     assert v.status == "fail"
     assert "judged by rules that may not be this vLLM's" in v.reason
@@ -642,8 +642,8 @@ def test_a_cell_that_does_not_rest_on_a_computed_size_is_judged_plainly() -> Non
         False,
         type_="NotImplementedError",
     )
-    rec = rec.model_copy(update={"vllm_version": "0.35.0", "host": AVX512_BF16})
-    v = judge(_cpu_cell_pinned("0.35.0", refused), rec)
+    rec = rec.model_copy(update={"vllm_version": UNREAD, "host": AVX512_BF16})
+    v = judge(_cpu_cell_pinned(UNREAD, refused), rec)
     assert v.status == "pass", v.reason
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kvrig.define import releases
 from kvrig.rules import backend_facts, backends, blocksize, predict, rocm, shapes, versions
 
 from ..checkpoints import GRANITE_4H_SMALL, QWEN35_27B, QWEN35_35B
@@ -263,7 +264,7 @@ def test_a_release_diff_names_rocm_s_switches() -> None:
         "kv_layouts_merged_across_workers",
     }
     assert versions.differing(versions.rules("cuda", "0.33.0"), versions.rules("cuda", "0.34.0"))
-    back = versions.reverted(_rules("0.34.0"), _rules("0.33.0"), versions.ROCM_TRITON_FIRST)
+    back = versions.reverted(_rules("0.34.0"), _rules("0.33.0"), releases.ROCM_TRITON_FIRST)
     assert rocm.default_backend("gfx1201", back) == "ROCM_ATTN"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvrig.define import releases
 from kvrig.rules import choices, shapes, versions
 
 from ..checkpoints import QWEN36_35B, TINY_GRANITE
@@ -66,7 +67,7 @@ def test_an_unknown_architecture_or_field_is_named() -> None:
 
 
 def test_a_switch_is_unknown_between_the_releases_it_was_seen_in() -> None:
-    sw = versions.NEMOTRON_SSM_FALLBACK
+    sw = releases.NEMOTRON_SSM_FALLBACK
     assert sw.at((0, 13, 0)) == "float16"
     assert sw.at((0, 20, 0)) is None
     assert sw.at((0, 32, 0)) == "float32"
