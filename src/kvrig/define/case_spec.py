@@ -34,15 +34,20 @@ class CraftedBackend(Strict):
     name: str = Field(pattern=BACKEND_NAME)
     # Kernel block sizes; `aligned` stands for the size alignment lands on for the cell's
     # platform and CPU class (kvrig.rules.blocksize), so a control accepts exactly it.
-    sizes: Annotated[list[Count | Literal["aligned"]], Field(min_length=1)]
+    # None at all (`[]`, plain only) is a backend vLLM reads as taking any size.
+    sizes: list[Count | Literal["aligned"]]
     exact: bool = True
 
-    @field_validator("sizes")
-    @classmethod
-    def _a_number_first(cls, sizes: list[int | str]) -> list[int | str]:
-        if not any(isinstance(s, int) for s in sizes):
-            raise ValueError("needs at least one numeric size beside `aligned`")
-        return sizes
+    @model_validator(mode="after")
+    def _a_number_first(self) -> CraftedBackend:
+        if not self.sizes and self.exact:
+            raise ValueError(
+                "sizes: an exact backend declaring no size accepts none; declare one, or"
+                " set exact: false for a backend that declares none and so takes any size"
+            )
+        if self.sizes and not any(isinstance(s, int) for s in self.sizes):
+            raise ValueError("sizes: needs at least one numeric size beside `aligned`")
+        return self
 
 
 class Sibling(CraftedBackend):
@@ -139,7 +144,16 @@ class Knobs(Strict):
     # tp x pp ranks): each stage's worker sizes the block from its own layers only.
     pipeline_parallel_size: Ranks | None = None
     decode_context_parallel_size: Ranks | None = None
+    # The DCP interleave (--cp-kv-cache-interleave-size): tokens a rank takes in turn,
+    # which vLLM asserts divide the block.
+    cp_kv_cache_interleave_size: Count | None = None
     speculative_config: Speculative | None = None
+    # Prefix-cache hits at another unit than the block (--prefix-match-unit): vLLM
+    # refuses one with a single KV-cache group.
+    prefix_match_unit: Count | None = None
+    # Multimodal input scheduled whole (--disable-chunked-mm-input): a Mamba state's
+    # prefix caching needs chunks, and vLLM asserts it.
+    disable_chunked_mm_input: StrictBool | None = None
 
     @field_validator("kv_cache_dtype")
     @classmethod
@@ -309,10 +323,18 @@ def arch_keys(key: str) -> list[str]:
 # ROCm image; an emulated ROCm cell then gets kvrig's stand-in for it
 # (kvrig.run.emulation.rocm_platform). Unset: no aiter, as with vLLM's PyPI wheel.
 AITER_ENV = "KVRIG_ROCM_AITER"
-# The engine environment a case may set: ROCm's AITER switches, which kvrig.rules.rocm
-# reads as vLLM does (VLLM_ROCM_USE_AITER and VLLM_ROCM_USE_AITER_MHA, vllm/envs.py), and
-# AITER_ENV. Any other variable could change an outcome the rules do not know of.
-CASE_ENV = (AITER_ENV, "VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_MHA")
+# The engine environment a case may set, each variable with the platforms whose selector
+# kvrig's rules read it for: ROCm's AITER switches (VLLM_ROCM_USE_AITER and
+# VLLM_ROCM_USE_AITER_MHA, vllm/envs.py, read by kvrig.rules.rocm) and AITER_ENV; XPU's
+# batch invariance (VLLM_BATCH_INVARIANT, which sends XPU's selector to TRITON_ATTN). Any
+# other variable, or one of these elsewhere, could change an outcome the rules do not know of.
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
+CASE_ENV: dict[str, tuple[str, ...]] = {
+    AITER_ENV: ("rocm",),
+    "VLLM_ROCM_USE_AITER": ("rocm",),
+    "VLLM_ROCM_USE_AITER_MHA": ("rocm",),
+    BATCH_INVARIANT_ENV: ("xpu",),
+}
 
 
 class Case(Strict):
@@ -323,8 +345,8 @@ class Case(Strict):
     review: str = ""
     known_defect: KnownDefect | None = None
     knobs: Knobs = Field(default_factory=Knobs)
-    # The engine's environment beside the platform's (CASE_ENV's names only; ROCm only):
-    # AITER on, where vLLM's ROCm selection differs with it.
+    # The engine's environment beside the platform's (CASE_ENV's names, each on its
+    # platforms only): where vLLM's selection differs with it.
     env: dict[str, str] = Field(default_factory=dict)
     crafted: Crafted = Field(default_factory=Crafted)
     expect: dict[Platform, Expectation]
@@ -360,13 +382,15 @@ class Case(Strict):
         return env
 
     @model_validator(mode="after")
-    def _env_is_rocm_s(self) -> Case:
-        others = sorted(p for p in self.expect if p != "rocm")
-        if self.env and others:
-            raise ValueError(
-                f"env: ROCm's AITER switches, and the case expects on {', '.join(others)} too;"
-                " give the ROCm expectation a case of its own"
-            )
+    def _env_on_its_platforms(self) -> Case:
+        for name in self.env:
+            others = sorted(p for p in self.expect if p not in CASE_ENV[name])
+            if others:
+                raise ValueError(
+                    f"env: {name} is read on {', '.join(CASE_ENV[name])} only, and the case"
+                    f" expects on {', '.join(others)} too; give that expectation a case of"
+                    " its own"
+                )
         return self
 
 

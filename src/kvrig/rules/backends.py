@@ -41,10 +41,14 @@ class Backend:
 
     @property
     def smallest(self) -> int:
-        return min(k.size for k in self.kernels)
+        """The smallest declared size; 1 for a backend declaring none, as phase 1 counts it."""
+        return min((k.size for k in self.kernels), default=1)
 
     def supports(self, block_size: int) -> bool:
-        """AttentionBackend.supports_block_size: an int or MultipleOf accepts multiples."""
+        """AttentionBackend.supports_block_size: an int or MultipleOf accepts multiples, and
+        a backend declaring no sizes accepts any."""
+        if not self.kernels and not self.exact:
+            return True
         if self.exact:
             return block_size in {k.size for k in self.kernels}
         return any(block_size % k.size == 0 for k in self.kernels)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvrig.define.case_spec import CraftedBackend
+from kvrig.define.case_spec import BATCH_INVARIANT_ENV, CraftedBackend
 from kvrig.define.cells import Cell
 from kvrig.define.models import prefix_matches
 from kvrig.define.vllm_models import (
@@ -222,12 +222,24 @@ def platform_rules(cell: Cell, release: versions.Rules | None = None) -> Platfor
         mla = cuda.mla_backend(cell.gpu_arch, knobs.block_size)
         return replace(RULES["cuda"], default=chosen, dense_mla=mla)
     rules = RULES[cell.platform] if cell.platform != "rocm" else None
+    if cell.platform == "xpu" and _xpu_falls_back_to_triton(cell):
+        rules = replace(RULES["xpu"], default=SELECTABLE["xpu"]["TRITON_ATTN"])
     if rules is None:
         rules = rocm.platform_rules(**rocm_selection(cell, release))
     if cell.platform != "cpu" and (knobs.kv_cache_dtype or "").startswith("turboquant_"):
         # TURBOQUANT is the one backend that takes its caches, on every GPU platform.
         rules = replace(rules, default=cuda.TURBOQUANT)
     return rules
+
+
+def _xpu_falls_back_to_triton(cell: Cell) -> bool:
+    """XPUPlatform.get_attn_backend_cls: FlashAttention on XPU takes no float32 model, and
+    is not validated for batch invariance (VLLM_BATCH_INVARIANT) unless asked for by name;
+    the selector then gives TRITON_ATTN."""
+    if cell.model.dtype == "float32":
+        return True
+    invariant = cell.env.get(BATCH_INVARIANT_ENV, "0") not in ("", "0")
+    return invariant and cell.case.knobs.attention_backend != "FLASH_ATTN"
 
 
 def rocm_selection(cell: Cell, release: versions.Rules | None = None) -> dict[str, Any]:
@@ -292,7 +304,8 @@ def phase1(backends: Sequence[Backend], default: int) -> int | None:
         return backends[0].preferred(default)
     if all(b.supports(default) for b in backends):
         return default
-    choices = [sorted({k.size for k in b.kernels}) for b in backends]
+    # A backend declaring no sizes accepts any, so it contributes 1.
+    choices = [sorted({k.size for k in b.kernels}) or [1] for b in backends]
     candidates = sorted({math.lcm(*combo) for combo in itertools.product(*choices)})
     for size in candidates:
         if all(b.supports(size) for b in backends):
@@ -430,7 +443,8 @@ def _expected(
     knobs = cell.case.knobs
     family = cell.model.family
     avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
-    refusal = refusals.refusal(asked(cell, rules.version))
+    head = None if family in MLA_FAMILIES else shapes.shapes(config).head_size
+    refusal = refusals.refusal(replace(asked(cell, rules.version), head_size=head))
     if refusal is not None:
         return Expected(None, steps=[refusal], unsupported=refusal)
     if cell.platform == "cpu" and family == Family.MLA:
@@ -472,7 +486,7 @@ def _expected(
         return with_core_blocks(cell, unaligned_stage(cell, rules, None), [], rules)
     split = pipeline_stages(cell, config)
     if split is None:
-        return with_core_blocks(cell, stage(None), [], rules)
+        return held(cell, with_core_blocks(cell, stage(None), [], rules), rules)
     own = [set(attention_layers(config, family)) & set(layers) for layers in split]
     names = [
         frozenset(b.name for b in layer_backends(cell, config, aligned, rules, sorted(layers)))
@@ -536,7 +550,33 @@ def asked(cell: Cell, release: versions.Version | None = None) -> refusals.Asked
         decode_context_parallel=knobs.decode_context_parallel_size or 1,
         aiter=rocm.aiter_mla_prefill(cell.gpu_arch or rocm.DEFAULT_ARCH, rocm.aiter_of(cell.env)),
         release=release,
+        attention_backend=knobs.attention_backend,
+        gpu_major=(
+            choices.compute_capability(cell.gpu_arch)[0]
+            if cell.platform == "cuda" and cell.gpu_arch
+            else None
+        ),
+        chunked_mm_input=not knobs.disable_chunked_mm_input,
+        prefix_match_unit=knobs.prefix_match_unit,
+        one_group=(
+            cell.model.family not in HYBRID_FAMILIES | {Family.MAMBA}
+            and not knobs.kv_cache_dtype_skip_layers
+            and knobs.speculative_config is None
+        ),
+        prefix_caching=knobs.enable_prefix_caching is not False,
+        cp_interleave=knobs.cp_kv_cache_interleave_size or 1,
     )
+
+
+def held(cell: Cell, exp: Expected, rules: versions.Rules) -> Expected:
+    """The sized block held to what vLLM checks of it after sizing (refusals.after_sizing)."""
+    if exp.block_size is None or exp.rejecting or exp.phase1_error:
+        return exp
+    refusal = refusals.after_sizing(asked(cell, rules.version), exp.block_size)
+    if refusal is not None:
+        exp.steps.append(refusal)
+        exp.unsupported = refusal
+    return exp
 
 
 def pipeline_stages(cell: Cell, config: dict[str, Any]) -> list[range] | None:

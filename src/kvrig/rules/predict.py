@@ -23,7 +23,7 @@ from kvrig.define.vllm_models import (
     text_config,
 )
 from kvrig.host import isa
-from kvrig.rules import choices, cuda, planning, rocm, shapes, versions
+from kvrig.rules import choices, cuda, planning, refusals, rocm, shapes, versions
 from kvrig.rules.blocksize import (
     RULES,
     Backend,
@@ -396,6 +396,20 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
     early = _no_attention(config, s, settings)
     if early is not None:
         raise shapes.ConfigError(early)
+    cuda_arch = settings.gpu_arch if settings.platform == "cuda" else None
+    named = refusals.named_invalid(
+        settings.platform,
+        s.family,
+        settings.backend and settings.backend.upper(),
+        settings.kv_cache_dtype,
+        choices.compute_capability(cuda_arch)[0] if cuda_arch else None,
+        s.head_size,
+    )
+    if named is not None:
+        raise shapes.ConfigError(
+            f"vLLM refuses --attention-backend {settings.backend} here: {named}. Name"
+            " another backend, or leave --attention-backend out."
+        )
     chosen = backend(settings, s.family)
     kv = kv_dtype(dtype, settings.kv_cache_dtype)
     kv = kv if kv in shapes.TURBOQUANT_BITS else shapes.dtype_name(kv)

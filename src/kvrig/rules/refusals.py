@@ -28,6 +28,16 @@ CHUNKED_REWORDED_IN = (0, 33, 0)
 LAYOUT_REFUSED = "No KV cache layout satisfies every supported set"
 MLA_PREFILL_REFUSED = "No valid MLA prefill backend found"
 LAYOUTS_DISAGREE = "Workers disagree on supported KV cache layouts"
+CHUNKED_MM_REFUSED = "Chunked MM input is required"
+# XPUPlatform.get_attn_backend_cls: the only backends a decoder layer may be given by name
+# there; any other is refused.
+XPU_NAMED = frozenset(("FLASH_ATTN", "TRITON_ATTN"))
+# FlashAttention reads an fp8 KV cache with FA3 (SM9.x) or FA4 (SM10.x) only
+# (fa_utils.flash_attn_supports_kv_cache_dtype); ROCm's FLASH_ATTN takes none.
+FA_FP8_MAJORS = (9, 10)
+# FA4 on SM10.x reads one for heads up to 256; SM90's FA4 serves heads of 512 too.
+FA4_SM100_HEADS = 256
+FA_FP8_DTYPES = ("fp8", "fp8_e4m3")
 # The attention backends whose class declares the KV-cache layouts its kernels take
 # (supported_kv_cache_layouts, vLLM 0.33.0); any other, and a state backend, reports the
 # default preference.
@@ -72,6 +82,16 @@ class Asked:
     decode_context_parallel: int = 1
     aiter: bool = False  # an MLA prefill backend from AITER (rocm.aiter_mla_prefill)
     release: tuple[int, ...] | None = None  # the vLLM release (None: the newest read)
+    attention_backend: str | None = None  # --attention-backend
+    gpu_major: int | None = None  # the CUDA compute capability's major (None: unknown)
+    head_size: int | None = None  # an attention layer's (None: unknown)
+    chunked_mm_input: bool = True
+    # What the sized block is held to: --prefix-match-unit (with one KV-cache group and
+    # prefix caching on) and DCP's interleave.
+    prefix_match_unit: int | None = None
+    one_group: bool = False
+    prefix_caching: bool = True
+    cp_interleave: int = 1
 
 
 def no_backend(platform: str) -> str:
@@ -98,6 +118,39 @@ def _config(asked: Asked) -> str | None:
         # MambaModelConfig.verify_and_update_config asserts it
         old = asked.release is not None and asked.release < CHUNKED_REWORDED_IN
         return CHUNKED_REFUSED_0_32 if old else CHUNKED_REFUSED
+    if hybrid and asked.align and not asked.chunked_mm_input:
+        # VllmConfig.validate_block_size asserts it for the Mamba cache's align mode
+        return CHUNKED_MM_REFUSED
+    return None
+
+
+def named_invalid(
+    platform: str,
+    family: Family,
+    name: str | None,
+    kv_cache_dtype: str | None,
+    gpu_major: int | None,
+    head_size: int | None = None,
+) -> str | None:
+    """A backend named with --attention-backend that the selector finds invalid: XPU
+    serves a decoder layer only its own two; FlashAttention on CUDA reads an fp8 KV cache
+    only with FA3 (SM90) or FA4 (SM90 and, for heads up to 256, SM10.x), an unknown GPU
+    taken as able; ROCm's never."""
+    if name is None or family in MLA_FAMILIES:
+        return None
+    if platform == "xpu" and name not in XPU_NAMED:
+        return "Invalid attention backend for xpu"
+    fp8 = name == "FLASH_ATTN" and kv_cache_dtype in FA_FP8_DTYPES
+    wide = head_size is not None and head_size > FA4_SM100_HEADS
+    no_fa_fp8 = platform == "rocm" or (
+        platform == "cuda"
+        and gpu_major is not None
+        and (gpu_major not in FA_FP8_MAJORS or (gpu_major == 10 and wide))
+    )
+    if fp8 and no_fa_fp8:
+        return (
+            "Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration"
+        )
     return None
 
 
@@ -105,8 +158,16 @@ def _selector(asked: Asked) -> str | None:
     """The attention selector: CUDA's and ROCm's validate each backend with the user's
     size; ROCm has no MLA prefill backend without AMD's aiter, and no decoder backend
     that runs decode context parallelism."""
-    if asked.platform not in ("cuda", "rocm") or asked.family == Family.MAMBA:
-        return None
+    named = named_invalid(
+        asked.platform,
+        asked.family,
+        asked.attention_backend,
+        asked.kv_cache_dtype,
+        asked.gpu_major,
+        asked.head_size,
+    )
+    if named is not None or asked.platform not in ("cuda", "rocm") or asked.family == Family.MAMBA:
+        return named
     size = asked.block_size
     if size is not None and size % SELECTOR_GRANULE:
         return no_backend(asked.platform)
@@ -127,4 +188,23 @@ def _planning(asked: Asked) -> str | None:
     turboquant = (asked.kv_cache_dtype or "").startswith("turboquant_")
     if hybrid and turboquant and asked.skip_layers:
         return LAYOUT_REFUSED
+    return None
+
+
+def after_sizing(asked: Asked, block_size: int) -> str | None:
+    """What vLLM holds the sized block to, in its words: DCP's interleave must divide it
+    (VllmConfig.validate_block_size), and a --prefix-match-unit other than it means
+    nothing with one KV-cache group (resolve_kv_cache_block_sizes)."""
+    cp = asked.cp_interleave
+    if asked.decode_context_parallel > 1 and (cp > block_size or block_size % cp):
+        return (
+            f"Block_size({block_size}) should be greater than or equal to and divisible by"
+            f" cp_kv_cache_interleave_size ({cp})."
+        )
+    unit = asked.prefix_match_unit
+    if unit not in (None, block_size) and asked.one_group and asked.prefix_caching:
+        return (
+            f"Invalid prefix_match_unit={unit}; with a single KV cache group, prefix-cache"
+            f" hits land on the block size ({block_size})."
+        )
     return None

@@ -165,6 +165,9 @@ PASSED_KNOBS = (
     "tensor_parallel_size",
     "pipeline_parallel_size",
     "decode_context_parallel_size",
+    "cp_kv_cache_interleave_size",
+    "prefix_match_unit",
+    "disable_chunked_mm_input",
 )
 
 

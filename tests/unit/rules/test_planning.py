@@ -73,6 +73,11 @@ def _asked(**kw: object) -> refusals.Asked:
     return refusals.Asked(**{**base, "max_model_len": 256, **kw})
 
 
+def _fa_fp8(**kw: object) -> refusals.Asked:
+    """FlashAttention named beside an fp8 KV cache, on a dense model."""
+    return _asked(family=Family.DENSE, attention_backend="FLASH_ATTN", kv_cache_dtype="fp8", **kw)
+
+
 @pytest.mark.parametrize(
     ("asked", "says"),
     [
@@ -88,6 +93,17 @@ def _asked(**kw: object) -> refusals.Asked:
             _asked(kv_cache_dtype="turboquant_4bit_nc", skip_layers=True),
             "No KV cache layout satisfies",
         ),
+        (_asked(chunked_mm_input=False), "Chunked MM input is required"),
+        (
+            _asked(family=Family.DENSE, attention_backend="FLASHINFER", platform="xpu"),
+            "Invalid attention backend for xpu",
+        ),
+        *(
+            (_fa_fp8(platform=platform, gpu_major=major), "FLASH_ATTN is not valid")
+            for platform, major in (("cuda", 8), ("cuda", 12), ("rocm", None))
+        ),
+        # SM100's FA4 reads fp8 for heads up to 256; SM90's serves 512 too.
+        (_fa_fp8(gpu_major=10, head_size=512), "is not valid for this configuration"),
     ],
 )
 def test_what_vllm_refuses_before_a_block_is_sized(asked: refusals.Asked, says: str) -> None:
@@ -105,6 +121,12 @@ def test_what_vllm_refuses_before_a_block_is_sized(asked: refusals.Asked, says: 
         _asked(platform="rocm", family=Family.MLA, aiter=True),
         _asked(family=Family.DENSE, decode_context_parallel=2),
         _asked(block_size=32),
+        _asked(chunked_mm_input=False, align=False),  # no align mode, no assert
+        _asked(family=Family.DENSE, attention_backend="TRITON_ATTN", platform="xpu"),
+        # FA3 on SM90 and FA4 on SM100 read fp8; an unknown GPU is not refused.
+        *(_fa_fp8(gpu_major=major) for major in (9, 10, None)),
+        _fa_fp8(gpu_major=9, head_size=512),
+        _asked(family=Family.MLA, attention_backend="FLASHINFER", platform="xpu"),
     ],
 )
 def test_what_vllm_takes_is_not_refused(asked: refusals.Asked) -> None:
@@ -121,3 +143,15 @@ def test_pipeline_stages_whose_layouts_differ_stop_an_engine_that_needs_them_to_
     assert refusals.layouts_disagree(flash, merged=False) is None  # declares none either
     both = [frozenset({"FLASHINFER"}), frozenset({"FLASHINFER", "MAMBA2_ATTN"})]
     assert refusals.layouts_disagree(both, merged=False) is None
+
+
+def test_the_sized_block_is_held_to_dcp_s_interleave_and_the_prefix_match_unit() -> None:
+    dcp = _asked(family=Family.DENSE, decode_context_parallel=2, cp_interleave=48)
+    assert "divisible by cp_kv_cache_interleave_size (48)" in (refusals.after_sizing(dcp, 64) or "")
+    assert refusals.after_sizing(dcp, 96) is None
+    assert refusals.after_sizing(_asked(cp_interleave=48), 64) is None  # no DCP, no assert
+    unit = _asked(family=Family.DENSE, one_group=True, prefix_match_unit=32)
+    assert "Invalid prefix_match_unit=32" in (refusals.after_sizing(unit, 64) or "")
+    assert refusals.after_sizing(unit, 32) is None  # the block itself
+    for other in ({"one_group": False}, {"prefix_caching": False}):
+        assert refusals.after_sizing(_asked(**{**unit.__dict__, **other}), 64) is None

@@ -480,7 +480,8 @@ def test_the_cli_takes_the_knobs_and_prints_what_the_engine_core_plans(
 # first two's settings here before sizing (kvrig.rules.refusals), and decode context
 # parallelism moves no size.
 NOT_PREDICTED = ("disable_hybrid_kv_cache_manager", "enable_chunked_prefill",
-                 "decode_context_parallel_size", "multiprocessing")  # fmt: skip
+                 "decode_context_parallel_size", "multiprocessing", "prefix_match_unit",
+                 "disable_chunked_mm_input")  # fmt: skip
 
 
 def _emulated_cells():
