@@ -233,9 +233,9 @@ def platform_rules(cell: Cell, release: versions.Rules | None = None) -> Platfor
 
 
 def _xpu_falls_back_to_triton(cell: Cell) -> bool:
-    """XPUPlatform.get_attn_backend_cls: FlashAttention on XPU takes no float32 model, and
-    is not validated for batch invariance (VLLM_BATCH_INVARIANT) unless asked for by name;
-    the selector then gives TRITON_ATTN."""
+    """FlashAttention on XPU takes no float32 model (XPUPlatform.get_attn_backend_cls), and
+    a batch-invariant engine (VLLM_BATCH_INVARIANT) with no backend named defaults to
+    TRITON_ATTN (EngineArgs); XPU's selector honours a named FLASH_ATTN there."""
     if cell.model.dtype == "float32":
         return True
     invariant = cell.env.get(BATCH_INVARIANT_ENV, "0") not in ("", "0")

@@ -196,7 +196,8 @@ def _exact_without_sizes(data: dict[str, Any]) -> Loc:
 def _env_off_its_platform(data: dict[str, Any]) -> Loc:
     """XPU's batch-invariance switch on a case that also expects on CUDA, where kvrig's
     rules do not read it: refused at the case."""
-    case, at = _case(data, "llama", "batch_invariant")
+    case, at = _case(data, "llama_fp32", "float32")
+    case["env"] = {"VLLM_BATCH_INVARIANT": "1"}
     case["expect"]["cuda"] = "runs"
     return at
 
