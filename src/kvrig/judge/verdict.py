@@ -323,6 +323,9 @@ def _invariants_problem(expect: Runs, rec: Record, sizes: bool = True) -> str | 
     for size in inv.kernel_block_sizes_include or []:
         if size not in rec.kernel_block_sizes:
             return f"kernel block sizes {rec.kernel_block_sizes} lack {size}"
+    exact = inv.kernel_block_sizes
+    if exact is not None and list(rec.kernel_block_sizes) != exact:
+        return f"kernel block sizes {rec.kernel_block_sizes}, expected exactly {exact}"
     for name in inv.backends_include or []:
         if name not in rec.layer_backends.values():
             return f"no layer uses backend {name}"

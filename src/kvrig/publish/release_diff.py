@@ -30,7 +30,7 @@ from kvrig.define.vllm_names import STATE_BACKENDS
 from kvrig.judge.computed import computed_kind
 from kvrig.judge.messages import EARLY_FUNCTION, early_error_backends
 from kvrig.publish import compare
-from kvrig.rules import backend_facts, blocksize, shapes, versions
+from kvrig.rules import backend_facts, blocksize, refusals, shapes, versions
 from kvrig.rules.backends import Backend, NoCommonKernelBlock, kernel_block_size
 
 Row = dict[str, Any]
@@ -201,6 +201,8 @@ class Predicted:
     # The same backends as the rules see them, for the worker's kernel block; not part of
     # what a release's rules compute as an outcome, so not compared.
     chosen: tuple[Backend, ...] = field(default=(), compare=False)
+    # A block-outermost KV-cache layout: every group's block is its kernel block.
+    whole_kernel_blocks: bool = field(default=False, compare=False)
 
     def text(self) -> str:
         if self.kind == "early_error":
@@ -217,11 +219,14 @@ def predict(cell: Cell, rules: versions.Rules | None = None) -> tuple[Predicted 
     except (shapes.ConfigError, KeyError, ValueError) as exc:
         return None, str(exc)
     kind = computed_kind(exp)
+    asked = blocksize.asked(cell, rules or blocksize.cell_rules(cell))
     try:
         chosen = tuple(blocksize.layer_backends(cell, cell.config, exp.block_size, release=rules))
         backends: tuple[str, ...] | None = tuple(sorted({b.name for b in chosen}))
     except (shapes.ConfigError, KeyError, ValueError):
         chosen, backends = (), None
+    if exp.unsupported is not None and exp.unsupported == refusals.config_refusal(asked):
+        chosen, backends = (), ()  # refused by the configuration: no backend was selected
     predicted = Predicted(
         kind,
         exp.block_size,
@@ -229,6 +234,7 @@ def predict(cell: Cell, rules: versions.Rules | None = None) -> tuple[Predicted 
         backends,
         tuple(exp.stage_block_sizes),
         chosen,
+        blocksize.block_outermost(cell),
     )
     return predicted, exp.explain()
 
@@ -244,7 +250,10 @@ def kernel_problem(seen: Observed, predicted: Predicted) -> str | None:
         if len(members) != len(names) or seen.block is None:
             return f"a group of {', '.join(names)}, backends its rules do not choose together"
         try:
-            computed = _as_n(str(kernel_block_size(own or seen.block, members)), seen.block)
+            size = kernel_block_size(
+                own or seen.block, members, whole=predicted.whole_kernel_blocks
+            )
+            computed = _as_n(str(size), seen.block)
         except NoCommonKernelBlock:
             computed = "no kernel block"
         if computed != kernel:

@@ -90,15 +90,16 @@ class NoCommonKernelBlock(ValueError):
     """The worker finds no kernel block size for the block (vLLM's late error)."""
 
 
-def kernel_block_size(block_size: int, backends: Sequence[Backend]) -> int:
+def kernel_block_size(block_size: int, backends: Sequence[Backend], *, whole: bool = False) -> int:
     """The kernel block one KV-cache group's backends split a block into, as the worker
     picks it (vllm/v1/worker/utils.py: select_common_block_size): the block itself when
     every backend's kernels take it, else the largest plain size of theirs that divides
     it and every backend's kernels take; none is the late error, raised as vLLM words it.
     The worker reads a plain size as that size exactly (_block_size_is_supported), not as
     supports_block_size() does: FLASHINFER accepts a 144-token block and runs it in
-    kernel blocks of 16."""
-    if all(b.kernel_takes(block_size) for b in backends):
+    kernel blocks of 16. Under a block-outermost KV-cache layout (`whole`) other layers'
+    pages sit between a layer's blocks, so the worker never splits them."""
+    if whole or all(b.kernel_takes(block_size) for b in backends):
         return block_size
     fits = {
         k.size for b in backends for k in b.kernels if not k.multiple and block_size % k.size == 0

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvrig.define.case_spec import BATCH_INVARIANT_ENV, CraftedBackend
+from kvrig.define.case_spec import BATCH_INVARIANT_ENV, KV_CACHE_LAYOUT_ENV, CraftedBackend
 from kvrig.define.cells import Cell
 from kvrig.define.models import prefix_matches
 from kvrig.define.vllm_models import (
@@ -35,7 +35,7 @@ from kvrig.define.vllm_models import (
 from kvrig.host import isa
 from kvrig.rules import choices, cuda, refusals, rocm, shapes, versions
 from kvrig.rules.backends import Backend, Kernel, PlatformRules
-from kvrig.rules.planning import core_blocks, pipeline_split
+from kvrig.rules.planning import core_blocks, pipeline_split, served_context
 
 # A crafted size that stands for the size alignment lands on for the cell's platform and
 # CPU class: a control that must accept exactly that size, whatever the class makes it.
@@ -242,6 +242,13 @@ def _xpu_falls_back_to_triton(cell: Cell) -> bool:
     return invariant and cell.case.knobs.attention_backend != "FLASH_ATTN"
 
 
+def block_outermost(cell: Cell) -> bool:
+    """The cell's KV-cache layout puts the block outermost (VLLM_KV_CACHE_LAYOUT BLHNC,
+    BLNHC, BHLNC): the engine core packs mixed pages into each block, and the worker keeps
+    every block whole as its kernel block (kvrig.rules.backends.kernel_block_size)."""
+    return cell.env.get(KV_CACHE_LAYOUT_ENV, "").upper().startswith("B")
+
+
 def rocm_selection(cell: Cell, release: versions.Rules | None = None) -> dict[str, Any]:
     """What ROCm's selector reads for a cell, as kvrig.rules.rocm takes it: the gfx target
     (the Instinct boards' without one), the release's rules, AITER and the KV-cache dtype.
@@ -259,10 +266,11 @@ def selected(cell: Cell, release: versions.Rules | None = None) -> Backend:
     crafted one: the knob's, else the sparse-MLA, dense-MLA or plain default."""
     rules = platform_rules(cell, release)
     asked = cell.case.knobs.attention_backend
-    if asked is not None:
+    dsa = cell.model.family == Family.DSA and rules.mla is not None
+    if asked is not None and not (dsa and asked == rules.mla.name):  # type: ignore[union-attr]
         return (rules.selectable or SELECTABLE.get(cell.platform, {})).get(asked, rules.default)
-    if cell.model.family == Family.DSA and rules.mla is not None:
-        return rules.mla
+    if dsa:
+        return rules.mla  # type: ignore[return-value]
     if cell.model.family in MLA_FAMILIES and rules.dense_mla is not None:
         return rules.dense_mla
     return rules.default
@@ -376,7 +384,9 @@ def expected(
             steps=["an fp8 KV cache needs AVX-512 or AMX"],
             unsupported="FP8 KV cache on CPU requires x86 with AVX-512 or AMX",
         )
-    refusal = choices.sparse_mla_refusal(cell.platform, cell.model.family, gpu_arch)
+    refusal = choices.sparse_mla_refusal(
+        cell.platform, cell.model.family, gpu_arch, cell.case.knobs.attention_backend
+    )
     if refusal is not None:
         return Expected(None, steps=[refusal], unsupported=refusal)
     aligned = (
@@ -444,7 +454,7 @@ def _expected(
     family = cell.model.family
     avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
     head = None if family in MLA_FAMILIES else shapes.shapes(config).head_size
-    refusal = refusals.refusal(replace(asked(cell, rules.version), head_size=head))
+    refusal = refusals.refusal(replace(asked(cell, rules), head_size=head))
     if refusal is not None:
         return Expected(None, steps=[refusal], unsupported=refusal)
     if cell.platform == "cpu" and family == Family.MLA:
@@ -533,14 +543,24 @@ def align_mode(cell: Cell) -> bool:
     return knob if knob is not None else cell.model.family != Family.MAMBA
 
 
-def asked(cell: Cell, release: versions.Version | None = None) -> refusals.Asked:
-    """The cell's settings at a release, as vLLM's refusals read them (kvrig.rules.refusals)."""
+def context(cell: Cell) -> int:
+    """The context the cell's engine serves: its own, or a shorter drafter's."""
+    spec = cell.case.knobs.speculative_config
+    if spec is None:
+        return cell.max_model_len
+    return served_context(cell.max_model_len, spec.method, spec.max_model_len)
+
+
+def asked(cell: Cell, rules: versions.Rules | None = None) -> refusals.Asked:
+    """The cell's settings under a release's rules, as vLLM's refusals read them
+    (kvrig.rules.refusals)."""
     knobs = cell.case.knobs
+    release = rules.version if rules is not None else None
     return refusals.Asked(
         platform=cell.platform,
         family=cell.model.family,
         align=align_mode(cell),
-        max_model_len=cell.max_model_len,
+        max_model_len=context(cell),
         block_size=knobs.block_size,
         mamba_block_size=knobs.mamba_block_size,
         chunked_prefill=knobs.enable_chunked_prefill,
@@ -565,6 +585,8 @@ def asked(cell: Cell, release: versions.Version | None = None) -> refusals.Asked
         ),
         prefix_caching=knobs.enable_prefix_caching is not False,
         cp_interleave=knobs.cp_kv_cache_interleave_size or 1,
+        draft_lowered=context(cell) < cell.max_model_len,
+        draft_context_first=rules.draft_context_first if rules is not None else True,
     )
 
 
@@ -572,7 +594,7 @@ def held(cell: Cell, exp: Expected, rules: versions.Rules) -> Expected:
     """The sized block held to what vLLM checks of it after sizing (refusals.after_sizing)."""
     if exp.block_size is None or exp.rejecting or exp.phase1_error:
         return exp
-    refusal = refusals.after_sizing(asked(cell, rules.version), exp.block_size)
+    refusal = refusals.after_sizing(asked(cell, rules), exp.block_size)
     if refusal is not None:
         exp.steps.append(refusal)
         exp.unsupported = refusal
@@ -624,7 +646,7 @@ def with_core_blocks(
         cell.model.family,
         blocks,
         align=align_mode(cell),
-        max_model_len=cell.max_model_len,
+        max_model_len=context(cell),
         configured=configured,  # type: ignore[arg-type]
     )
     if exp.engine_block_size != exp.block_size:

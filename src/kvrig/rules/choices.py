@@ -141,9 +141,12 @@ def flashinfer_gdn_prefill(s: Shapes, platform: str, gpu_arch: str | None) -> bo
 SPARSE_MLA_MAJORS = (9, 10, 12)
 
 
-def sparse_mla_refusal(platform: str, family: Family, gpu_arch: str | None) -> str | None:
-    """Why vLLM finds no attention backend for a DSA model on this GPU, or None."""
-    if platform != "cuda" or family != Family.DSA or gpu_arch is None:
+def sparse_mla_refusal(
+    platform: str, family: Family, gpu_arch: str | None, named: str | None = None
+) -> str | None:
+    """Why vLLM finds no attention backend for a DSA model on this GPU, or None. A backend
+    named is validated alone, not searched for (kvrig.rules.refusals.named_invalid)."""
+    if platform != "cuda" or family != Family.DSA or gpu_arch is None or named is not None:
         return None
     major, minor = compute_capability(gpu_arch)
     if major in SPARSE_MLA_MAJORS:

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 
 from kvrig.define.vllm_models import HYBRID_FAMILIES, Family
+from kvrig.define.vllm_names import OWN_CONTEXT_DRAFT_METHODS
 
 # The families whose layers keep a state the engine core plans groups of.
 STATE_FAMILIES = HYBRID_FAMILIES | {Family.MAMBA}
@@ -27,6 +28,16 @@ def mamba_block_refused(mamba_block_size: int | None, align: bool, max_model_len
     """VllmConfig.validate_mamba_block_size: a --mamba-block-size other than max_model_len
     without prefix caching is refused before any engine starts."""
     return mamba_block_size not in (None, max_model_len) and not align
+
+
+def served_context(
+    max_model_len: int, method: str | None = None, draft_max_model_len: int | None = None
+) -> int:
+    """The context the engine serves: a drafter with positions of its own and a shorter
+    context lowers the target's to it (VllmConfig._limit_max_model_len_to_draft)."""
+    if method in OWN_CONTEXT_DRAFT_METHODS and draft_max_model_len is not None:
+        return min(max_model_len, draft_max_model_len)
+    return max_model_len
 
 
 def pipeline_split(layers: int, pp: int) -> list[range]:

@@ -22,6 +22,7 @@ from kvrig.define.vllm_models import (
     state_layers,
     text_config,
 )
+from kvrig.define.vllm_names import DRAFT_MODEL_METHODS
 from kvrig.host import isa
 from kvrig.rules import choices, cuda, planning, refusals, rocm, shapes, versions
 from kvrig.rules.blocksize import (
@@ -90,6 +91,10 @@ class Settings:
     mamba_block_size: int | None = None
     mamba_cache_dtype: str | None = None
     kv_cache_dtype_skip_layers: tuple[str, ...] = ()
+    # --speculative-config's method and its drafter's context (its max_model_len): a
+    # drafter of its own served shorter lowers the deployment's context.
+    speculative_method: str | None = None
+    draft_max_model_len: int | None = None
 
 
 @dataclass(frozen=True)
@@ -515,16 +520,31 @@ def _state_page(
 
 
 def _max_model_len(config: dict[str, Any], settings: Settings) -> int | None:
-    """--max-model-len, else the config's positions, as vLLM derives it."""
+    """--max-model-len, else the config's positions, as vLLM derives it; a shorter
+    drafter of its own lowers it."""
     if settings.max_model_len is not None:
         if settings.max_model_len < 1:
             raise shapes.ConfigError(
                 f"--max-model-len {settings.max_model_len} is no context length; give a"
                 " positive number of tokens, or leave it out for the config's."
             )
-        return settings.max_model_len
+        return _served(settings.max_model_len, settings)
     longest = text_config(config).get("max_position_embeddings")
-    return longest if isinstance(longest, int) and longest > 0 else None
+    if not isinstance(longest, int) or longest < 1:
+        return None
+    return _served(longest, settings)
+
+
+def _served(target: int, settings: Settings) -> int:
+    """The target's context as a drafter's leaves it; vLLM refuses a drafter checkpoint
+    served longer than its target."""
+    draft = settings.draft_max_model_len
+    if draft is not None and settings.speculative_method in DRAFT_MODEL_METHODS and draft > target:
+        raise shapes.ConfigError(
+            f"the drafter's max_model_len ({draft}) is longer than the target's ({target}),"
+            " which vLLM refuses; give the drafter at most the target's context."
+        )
+    return planning.served_context(target, settings.speculative_method, draft)
 
 
 def _refuse_mamba_block(settings: Settings, mode: str, max_len: int | None) -> None:

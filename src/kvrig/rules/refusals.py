@@ -35,6 +35,9 @@ XPU_NAMED = frozenset(("FLASH_ATTN", "TRITON_ATTN"))
 # FlashAttention reads an fp8 KV cache with FA3 (SM9.x) or FA4 (SM10.x) only
 # (fa_utils.flash_attn_supports_kv_cache_dtype); ROCm's FLASH_ATTN takes none.
 FA_FP8_MAJORS = (9, 10)
+# The sparse-MLA backends a DSA model may name on CUDA, with the GPU majors each serves
+# (FlashMLASparseBackend.supports_compute_capability).
+CUDA_SPARSE_MLA_MAJORS = {"FLASHMLA_SPARSE": (9, 10)}
 # FA4 on SM10.x reads one for heads up to 256; SM90's FA4 serves heads of 512 too.
 FA4_SM100_HEADS = 256
 FA_FP8_DTYPES = ("fp8", "fp8_e4m3")
@@ -92,6 +95,10 @@ class Asked:
     one_group: bool = False
     prefix_caching: bool = True
     cp_interleave: int = 1
+    # A drafter served shorter lowers the context (kvrig.rules.planning.served_context),
+    # and whether the release applies that before the model's config hooks.
+    draft_lowered: bool = False
+    draft_context_first: bool | None = True
 
 
 def no_backend(platform: str) -> str:
@@ -102,18 +109,22 @@ def no_backend(platform: str) -> str:
 def refusal(asked: Asked) -> str | None:
     """vLLM's refusal of these settings, in its words, or None: each check in the order
     vLLM meets them (config validation, the selector, the KV-cache planning)."""
-    for check in (_config, _selector, _planning):
+    for check in (config_refusal, _selector, _planning):
         found = check(asked)
         if found is not None:
             return found
     return None
 
 
-def _config(asked: Asked) -> str | None:
-    """VllmConfig's validation and the hybrid model configs' asserts."""
+def config_refusal(asked: Asked) -> str | None:
+    """VllmConfig's validation and the hybrid model configs' asserts: refused before any
+    backend is selected."""
     if mamba_block_refused(asked.mamba_block_size, asked.align, asked.max_model_len):
         return MAMBA_BLOCK_REFUSED
     hybrid = asked.family in HYBRID_FAMILIES
+    if hybrid and not asked.align and asked.draft_lowered and not asked.draft_context_first:
+        # the model's hooks set the Mamba block to the context the drafter then lowers
+        return MAMBA_BLOCK_REFUSED
     if hybrid and asked.align and asked.chunked_prefill is False:
         # MambaModelConfig.verify_and_update_config asserts it
         old = asked.release is not None and asked.release < CHUNKED_REWORDED_IN
@@ -135,7 +146,14 @@ def named_invalid(
     """A backend named with --attention-backend that the selector finds invalid: XPU
     serves a decoder layer only its own two; FlashAttention on CUDA reads an fp8 KV cache
     only with FA3 (SM90) or FA4 (SM90 and, for heads up to 256, SM10.x), an unknown GPU
-    taken as able; ROCm's never."""
+    taken as able; ROCm's never. A sparse-MLA backend named for DSA serves its majors only."""
+    majors = CUDA_SPARSE_MLA_MAJORS.get(name or "")
+    if platform == "cuda" and family == Family.DSA and majors and gpu_major is not None:
+        if gpu_major not in majors:
+            return (
+                f"Selected backend AttentionBackendEnum.{name} is not valid for this configuration"
+            )
+        return None
     if name is None or family in MLA_FAMILIES:
         return None
     if platform == "xpu" and name not in XPU_NAMED:

@@ -81,6 +81,9 @@ class Rules:
     rocm_triton_first: bool | None = False
     # The engine merges its workers' KV-cache layouts (else they must agree); True off GPUs.
     kv_layouts_merged: bool | None = True
+    # A shorter drafter's context is applied before the model's config hooks (else a
+    # hybrid's Mamba block keeps the longer one, and is refused).
+    draft_context_first: bool | None = True
     # Set when the release is newer than any kvrig's rules were read in: what every size
     # computed with these rules says of itself (kvrig.define.releases.unread_note).
     unread: str | None = None

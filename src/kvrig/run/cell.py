@@ -190,6 +190,8 @@ def speculative_config(cell: Cell) -> dict[str, Any]:
         out["prompt_lookup_max"] = 3  # vLLM asks for a window; the block size ignores it
     if spec.model is not None and cell.draft is not None:
         out["model"] = str(models.write(spec.model, cell.draft_config or models.render(cell.draft)))
+    if spec.max_model_len is not None:
+        out["max_model_len"] = spec.max_model_len
     return out
 
 

@@ -70,6 +70,19 @@ REFUSED = {
         "method",
         value="mtp",
     ),
+    **{
+        f"a drafter's context of {value}": _knob(
+            "granite_hybrid",
+            "spec_draft_shorter_context",
+            "speculative_config",
+            "max_model_len",
+            value=value,
+        )
+        for value in (512, 0, "128")  # past the target's; none; not a number
+    },
+    "a drafter's context for a method with no drafter": _knob(
+        "llama", "spec_ngram", "speculative_config", "max_model_len", value=128
+    ),
     "no draft tokens": _knob(
         "llama", "spec_ngram", "speculative_config", "num_speculative_tokens", value=0
     ),

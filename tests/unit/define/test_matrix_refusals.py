@@ -202,8 +202,24 @@ def _env_off_its_platform(data: dict[str, Any]) -> Loc:
     return at
 
 
+def _layout_the_rules_do_not_read(data: dict[str, Any]) -> Loc:
+    """A KV-cache layout other than BLHNC (SM10.x's FLASHINFER refuses BLNHC): refused at
+    the case's env."""
+    case, at = _case(data, "granite_hybrid", "block_outermost_layout")
+    case["env"] = {"VLLM_KV_CACHE_LAYOUT": "BLNHC"}
+    return (*at, "env")
+
+
+def _layout_off_cuda(data: dict[str, Any]) -> Loc:
+    case, at = _case(data, "granite_hybrid", "block_outermost_layout")
+    case["expect"]["rocm"] = "runs"
+    return at
+
+
 NOT_VLLMS = {
     "an exact crafted backend declaring no sizes": _exact_without_sizes,
+    "VLLM_KV_CACHE_LAYOUT=BLNHC": _layout_the_rules_do_not_read,
+    "VLLM_KV_CACHE_LAYOUT beside a ROCm expectation": _layout_off_cuda,
     "VLLM_BATCH_INVARIANT beside a CUDA expectation": _env_off_its_platform,
     "prefix_match_unit: 0": _expect_of(
         "llama", "prefix_match_unit", "knobs", "prefix_match_unit", value=0
@@ -600,7 +616,11 @@ def test_the_switches_that_are_unknown_between_the_releases_they_were_seen_in() 
     assert "xpu_gdn_round_64" in names("xpu", "0.31.0")
     assert "xpu_gdn_round_64" not in names("cuda", "0.31.0")
     # 0.33.0 and 0.34.0 were read; what changed between them is unknown at 0.33.1.
-    between = {"default_block_size", "kv_layouts_merged_across_workers"}
+    between = {
+        "default_block_size",
+        "kv_layouts_merged_across_workers",
+        "draft_context_before_model_hooks",
+    }
     assert names("cuda", "0.33.1") == names("xpu", "0.33.1") == between
     assert names("cpu", "0.33.1") == set()  # CPU's phase 1 starts at a literal 128
     assert names("cuda", UNREAD) == set()  # newer than any read: the newest rules

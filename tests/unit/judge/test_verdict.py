@@ -66,6 +66,12 @@ def test_runs_invariants() -> None:
     assert "block size 384, expected 288" in judge(cell_with(exp), ran()).reason
     exp = {"outcome": "runs", "invariants": {"kernel_block_sizes_include": [128]}}
     assert "lack 128" in judge(cell_with(exp), ran()).reason
+    exp = {"outcome": "runs", "invariants": {"kernel_block_sizes": [384, 384]}}
+    assert (
+        "expected exactly [384, 384]"
+        in judge(cell_with(exp), ran(kernel_block_sizes=[384, 128])).reason
+    )
+    assert judge(cell_with(exp), ran(kernel_block_sizes=[384, 384])).passed
     exp = {"outcome": "runs", "invariants": {"backends_include": ["KVRIG_SIBLING"]}}
     assert "no layer uses backend KVRIG_SIBLING" in judge(cell_with(exp), ran()).reason
     exp = {"outcome": "runs", "invariants": {"block_size_in": [256, 384]}}

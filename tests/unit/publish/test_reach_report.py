@@ -5,6 +5,7 @@ and by which cell, what is listed apart, the figure, and the exit status."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,15 @@ def test_a_column_whose_cells_left_no_data_fails(run: Path, tmp_path: Path) -> N
     empty = tmp_path / "empty"
     empty.mkdir()
     assert check.evaluate(empty, None, TABLE).code == 1
+
+
+def test_a_column_whose_vllm_is_gone_fails_and_says_to_run_it_again(run: Path) -> None:
+    assert by_row(run)[0].code == 0
+    shutil.rmtree(run.parent / "site-0.32.0" / "vllm")
+    outcome, _ = by_row(run)
+    text = "\n".join(outcome.lines)
+    assert outcome.code == 1
+    assert "the vLLM the cpu column's cells ran" in text and "(--only cpu)" in text
 
 
 def test_a_cell_that_could_not_start_coverage_is_named(run: Path) -> None:

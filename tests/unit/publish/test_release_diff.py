@@ -4,6 +4,7 @@ moves kvrig's rule switches explain, and which are red."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from kvrig.define import named_release
@@ -350,3 +351,29 @@ def test_a_group_of_smaller_pages_is_split_by_its_own_block() -> None:
     record["kv_cache_groups"][-1]["block_size"] = 288
     problem = rd.kernel_problem(rd.observe(record), predicted)
     assert "split into kernel blocks of 576" in str(problem)
+
+
+def test_a_block_outermost_layout_keeps_every_kernel_block_whole() -> None:
+    seen = rd.observe(_ran(192, [192, 192], backend="FLASHINFER"))
+    predicted, _ = rd.predict(_cells("0.34.0", arch="10.0"))
+    assert predicted is not None
+    assert "its rules compute 64" in str(rd.kernel_problem(seen, predicted))
+    whole = dataclasses.replace(predicted, whole_kernel_blocks=True)
+    assert rd.kernel_problem(seen, whole) is None
+
+
+def test_a_refusal_of_the_configuration_selects_no_backend() -> None:
+    refused = {
+        "knobs": {"mamba_block_size": 96, "enable_prefix_caching": False},
+        "expect": {
+            "cuda": {
+                "outcome": "unsupported",
+                "error": "ValidationError",
+                "function": "__init__",
+                "match": "--mamba-block-size can only be set",
+            }
+        },
+    }
+    predicted, _ = rd.predict(_cells("0.34.0", **refused))
+    assert predicted is not None and predicted.kind == "unsupported"
+    assert predicted.backends == ()

@@ -54,6 +54,13 @@ def test_flash_attn_takes_any_multiple_of_16_whole() -> None:
     assert backends.kernel_block_size(144, [cuda.FLASH_ATTN, cuda.FLASHINFER]) == 16
 
 
+def test_a_block_outermost_layout_keeps_every_block_whole() -> None:
+    # Other layers' pages sit between a layer's blocks: nothing is split, nothing refused.
+    assert backends.kernel_block_size(192, [cuda.FLASHINFER], whole=True) == 192
+    odd = backends.Backend("ODD", (backends.Kernel(24),))
+    assert backends.kernel_block_size(48, [cuda.FLASH_ATTN, odd], whole=True) == 48
+
+
 def test_no_common_kernel_block_is_the_late_error() -> None:
     odd = backends.Backend("ODD", (backends.Kernel(24),))
     with pytest.raises(backends.NoCommonKernelBlock, match="No common block size for 48"):

@@ -78,6 +78,11 @@ def _fa_fp8(**kw: object) -> refusals.Asked:
     return _asked(family=Family.DENSE, attention_backend="FLASH_ATTN", kv_cache_dtype="fp8", **kw)
 
 
+def _sparse_named(**kw: object) -> refusals.Asked:
+    """FlashMLA's sparse backend named for a DSA model on CUDA."""
+    return _asked(family=Family.DSA, attention_backend="FLASHMLA_SPARSE", **kw)
+
+
 @pytest.mark.parametrize(
     ("asked", "says"),
     [
@@ -104,6 +109,8 @@ def _fa_fp8(**kw: object) -> refusals.Asked:
         ),
         # SM100's FA4 reads fp8 for heads up to 256; SM90's serves 512 too.
         (_fa_fp8(gpu_major=10, head_size=512), "is not valid for this configuration"),
+        # FlashMLA's sparse kernels serve SM90 and SM100 only, named or not.
+        *((_sparse_named(gpu_major=major), "FLASHMLA_SPARSE is not valid") for major in (8, 12)),
     ],
 )
 def test_what_vllm_refuses_before_a_block_is_sized(asked: refusals.Asked, says: str) -> None:
@@ -127,6 +134,7 @@ def test_what_vllm_refuses_before_a_block_is_sized(asked: refusals.Asked, says: 
         *(_fa_fp8(gpu_major=major) for major in (9, 10, None)),
         _fa_fp8(gpu_major=9, head_size=512),
         _asked(family=Family.MLA, attention_backend="FLASHINFER", platform="xpu"),
+        *(_sparse_named(gpu_major=major) for major in (9, 10, None)),
     ],
 )
 def test_what_vllm_takes_is_not_refused(asked: refusals.Asked) -> None:
@@ -155,3 +163,29 @@ def test_the_sized_block_is_held_to_dcp_s_interleave_and_the_prefix_match_unit()
     assert refusals.after_sizing(unit, 32) is None  # the block itself
     for other in ({"one_group": False}, {"prefix_caching": False}):
         assert refusals.after_sizing(_asked(**{**unit.__dict__, **other}), 64) is None
+
+
+@pytest.mark.parametrize(
+    ("method", "draft", "served"),
+    [
+        ("draft_model", 128, 128),  # a drafter with positions of its own lowers it
+        ("draft_model", 512, 256),  # a longer one does not raise it
+        ("draft_model", None, 256),
+        ("eagle3", 128, 256),  # an EAGLE drafter takes the target's positions
+        (None, None, 256),
+    ],
+)
+def test_a_shorter_drafter_of_its_own_lowers_the_served_context(
+    method: str | None, draft: int | None, served: int
+) -> None:
+    assert planning.served_context(256, method, draft) == served
+
+
+def test_a_release_that_lowers_the_context_after_the_model_hooks_refuses_the_hybrid() -> None:
+    # 0.33.0: the Mamba block keeps the longer context, which validate_mamba_block_size
+    # reads as a user's --mamba-block-size without prefix caching.
+    late = _asked(align=False, draft_lowered=True, draft_context_first=False)
+    assert refusals.refusal(late) == planning.MAMBA_BLOCK_REFUSED
+    assert refusals.refusal(_asked(align=False, draft_lowered=True)) is None
+    # With prefix caching the Mamba block is the block, whatever the context.
+    assert refusals.refusal(_asked(draft_lowered=True, draft_context_first=False)) is None

@@ -474,6 +474,32 @@ def test_the_cli_takes_the_knobs_and_prints_what_the_engine_core_plans(
     assert "--speculative-config needs a method of vLLM's" in capsys.readouterr().err
 
 
+def test_a_shorter_drafter_of_its_own_lowers_the_context_predict_plans_with(
+    tmp_path: Path, capsys
+) -> None:
+    path = _write(tmp_path, _shipped("granite-hybrid-4l.json")) / "config.json"
+    argv = ["predict", str(path), "--platform", "cuda", "--gpu-arch", "9.0", "--vllm", "0.34.0"]
+    argv += ["--no-prefix-caching", "--max-model-len", "256", "--json"]
+    draft = '{"method": "draft_model", "num_speculative_tokens": 2, "max_model_len": 128}'
+    assert main([*argv, "--speculative-config", draft]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["max_model_len"], got["mamba_block_size"], got["engine_block_size"]) == (
+        128,
+        128,
+        128,
+    )
+    # An EAGLE drafter takes the target's positions: the context stays.
+    eagle = draft.replace("draft_model", "eagle3")
+    assert main([*argv, "--speculative-config", eagle]) == 0
+    assert json.loads(capsys.readouterr().out)["max_model_len"] == 256
+    long_draft = draft.replace("128", "512")
+    assert main([*argv, "--speculative-config", long_draft]) == 2
+    assert "is longer than the target's (256), which vLLM refuses" in capsys.readouterr().err
+    bad = draft.replace("128", '"short"')
+    assert main([*argv, "--speculative-config", bad]) == 2
+    assert "max_model_len 'short' is no context length" in capsys.readouterr().err
+
+
 # --- `kvrig predict` and the emulated columns, cell for cell ------------------------------
 
 # Engine arguments a cell may set that `kvrig predict` has no flag for: vLLM refuses the
@@ -520,6 +546,8 @@ def _settings(cell) -> predict.Settings:
         block_size=k.block_size,
         prefix_caching=k.enable_prefix_caching,
         num_speculative_tokens=spec.num_speculative_tokens if spec else 0,
+        speculative_method=spec.method if spec else None,
+        draft_max_model_len=spec.max_model_len if spec else None,
         gpu_arch=cell.gpu_arch if cell.platform != "xpu" else None,
         pp=k.pipeline_parallel_size or 1,
         max_model_len=cell.max_model_len,

@@ -262,6 +262,7 @@ def test_a_release_diff_names_rocm_s_switches() -> None:
         "rocm_attn_preferred_16",
         "rocm_triton_first_on_gfx1201",
         "kv_layouts_merged_across_workers",
+        "draft_context_before_model_hooks",
     }
     assert versions.differing(versions.rules("cuda", "0.33.0"), versions.rules("cuda", "0.34.0"))
     back = versions.reverted(_rules("0.34.0"), _rules("0.33.0"), releases.ROCM_TRITON_FIRST)

@@ -40,10 +40,29 @@ def evaluate(
     verdicts = report.judge(table, report.Measured(cells, located, versions))
     lines = render.summary(verdicts, columns, table.release)
     code, why = _code(verdicts, columns, minimum)
+    gone = _sources_gone(columns, roots)
+    code, why = (1 if gone else code), [*gone, *why]
     (root / MARKDOWN).write_text(render.markdown(verdicts, columns, table.release, versions))
     (root / JSON).write_text(json.dumps(_json(verdicts, columns), indent=2))
     out = [*render.terminal(verdicts), "", *lines, *why, f"report: {root / MARKDOWN}"]
     return Outcome(code, out, verdicts)
+
+
+def _sources_gone(columns: list[measured.Column], roots: list[str]) -> list[str]:
+    """A vLLM a column ran that is no longer on disk (its environment was removed): its
+    arms cannot be found, so its cells would count as reaching nothing."""
+    out = []
+    for root in roots:
+        if Path(root).is_dir():
+            continue
+        names = sorted({col.name for col in columns for c in col.cells if c.vllm_root == root})
+        out.append(
+            f"kvrig reach: the vLLM the {', '.join(names)} column's cells ran ({root}) is gone,"
+            " so none of their branches can be found in it and they count as reaching none;"
+            f" run {'that column' if len(names) == 1 else 'those columns'} again"
+            f" (--only {names[0].split('-')[0]})"
+        )
+    return out
 
 
 def _code(
