@@ -80,6 +80,12 @@ def cmd_predict(ns: argparse.Namespace, extra: list[str]) -> int:
         num_speculative_tokens=_speculative_tokens(ns),
         speculative_method=spec.get("method"),
         draft_max_model_len=_draft_context(spec),
+        enable_chunked_prefill=ns.enable_chunked_prefill,
+        disable_hybrid_kv_cache_manager=ns.disable_hybrid_kv_cache_manager,
+        decode_context_parallel_size=ns.decode_context_parallel_size,
+        cp_kv_cache_interleave_size=ns.cp_kv_cache_interleave_size,
+        prefix_match_unit=ns.prefix_match_unit,
+        disable_chunked_mm_input=ns.disable_chunked_mm_input,
         gpu_arch=ns.gpu_arch,
         isa=cls if ns.platform == "cpu" else None,
         aiter=ns.aiter,
@@ -180,6 +186,17 @@ def _draft_context(spec: dict[str, Any]) -> int | None:
     return length
 
 
+def _at_least_one(text: str) -> int:
+    """A count of ranks or tokens, as the engine argument takes it."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is no count; give a whole number, 1 or more")
+    return value
+
+
 def register(sub: Any) -> None:
     pr = sub.add_parser(
         "predict", help="the block size vLLM picks for a checkpoint's config.json (no vLLM)"
@@ -224,6 +241,40 @@ def register(sub: Any) -> None:
         "--aiter",
         action="store_true",
         help="on rocm: VLLM_ROCM_USE_AITER=1 with AMD's aiter installed (off by default)",
+    )
+    pr.add_argument(
+        "--enable-chunked-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="default: vLLM's (on); a hybrid's prefix cache needs it",
+    )
+    pr.add_argument(
+        "--disable-hybrid-kv-cache-manager",
+        action="store_true",
+        help="one KV-cache spec for every layer, which a hybrid cannot have",
+    )
+    pr.add_argument(
+        "--disable-chunked-mm-input",
+        action="store_true",
+        help="multimodal input scheduled whole, which a hybrid's prefix cache cannot take",
+    )
+    pr.add_argument(
+        "--decode-context-parallel-size",
+        "--dcp",
+        type=_at_least_one,
+        default=1,
+        help="ranks sharing the decode KV cache (default 1)",
+    )
+    pr.add_argument(
+        "--cp-kv-cache-interleave-size",
+        type=_at_least_one,
+        default=1,
+        help="tokens a DCP rank takes in turn, which must divide the block (default 1)",
+    )
+    pr.add_argument(
+        "--prefix-match-unit",
+        type=_at_least_one,
+        help="prefix-cache hits at another unit than the block (needs several KV-cache groups)",
     )
     pr.add_argument("--isa", help=f"the CPU class on cpu (default: this host's): {isa.CLASSES}")
     pr.add_argument("--json", action="store_true", help="one JSON object")

@@ -95,6 +95,14 @@ class Settings:
     # drafter of its own served shorter lowers the deployment's context.
     speculative_method: str | None = None
     draft_max_model_len: int | None = None
+    # What vLLM checks of the configuration or of the sized block rather than sizes with
+    # (kvrig.rules.refusals): a setting it refuses is answered with its refusal.
+    enable_chunked_prefill: bool | None = None
+    disable_hybrid_kv_cache_manager: bool = False
+    decode_context_parallel_size: int = 1
+    cp_kv_cache_interleave_size: int = 1
+    prefix_match_unit: int | None = None
+    disable_chunked_mm_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -224,6 +232,51 @@ def _rocm_backend(settings: Settings) -> Backend:
             f" {', '.join(rocm.ATTENTION)} there (ROCM_AITER_FA logs itself as FLASH_ATTN)."
         )
     return rocm.backends(rules)[name.upper()]
+
+
+def _asked(
+    settings: Settings,
+    s: shapes.Shapes,
+    rules: versions.Rules,
+    *,
+    align: bool,
+    max_len: int | None,
+    own_len: int | None,
+) -> refusals.Asked:
+    """The settings as vLLM's refusals read them (kvrig.rules.refusals), as a cell's are;
+    `own_len` is the context before a drafter lowered it to `max_len`."""
+    arch = settings.gpu_arch
+    return refusals.Asked(
+        platform=settings.platform,
+        family=s.family,
+        align=align,
+        max_model_len=max_len or 0,
+        block_size=settings.block_size,
+        mamba_block_size=settings.mamba_block_size,
+        chunked_prefill=settings.enable_chunked_prefill,
+        hybrid_kv_cache_manager=not settings.disable_hybrid_kv_cache_manager,
+        kv_cache_dtype=settings.kv_cache_dtype,
+        skip_layers=bool(settings.kv_cache_dtype_skip_layers),
+        decode_context_parallel=settings.decode_context_parallel_size,
+        aiter=rocm.aiter_mla_prefill(arch or rocm.DEFAULT_ARCH, _aiter(settings)),
+        release=rules.version,
+        attention_backend=settings.backend and settings.backend.upper(),
+        gpu_major=(
+            choices.compute_capability(arch)[0] if settings.platform == "cuda" and arch else None
+        ),
+        head_size=None if s.family in MLA_FAMILIES else s.head_size,
+        chunked_mm_input=not settings.disable_chunked_mm_input,
+        prefix_match_unit=settings.prefix_match_unit,
+        one_group=(
+            s.family not in planning.STATE_FAMILIES
+            and not settings.kv_cache_dtype_skip_layers
+            and not settings.num_speculative_tokens
+        ),
+        prefix_caching=settings.prefix_caching is not False,
+        cp_interleave=settings.cp_kv_cache_interleave_size,
+        draft_lowered=max_len is not None and own_len is not None and max_len < own_len,
+        draft_context_first=rules.draft_context_first,
+    )
 
 
 def _aiter(settings: Settings) -> rocm.Aiter:
@@ -431,6 +484,14 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
         raise shapes.ConfigError(refused)
     max_len = _max_model_len(config, settings)
     _refuse_mamba_block(settings, mode, max_len)
+    own = _max_model_len(config, replace(settings, speculative_method=None))
+    asked = _asked(settings, s, rules, align=mode == "align", max_len=max_len, own_len=own)
+    refused = refusals.refusal(asked)
+    if refused is not None:
+        raise shapes.ConfigError(
+            f"vLLM refuses these settings before it sizes a block: {refused}. kvrig predicts"
+            " no size for an engine that does not start."
+        )
     checkpoint = checkpoint_for(
         s.family, config, rules, align_mode=mode == "align", gpu_arch=settings.gpu_arch
     )
@@ -454,7 +515,9 @@ def _predict(config: dict[str, Any], settings: Settings) -> Prediction:
     decided = [stage(has) for has in _stage_attention(config, s, settings)]
     out = decided[0]
     assert out.block_size is not None  # one stock backend: phase 1 always finds a size
-    refused = _engine_refusal(out.block_size, out.rejecting, chosen)
+    refused = _engine_refusal(out.block_size, out.rejecting, chosen) or refusals.after_sizing(
+        asked, out.block_size
+    )
     if refused is not None:
         raise shapes.ConfigError(refused)
     steps += [("step", line) for line in out.steps[1:]]

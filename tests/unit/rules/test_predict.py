@@ -3,6 +3,7 @@ as JSON, or as one paragraph and exit 2 when the config or a rule is unknown."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -500,14 +501,44 @@ def test_a_shorter_drafter_of_its_own_lowers_the_context_predict_plans_with(
     assert "max_model_len 'short' is no context length" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("config", "flags", "says"),
+    [
+        ("granite-hybrid-4l.json", ["--no-enable-chunked-prefill"], "Chunked prefill is required"),
+        ("granite-hybrid-4l.json", ["--disable-hybrid-kv-cache-manager"], "Failed to promote"),
+        ("granite-hybrid-4l.json", ["--disable-chunked-mm-input"], "Chunked MM input is required"),
+        ("llama.json", ["--prefix-match-unit", "32"], "Invalid prefix_match_unit=32"),
+        (
+            "llama.json",
+            ["--dcp", "2", "--cp-kv-cache-interleave-size", "48"],
+            "divisible by cp_kv_cache_interleave_size (48)",
+        ),
+        ("llama.json", ["--dcp", "0"], "'0' is no count"),
+    ],
+)
+def test_the_cli_answers_a_setting_vllm_refuses_with_its_refusal(
+    tmp_path: Path, capsys, config: str, flags: list[str], says: str
+) -> None:
+    path = _write(tmp_path, _shipped(config)) / "config.json"
+    argv = ["predict", str(path), "--platform", "cuda", "--gpu-arch", "9.0", "--vllm", "0.34.0"]
+    with contextlib.suppress(SystemExit):  # argparse exits 2 itself on a bad count
+        assert main([*argv, *flags]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_the_cli_takes_what_vllm_takes_of_those_settings(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, _shipped("llama.json")) / "config.json"
+    argv = ["predict", str(path), "--platform", "cuda", "--gpu-arch", "9.0", "--vllm", "0.34.0"]
+    flags = ["--dcp", "2", "--cp-kv-cache-interleave-size", "16", "--prefix-match-unit", "64"]
+    assert main([*argv, *flags, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["block_size"] == 64
+
+
 # --- `kvrig predict` and the emulated columns, cell for cell ------------------------------
 
-# Engine arguments a cell may set that `kvrig predict` has no flag for: vLLM refuses the
-# first two's settings here before sizing (kvrig.rules.refusals), and decode context
-# parallelism moves no size.
-NOT_PREDICTED = ("disable_hybrid_kv_cache_manager", "enable_chunked_prefill",
-                 "decode_context_parallel_size", "multiprocessing", "prefix_match_unit",
-                 "disable_chunked_mm_input")  # fmt: skip
+# Engine arguments a cell may set that `kvrig predict` has no flag for: how the engine
+# runs its processes moves nothing it computes.
+NOT_PREDICTED = ("multiprocessing",)
 
 
 def _emulated_cells():
@@ -554,6 +585,12 @@ def _settings(cell) -> predict.Settings:
         mamba_block_size=k.mamba_block_size,
         mamba_cache_dtype=k.mamba_cache_dtype,
         kv_cache_dtype_skip_layers=tuple(k.kv_cache_dtype_skip_layers or ()),
+        enable_chunked_prefill=k.enable_chunked_prefill,
+        disable_hybrid_kv_cache_manager=bool(k.disable_hybrid_kv_cache_manager),
+        decode_context_parallel_size=k.decode_context_parallel_size or 1,
+        cp_kv_cache_interleave_size=k.cp_kv_cache_interleave_size or 1,
+        prefix_match_unit=k.prefix_match_unit,
+        disable_chunked_mm_input=bool(k.disable_chunked_mm_input),
     )
 
 
