@@ -166,7 +166,7 @@ def test_a_seeded_change_is_noticed_only_when_each_of_its_cells_failed_on_its_ov
 def test_the_seeded_cells_are_the_column_s_own(monkeypatch) -> None:
     from kvrig.publish import mutation_check, seeded_mutations
 
-    [core, _, conv, _] = seeded_mutations.SEEDED
+    [core, _, conv, _, draft] = seeded_mutations.SEEDED
     on_sm90 = mutation_check.Options(emulate="9.0")
     assert seeded_mutations.cells_of(core, on_sm90) == [
         "cuda-sm90-emulated-granite_hybrid-max_model_len_below_block",
@@ -175,5 +175,9 @@ def test_the_seeded_cells_are_the_column_s_own(monkeypatch) -> None:
     assert seeded_mutations.cells_of(conv, on_sm90) == [
         "cuda-sm90-emulated-granite_hybrid-spec_ngram"
     ]
+    assert seeded_mutations.cells_of(draft, on_sm90) == [
+        "cuda-sm90-emulated-granite_hybrid-spec_draft_shorter_context"
+    ]
     monkeypatch.setattr(seeded_mutations.isa, "resolve", lambda *a: ("amx", None))
     assert seeded_mutations.cells_of(conv, mutation_check.Options()) == []
+    assert seeded_mutations.cells_of(draft, mutation_check.Options()) == []
