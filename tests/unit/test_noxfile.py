@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from .builders import ROOT
 
@@ -13,7 +14,7 @@ PROGRAMS = {"kvrig", "pytest", "ruff", "lint-imports", "hadolint", "mkdocs"}
 SESSIONS = {
     "local", "unit", "faults", "cpu_column", "container_cpu", "mutation", "emulated",
     "backend_facts", "tests", "cpu", "cuda", "xpu", "base_image", "lint", "report", "gate",
-    "bench", "cuda_image", "release_diff", "release", "rocm",
+    "bench", "cuda_image", "release_diff", "release", "rocm", "reach",
 }  # fmt: skip
 
 
@@ -58,3 +59,34 @@ def test_the_noxfile_imports_nox_alone() -> None:
         for alias in node.names
     }
     assert imported <= {"annotations", "Path", "nox"}, imported
+
+
+def _requires(name: str) -> list[str]:
+    """The sessions a session requires, in the order nox runs them."""
+    (decorator,) = [d for d in functions()[name].decorator_list if "nox.session" in ast.unparse(d)]
+    assert isinstance(decorator, ast.Call), name
+    found = [k.value for k in decorator.keywords if k.arg == "requires"]
+    return list(ast.literal_eval(found[0])) if found else []
+
+
+def test_what_ci_runs_lints_first() -> None:
+    """CI runs the README's test command, `nox -s tests` (.ci/run): ruff, the layers
+    contract, hadolint and the strict docs build guard a landing only through it."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "nox -s tests" in ci and "nox -s tests" in (ROOT / "README.md").read_text()
+    required = _requires("tests")
+    assert required[0] == "lint", required
+    assert 'session.run("ruff"' in ast.unparse(functions()["lint"]).replace("'", '"')
+
+
+def test_the_docs_name_what_tests_requires_in_its_order() -> None:
+    row = next(
+        line
+        for line in (ROOT / "docs" / "setup.md").read_text().splitlines()
+        if line.startswith("| `nox -s tests` |")
+    )
+    named = re.findall(r"`(\w+)`", row.split("requires", 1)[1].split(", in that order")[0])
+    assert named == _requires("tests"), row
+    # `nox -l -s tests` lists sessions in the file's order: the docs' way to see the order.
+    defined = [name for name in functions() if name in named]
+    assert defined == named, "define the sessions `tests` requires in the order it runs them"

@@ -15,12 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvrig.cli import reach
 from kvrig.cli.usage import UsageError
 from kvrig.containers import host_check, preflight
 from kvrig.define import column_choice, gpus
 from kvrig.define.paths import results_folder
 from kvrig.provision import uv_cache
-from kvrig.publish import container_check, mutation_check
+from kvrig.publish import container_check, mutation_check, seeded_mutations
 from kvrig.rules import backend_facts
 
 BACKEND_FACTS = "backend-facts"
@@ -81,6 +82,13 @@ def cmd_mutation(ns: argparse.Namespace, extra: list[str]) -> int:
         pytest_args=tuple(extra),
         vllm=ns.vllm,
     )
+    if ns.seeded:
+        if ns.container:
+            raise UsageError(
+                "--seeded runs on this host or an emulated device's column (--emulate); the"
+                " CPU image runs the early-check mutation only. Leave --container out."
+            )
+        return seeded_mutations.run(options)
     return mutation_check.run(options)
 
 
@@ -182,6 +190,12 @@ def register(sub: Any) -> None:
         " rocm:gfx942, xpu:bmg",
     )
     m.add_argument("--patch", default=str(mutation_check.PATCH), help="the mutation, a diff")
+    m.add_argument(
+        "--seeded",
+        action="store_true",
+        help="instead: each seeded change of a block-size branch the knobs reach"
+        " (patches/seeded/) turns its cells red",
+    )
     m.add_argument("--results", help="default: results/cpu-mutation[-container]")
     m.add_argument(
         "--vllm",
@@ -204,6 +218,7 @@ def register(sub: Any) -> None:
     b.add_argument("--platform", required=True, choices=("cpu", "cuda", "xpu", "rocm"))
     b.add_argument("--json", help="vLLM's answers (default: results/backend-facts/<platform>.json)")
     b.set_defaults(run=cmd_backend_facts)
+    reach.register(what)
 
 
 USER_ERRORS = (preflight.PreflightError, uv_cache.UvCacheError)

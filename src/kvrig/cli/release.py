@@ -29,7 +29,7 @@ from kvrig.define.loader import default_matrix
 from kvrig.define.matrix import Matrix, load
 from kvrig.define.paths import RESULTS_ROOT
 from kvrig.provision import overlay
-from kvrig.publish import release_diff
+from kvrig.publish import compare, release_diff
 from kvrig.publish import results as results_mod
 from kvrig.rules import versions
 
@@ -149,12 +149,39 @@ def side_info(matrix: Matrix, side: SideRun, platform: str) -> release_diff.Side
 
 
 def _read(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    records = {}
-    for path in sorted((folder / "records").glob("*.json")):
-        data = json.loads(path.read_text())
+    """A side's records and rows: exactly one record per cell, `<cell id>.json` holding
+    that cell. Anything else in records/ (a copy such as `X.old.json`, a file that is no
+    record, a write a killed run left) is refused, named: read as a record, a copy could
+    stand for its cell and hide a move."""
+    records, strays = {}, []
+    where = folder / "records"
+    for path in sorted(where.iterdir()) if where.is_dir() else []:
+        data = _record_at(path)
+        if data is None or f"{data['cell_id']}.json" != path.name:
+            strays.append(path.name)
+            continue
         records[data["cell_id"]] = data
+    if strays:
+        raise UsageError(
+            f"{where} holds {len(strays)} file(s) that are no cell's record as a column writes"
+            f" it, `<cell id>.json` holding that cell ({compare.names(strays)}); the diff reads"
+            " one record per cell, and a copy could stand for its cell. Move them out of"
+            " records/ (a *.tmp is a write a killed run left: rerun that column) and run the"
+            " diff again."
+        )
     rows = {r["cell_id"]: r for r in results_mod.read(folder)} if folder.is_dir() else {}
     return records, rows
+
+
+def _record_at(path: Path) -> dict[str, Any] | None:
+    """The record a file holds (a JSON object naming its cell), or None."""
+    if not path.is_file() or path.suffix != ".json":
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("cell_id"), str) else None
 
 
 def pairs(

@@ -86,15 +86,22 @@ def _for_release(matrix: Matrix, column: str, ran: str | None) -> Matrix | None:
         return None
 
 
-def judged_notes(merged: results_mod.Merged, matrix_path: str | None) -> list[str]:
-    """The report's notes on rows judged under another matrix or by another kvrig."""
+def judged_apart(
+    merged: results_mod.Merged, matrix_path: str | None
+) -> tuple[dict[str, str], list[str]]:
+    """The rows judged under another matrix or by another kvrig, each with which (what
+    report.md and report.html mark), and the terminal's notes on them."""
     try:
         matrix = load(matrix_path)
     except MatrixError:
-        return []
+        return {}, []
     known = identities(matrix, merged.rows)
     shown = str(matrix.path or matrix_path or "matrix.yaml")
-    return report.judged_notes(merged.rows, known, results_mod.judged_by(), shown)
+    mine = results_mod.judged_by()
+    return (
+        report.judged_apart(merged.rows, known, mine),
+        report.judged_notes(merged.rows, known, mine, shown),
+    )
 
 
 def refuse_unknown(rows_by_source: dict[str, list[dict[str, Any]]], what: str) -> None:
@@ -122,11 +129,12 @@ def cmd_report(ns: argparse.Namespace, extra: list[str]) -> int:
     folders = sorted({str(p.parent) for p in merged.sources.values()})
     out = Path(ns.out) if ns.out else Path(os.path.commonpath(folders))
     title = "kvrig results: " + ", ".join(report.columns_of(merged.rows))
-    md, page = report.write_merged(merged, out, title)
+    apart, notes = judged_apart(merged, ns.matrix)
+    md, page = report.write_merged(merged, out, title, apart)
     print(report.terminal(merged.rows))
     for line in report.run_facts(merged.rows):
         print(line)
-    for line in judged_notes(merged, ns.matrix):
+    for line in notes:
         print(line)
     print(f"\nresults: {', '.join(folders)}\nreport: {md}  {page}")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -37,10 +37,14 @@ from kvrig.run.fork_loop import die_with_parent
 from kvrig.run.runner import ResultsFolderError, check_results_folder
 
 MARKERS = {
-    Family.HYBRID_MAMBA: "cells of hybrid Mamba2 models (GraniteMoeHybrid, NemotronH)",
-    Family.GDN: "cells of gated-delta-net models (Qwen3-Next)",
+    Family.HYBRID_MAMBA: "cells of hybrid Mamba2 models (GraniteMoeHybrid, NemotronH, FalconH1)",
+    Family.GDN: "cells of gated-delta-net models (Qwen3-Next, Qwen3.5)",
     Family.DSA: "cells of DeepSeek sparse attention models (DeepSeek-V3.2)",
     Family.DENSE: "cells of non-hybrid control models",
+    Family.MLA: "cells of dense multi-head latent attention models (DeepSeek-V3)",
+    Family.SHORT_CONV: "cells of short-convolution hybrids (LFM2)",
+    Family.HYBRID_MLA: "cells of MLA beside Kimi delta attention (Kimi-Linear)",
+    Family.MAMBA: "cells of attention-free Mamba2 models",
     "gate": "cells that gate a release",
     "expect_runs": "cells expected to run and generate",
     "expect_early_error": "cells expected to fail early in _check_aligned_block_size",

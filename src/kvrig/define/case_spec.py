@@ -11,11 +11,17 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
 from kvrig.define import gpus, patterns
 from kvrig.define.strict import BACKEND_NAME, NAME, Count, Strict
-from kvrig.define.vllm_names import KNOWN_KV_CACHE_DTYPES, Platform
+from kvrig.define.vllm_names import (
+    DRAFT_MODEL_METHODS,
+    KNOWN_KV_CACHE_DTYPES,
+    MAMBA_DTYPES,
+    SPECULATIVE_METHODS,
+    Platform,
+)
 
 
 class CraftedBackend(Strict):
@@ -28,15 +34,20 @@ class CraftedBackend(Strict):
     name: str = Field(pattern=BACKEND_NAME)
     # Kernel block sizes; `aligned` stands for the size alignment lands on for the cell's
     # platform and CPU class (kvrig.rules.blocksize), so a control accepts exactly it.
-    sizes: Annotated[list[Count | Literal["aligned"]], Field(min_length=1)]
+    # None at all (`[]`, plain only) is a backend vLLM reads as taking any size.
+    sizes: list[Count | Literal["aligned"]]
     exact: bool = True
 
-    @field_validator("sizes")
-    @classmethod
-    def _a_number_first(cls, sizes: list[int | str]) -> list[int | str]:
-        if not any(isinstance(s, int) for s in sizes):
-            raise ValueError("needs at least one numeric size beside `aligned`")
-        return sizes
+    @model_validator(mode="after")
+    def _a_number_first(self) -> CraftedBackend:
+        if not self.sizes and self.exact:
+            raise ValueError(
+                "sizes: an exact backend declaring no size accepts none; declare one, or"
+                " set exact: false for a backend that declares none and so takes any size"
+            )
+        if self.sizes and not any(isinstance(s, int) for s in self.sizes):
+            raise ValueError("sizes: needs at least one numeric size beside `aligned`")
+        return self
 
 
 class Sibling(CraftedBackend):
@@ -65,21 +76,88 @@ class Crafted(Strict):
         return self
 
 
+Ranks = Annotated[StrictInt, Field(ge=1, le=8)]
+MambaDtype = Literal[MAMBA_DTYPES]  # type: ignore[valid-type]
+
+
+class Speculative(Strict):
+    """vLLM's --speculative-config as a case sets it: the method, the tokens it proposes
+    a step, and (for a drafter of its own) a model of this matrix, written offline beside
+    the target as any miniature is."""
+
+    method: str
+    num_speculative_tokens: Count
+    model: str | None = Field(default=None, pattern=NAME)
+    # The draft's own context (vLLM's speculative max_model_len): a draft model of its own
+    # (draft_model, which takes no positions from the target) served shorter lowers the
+    # target's context to it.
+    max_model_len: Annotated[StrictInt, Field(ge=16)] | None = None
+
+    @field_validator("method")
+    @classmethod
+    def _a_vllm_method(cls, method: str) -> str:
+        if method not in SPECULATIVE_METHODS:
+            raise ValueError(
+                f"{method!r} is not one of vLLM's speculative methods"
+                f" ({', '.join(sorted(SPECULATIVE_METHODS))})"
+            )
+        return method
+
+    @model_validator(mode="after")
+    def _draft_where_read(self) -> Speculative:
+        drafts = self.method in DRAFT_MODEL_METHODS
+        if drafts and self.model is None:
+            raise ValueError(
+                f"method {self.method} reads a drafter checkpoint of its own: name a model of"
+                " this matrix as `model`"
+            )
+        if not drafts and self.model is not None:
+            raise ValueError(
+                f"method {self.method} reads no drafter checkpoint of its own, so `model`"
+                " would name nothing vLLM loads: leave it out"
+            )
+        return self
+
+
 class Knobs(Strict):
     """Engine arguments a case varies; None leaves vLLM's own default."""
 
     block_size: Count | None = None
-    enable_prefix_caching: bool | None = None
-    mamba_ssm_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    enable_prefix_caching: StrictBool | None = None
+    mamba_ssm_cache_dtype: MambaDtype | None = None
+    # The conv and SSM states' dtype together (--mamba-cache-dtype).
+    mamba_cache_dtype: MambaDtype | None = None
+    # The state group's block (--mamba-block-size): kept by vLLM only without alignment;
+    # vLLM refuses it without prefix caching.
+    mamba_block_size: Count | None = None
+    # The model's context for this case (the model's own max_model_len otherwise): the
+    # state group's block without prefix caching, and the engine core's bound.
+    max_model_len: Annotated[StrictInt, Field(ge=16)] | None = None
+    enable_chunked_prefill: StrictBool | None = None
+    disable_hybrid_kv_cache_manager: StrictBool | None = None
     kv_cache_dtype: str | None = None
     # Layers (by index or name) kept at the model dtype beside a quantized KV cache: vLLM's
     # phase 3 then sizes the shared block from the primary backend.
     kv_cache_dtype_skip_layers: list[str] | None = None
     attention_backend: str | None = Field(default=None, pattern=BACKEND_NAME)
-    multiprocessing: bool | None = None
+    multiprocessing: StrictBool | None = None
     # Ranks of one engine (vLLM's multiprocess executor): KV heads per rank, replicated
     # when there are fewer than ranks, and Mamba/GDN heads split across them.
-    tensor_parallel_size: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
+    tensor_parallel_size: Ranks | None = None
+    # Stages of one engine, each a worker holding its own layers (with tensor parallel,
+    # tp x pp ranks): each stage's worker sizes the block from its own layers only.
+    pipeline_parallel_size: Ranks | None = None
+    decode_context_parallel_size: Ranks | None = None
+    # The DCP interleave (--cp-kv-cache-interleave-size): tokens a rank takes in turn,
+    # which vLLM asserts divide the block.
+    cp_kv_cache_interleave_size: Count | None = None
+    speculative_config: Speculative | None = None
+    # Prefix-cache hits at another unit than the block (--prefix-match-unit): vLLM
+    # refuses one with a single KV-cache group.
+    prefix_match_unit: Count | None = None
+    # Multimodal input scheduled whole (--disable-chunked-mm-input): a Mamba state's
+    # prefix caching needs chunks, and vLLM asserts it.
+    disable_chunked_mm_input: StrictBool | None = None
 
     @field_validator("kv_cache_dtype")
     @classmethod
@@ -97,7 +175,16 @@ class Invariants(Strict):
 
     block_size: Count | None = None
     block_size_in: list[Count] | None = None
+    # The engine core's block: the smallest of its KV-cache groups' (max_model_len for a
+    # hybrid's state without prefix caching; an unaligned pipeline stage's). `worker`: the
+    # worker's own block, whatever it is, so the fact holds for every release the cell runs.
+    engine_block_size: Count | Literal["worker"] | None = None
+    # Each pipeline stage's worker block, stage 0 first.
+    stage_block_sizes: list[Count] | None = None
     kernel_block_sizes_include: list[Count] | None = None
+    # Every KV-cache group's kernel block, in the groups' order: where a group's split is
+    # the point (a block-outermost layout keeps every block whole).
+    kernel_block_sizes: list[Count] | None = None
     backends_include: list[str] | None = None
     # Backends that must reject the chosen size and still not stop the engine: the
     # controls where no alignment happened, so the early check has nothing to check.
@@ -125,10 +212,11 @@ class Invariants(Strict):
                 f"block_size {self.block_size} is not among block_size_in"
                 f" {self.block_size_in}: no engine can show both"
             )
-        apart = [k for k in self.kernel_block_sizes_include or [] if self.block_size % k]
+        kernels = [*(self.kernel_block_sizes_include or []), *(self.kernel_block_sizes or [])]
+        apart = [k for k in kernels if self.block_size % k]
         if apart:
             raise ValueError(
-                f"kernel_block_sizes_include {apart} does not divide block_size"
+                f"kernel block sizes {apart} do not divide block_size"
                 f" {self.block_size}: vLLM splits a block into kernel blocks of a size that"
                 " divides it"
             )
@@ -243,10 +331,26 @@ def arch_keys(key: str) -> list[str]:
 # ROCm image; an emulated ROCm cell then gets kvrig's stand-in for it
 # (kvrig.run.emulation.rocm_platform). Unset: no aiter, as with vLLM's PyPI wheel.
 AITER_ENV = "KVRIG_ROCM_AITER"
-# The engine environment a case may set: ROCm's AITER switches, which kvrig.rules.rocm
-# reads as vLLM does (VLLM_ROCM_USE_AITER and VLLM_ROCM_USE_AITER_MHA, vllm/envs.py), and
-# AITER_ENV. Any other variable could change an outcome the rules do not know of.
-CASE_ENV = (AITER_ENV, "VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_MHA")
+# The engine environment a case may set, each variable with the platforms whose selector
+# kvrig's rules read it for: ROCm's AITER switches (VLLM_ROCM_USE_AITER and
+# VLLM_ROCM_USE_AITER_MHA, vllm/envs.py, read by kvrig.rules.rocm) and AITER_ENV; XPU's
+# batch invariance (VLLM_BATCH_INVARIANT, which sends XPU's selector to TRITON_ATTN); the
+# KV-cache layout on CUDA (VLLM_KV_CACHE_LAYOUT: a block-outermost one packs mixed pages
+# and keeps the block whole as the kernel block, kvrig.rules.backends). Any other
+# variable, or one of these elsewhere, could change an outcome the rules do not know of.
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
+KV_CACHE_LAYOUT_ENV = "VLLM_KV_CACHE_LAYOUT"
+CASE_ENV: dict[str, tuple[str, ...]] = {
+    AITER_ENV: ("rocm",),
+    "VLLM_ROCM_USE_AITER": ("rocm",),
+    "VLLM_ROCM_USE_AITER_MHA": ("rocm",),
+    BATCH_INVARIANT_ENV: ("xpu",),
+    KV_CACHE_LAYOUT_ENV: ("cuda",),
+}
+# The values the rules read where a variable's value is more than a switch: BLHNC is the
+# block-outermost layout every CUDA backend the rules pick takes (FLASHINFER on SM10.x
+# takes LBHNC and BLHNC only; vLLM refuses any other there before the first block).
+CASE_ENV_VALUES: dict[str, tuple[str, ...]] = {KV_CACHE_LAYOUT_ENV: ("BLHNC",)}
 
 
 class Case(Strict):
@@ -257,8 +361,8 @@ class Case(Strict):
     review: str = ""
     known_defect: KnownDefect | None = None
     knobs: Knobs = Field(default_factory=Knobs)
-    # The engine's environment beside the platform's (CASE_ENV's names only; ROCm only):
-    # AITER on, where vLLM's ROCm selection differs with it.
+    # The engine's environment beside the platform's (CASE_ENV's names, each on its
+    # platforms only): where vLLM's selection differs with it.
     env: dict[str, str] = Field(default_factory=dict)
     crafted: Crafted = Field(default_factory=Crafted)
     expect: dict[Platform, Expectation]
@@ -291,16 +395,25 @@ class Case(Strict):
                 f"{', '.join(unknown)}: a case sets only the variables kvrig's rules read"
                 f" ({', '.join(CASE_ENV)}); another would change what vLLM does unseen"
             )
+        for name, value in env.items():
+            allowed = CASE_ENV_VALUES.get(name)
+            if allowed is not None and value not in allowed:
+                raise ValueError(
+                    f"{name}={value}: kvrig's rules read {', '.join(allowed)} only there;"
+                    " another value could make vLLM refuse the layout unseen"
+                )
         return env
 
     @model_validator(mode="after")
-    def _env_is_rocm_s(self) -> Case:
-        others = sorted(p for p in self.expect if p != "rocm")
-        if self.env and others:
-            raise ValueError(
-                f"env: ROCm's AITER switches, and the case expects on {', '.join(others)} too;"
-                " give the ROCm expectation a case of its own"
-            )
+    def _env_on_its_platforms(self) -> Case:
+        for name in self.env:
+            others = sorted(p for p in self.expect if p not in CASE_ENV[name])
+            if others:
+                raise ValueError(
+                    f"env: {name} is read on {', '.join(CASE_ENV[name])} only, and the case"
+                    f" expects on {', '.join(others)} too; give that expectation a case of"
+                    " its own"
+                )
         return self
 
 

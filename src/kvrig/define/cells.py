@@ -60,6 +60,15 @@ class Cell(BaseModel):
     # sizes the matrix writes out are the pin's, so the verdict checks the size
     # kvrig.rules computes for the release that runs.
     pinned_instead: str | None = None
+    # The drafter a speculative case names (a model of the matrix), its config rendered
+    # once as the target's is; None without one.
+    draft: ModelSpec | None = None
+    draft_config: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def max_model_len(self) -> int:
+        """The context the engine gets: the case's knob, else the model's."""
+        return self.case.knobs.max_model_len or self.model.max_model_len
 
     @property
     def column(self) -> str:
@@ -127,7 +136,8 @@ def judged_under(cell: Cell) -> str:
     """
     facts = {
         "platform": cell.platform,
-        "case": cell.case.model_dump(mode="json", exclude=_PROSE["case"]),
+        # A field left unset (None) is as if unwritten: a new knob re-judges no row.
+        "case": cell.case.model_dump(mode="json", exclude=_PROSE["case"], exclude_none=True),
         # `needs` left empty is as if unwritten: adding the field re-judges no cell.
         "model": cell.model.model_dump(
             mode="json", exclude=_PROSE["model"] | (set() if cell.model.needs else {"needs"})
@@ -172,8 +182,11 @@ def expand(
             if platform is not None and plat != platform:
                 continue
             on_cpu = plat == "cpu"
-            if case.model not in configs:
-                configs[case.model] = models.render(matrix.models[case.model], base)
+            spec = case.knobs.speculative_config
+            draft = spec.model if spec is not None else None
+            for name in (case.model, draft):
+                if name is not None and name not in configs:
+                    configs[name] = models.render(matrix.models[name], base)
             if on_cpu and isa is not None:
                 expect = case.expect_by_isa.get(isa, expect)  # type: ignore[call-overload]
             arch = gpus.normalize(plat, gpu_arch) if gpu_arch and not on_cpu else None
@@ -194,6 +207,8 @@ def expand(
                     source=source,
                     config=configs[case.model],
                     pinned_instead=matrix.replaced_pin(plat),
+                    draft=matrix.models[draft] if draft else None,
+                    draft_config=configs[draft] if draft else {},
                 )
             )
     return cells

@@ -20,12 +20,21 @@ from __future__ import annotations
 import builtins
 import difflib
 import itertools
+import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvrig.define import column_names, gpus, lines, modules, patterns, vllm_models
+from kvrig.define import (
+    column_names,
+    gpus,
+    knob_checks,
+    lines,
+    measured,
+    modules,
+    patterns,
+    vllm_models,
+)
 from kvrig.define.case_spec import (
     Case,
     EarlyError,
@@ -38,11 +47,15 @@ from kvrig.define.case_spec import (
 )
 from kvrig.define.cells import by_arch
 from kvrig.define.config_checks import stock_backends
+from kvrig.define.refusal import Refusal
 from kvrig.define.schema import Allowance, Matrix, MatrixError
 from kvrig.define.vllm_models import HYBRID_FAMILIES
 from kvrig.define.vllm_names import PLATFORM_BACKENDS
+from kvrig.host import isa
 
 Configs = dict[str, dict[str, Any]]
+# (model, case id) -> what its CPU cells were seen to do (kvrig.define.shorthands.cpu_facts).
+Facts = dict[tuple[str, str], measured.CpuFacts]
 # The function of vLLM's early alignment check and of the worker's late one (the verdicts
 # name them too, kvrig.judge.messages, a layer this one cannot import).
 EARLY_FUNCTION = "_check_aligned_block_size"
@@ -56,20 +69,12 @@ EXCEPTIONS = sorted(
 LONG_MODEL_LEN = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 
 
-@dataclass(frozen=True)
-class Refusal:
-    """One mistake: the field it is at (a dotted path, as every refusal names it), what
-    is wrong and what to do."""
-
-    field: str
-    what: str
-    fix: str
-
-
-def check(path: Path, data: Any, matrix: Matrix, configs: Configs) -> None:
+def check(
+    path: Path, data: Any, matrix: Matrix, configs: Configs, facts: Facts | None = None
+) -> None:
     """Raises MatrixError with the paragraph of the first mistake, at its line."""
-    for refusal in refusals(data, matrix, configs):
-        line = lines.line_of(data, lines.split_field(data, refusal.field))
+    for refusal in refusals(data, matrix, configs, facts or {}):
+        line = refusal.line or lines.line_of(data, lines.split_field(data, refusal.field))
         where = f"{path}:{line}" if line else str(path)
         raise MatrixError(
             f"{where}: the matrix is invalid at {refusal.field}: {refusal.what}. Nothing was"
@@ -77,8 +82,9 @@ def check(path: Path, data: Any, matrix: Matrix, configs: Configs) -> None:
         )
 
 
-def refusals(data: Any, matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
-    """Every mistake, names first, then numbers, patterns, expectations and allowances."""
+def refusals(data: Any, matrix: Matrix, configs: Configs, facts: Facts) -> Iterator[Refusal]:
+    """Every mistake, names first, then numbers, patterns, expectations (and the sizes
+    measured beside them) and allowances."""
     return itertools.chain(
         _unknown_modules(matrix),
         _crafted_bases(matrix, configs),
@@ -86,12 +92,15 @@ def refusals(data: Any, matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
         _error_types(matrix),
         _skip_layers(matrix, configs),
         _tp_splits(matrix, configs),
+        knob_checks.refusals(matrix, configs),
         _lengths_fit(matrix, configs),
+        _case_lengths_fit(matrix, configs),
         _prompts_fit(matrix),
         _weak_patterns(matrix),
         _late_errors_after_sizing(matrix),
         _early_errors_that_cannot_fire(matrix),
         _defects_that_differ(matrix),
+        _measured_against_expectations(matrix, facts),
         _skips_the_gate_requires(matrix),
         _allowances(data, matrix),
     )
@@ -289,11 +298,33 @@ def _checked_somewhere(matrix: Matrix, model: str) -> bool:
     )
 
 
-def _prompts_fit(matrix: Matrix) -> Iterator[Refusal]:
-    """A cell's prompt and the tokens it asks for must fit the model's length: the
-    engine refuses a longer prompt, and generates fewer tokens than asked past it."""
+def _case_lengths_fit(matrix: Matrix, configs: Configs) -> Iterator[Refusal]:
+    """A case's own max_model_len is held to the positions as a model's is."""
     for i, case in enumerate(matrix.cases):
-        room = matrix.models[case.model].max_model_len
+        length = case.knobs.max_model_len
+        config = vllm_models.text_config(configs[case.model])
+        longest = config.get("max_position_embeddings")
+        if length is None or not isinstance(longest, int) or length <= longest:
+            continue
+        if _scaled(config) or not _configures(case):
+            continue
+        if all(LONG_MODEL_LEN in matrix.platforms[p].env for p in case.expect):
+            continue
+        yield Refusal(
+            f"cases.{i}.knobs.max_model_len",
+            f"max_model_len {length} is past {case.model}'s max_position_embeddings"
+            f" {longest}: vLLM refuses it before any engine starts (unless {LONG_MODEL_LEN}"
+            " is set)",
+            f"set a max_model_len of at most {longest}",
+        )
+
+
+def _prompts_fit(matrix: Matrix) -> Iterator[Refusal]:
+    """A cell's prompt and the tokens it asks for must fit the model's length (the case's
+    own where it sets one): the engine refuses a longer prompt, and generates fewer tokens
+    than asked past it."""
+    for i, case in enumerate(matrix.cases):
+        room = case.knobs.max_model_len or matrix.models[case.model].max_model_len
         if case.prompt_tokens + case.max_tokens <= room or not _configures(case):
             continue
         key = "max_tokens" if "prompt_tokens" not in case.model_fields_set else "prompt_tokens"
@@ -437,6 +468,66 @@ def _defects_that_differ(matrix: Matrix) -> Iterator[Refusal]:
                     " from the fix and the cell fails whatever vLLM does",
                     "write what vLLM does wrong, or remove known_defect",
                 )
+
+
+def _measured_against_expectations(matrix: Matrix, facts: Facts) -> Iterator[Refusal]:
+    """A `measured:` size is what vLLM did on a class, and the cell's expectation (or its
+    known defect) what it must show there: when they disagree one of them is wrong, and
+    only the shipped matrix's unit tests would have said so."""
+    for i, case in enumerate(matrix.cases):
+        fact = facts.get((case.model, case.id))
+        if fact is None or fact.measured is None or "cpu" not in case.expect:
+            continue
+        for cls in isa.CLASSES:
+            where, shown = _shown_on_class(case, cls)
+            clash = _size_clash(fact.measured[cls], shown)
+            if clash is not None:
+                yield Refusal(
+                    f"cases.{i}.measured",
+                    f"`measured:` says vLLM {_chose(fact.measured[cls])} on {cls}, and"
+                    f" {where} {clash}: one of the two is wrong",
+                    f"write what vLLM does on {cls} in both (an expect_by_isa.{cls} where a"
+                    " class differs)",
+                    fact.lines.get("measured"),
+                )
+                break
+
+
+def _shown_on_class(case: Case, cls: str) -> tuple[str, Expectation]:
+    """What a CPU cell of the case must show on a class, and where that is written: a
+    known defect's record where there is one (what released vLLM does), else the class's
+    expectation."""
+    defect = case.known_defect.shows.get("cpu") if case.known_defect else None
+    if defect is not None:
+        return "known_defect.shows.cpu", defect
+    if cls in case.expect_by_isa:
+        return f"expect_by_isa.{cls}", case.expect_by_isa[cls]
+    return "expect.cpu", case.expect["cpu"]
+
+
+def _chose(size: int | None) -> str:
+    return f"chose block size {size}" if size is not None else "refuses the cell before a size"
+
+
+_LATE_SIZE = re.compile(r"No common block size for (\d+)")
+
+
+def _size_clash(size: int | None, shown: Expectation) -> str | None:
+    """What the expectation says that a cell of this measured size (None: refused before
+    one) cannot show, or None when they agree."""
+    if isinstance(shown, Runs | EarlyError | LateError) and size is None:
+        return f"expects it to reach a size ({shown.outcome})"
+    if isinstance(shown, Runs):
+        inv = shown.invariants
+        if inv.block_size is not None and size != inv.block_size:
+            return f"expects block size {inv.block_size}"
+        if inv.block_size_in is not None and size not in inv.block_size_in:
+            return f"expects a block size among {inv.block_size_in}"
+    if isinstance(shown, LateError) and shown.function == LATE_FUNCTION:
+        late = _LATE_SIZE.search(shown.match)
+        if late is not None and size != int(late.group(1)):
+            return f"expects the late error at {late.group(1)} ({shown.match!r})"
+    return None
 
 
 def _skips_the_gate_requires(matrix: Matrix) -> Iterator[Refusal]:

@@ -120,8 +120,8 @@ def check_sibling_layers(
     path: Path, data: Any, matrix: Matrix, configs: dict[str, dict[str, Any]]
 ) -> None:
     """Every sibling reaches an attention module of its model the way kvrig's plugin
-    routes siblings (its `layers` a prefix of the module's name, its base an MLA backend
-    on MLA layers); else the cell would run without the sibling it exists to test, and
+    routes siblings (its `layers` a prefix of the module's name, a base it names an MLA
+    backend on MLA layers); else the cell would run without the sibling it exists to test, and
     could even pass."""
     for i, case in enumerate(matrix.cases):
         if not case.crafted.siblings:
@@ -129,6 +129,15 @@ def check_sibling_layers(
         spec = matrix.models[case.model]
         config = configs[case.model]
         layers = vllm_models.attention_layers(config, spec.family)
+        unrouted = vllm_models.SIBLINGS_UNROUTED.get(vllm_models.architecture(config) or "")
+        if unrouted is not None:
+            loc = ("cases", i, "crafted", "siblings", 0)
+            where = lines.where(path, data, (*loc, "layers"), loc)
+            raise MatrixError(
+                f"{where}: the matrix is invalid at cases.{i}.crafted.siblings: {unrouted}, so"
+                f" no layer of {case.model} would run it. Nothing was run; replace the backend"
+                " instead (crafted.replace) and start again."
+            )
         for j, sib in enumerate(case.crafted.siblings):
             loc = ("cases", i, "crafted", "siblings", j)
             if not any(models.prefix_matches(sib.layers, k, config) for k in layers):
@@ -148,9 +157,9 @@ def check_sibling_layers(
             for platform, expect in case.expect.items():
                 if expect.outcome == "skip" or platform not in matrix.platforms:
                     continue
-                knob = case.knobs.attention_backend
-                base = sib.base or knob or matrix.platforms[platform].default_backend
-                if "MLA" in base:
+                # Named by neither, it is built on what the selector gives MLA layers.
+                base = sib.base or case.knobs.attention_backend
+                if base is None or "MLA" in base:
                     continue
                 where = lines.where(path, data, (*loc, "base" if sib.base else "name"))
                 raise MatrixError(

@@ -142,6 +142,18 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any,
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _construct_timestamp(loader: _LineLoader, node: yaml.ScalarNode) -> Any:
+    """A date the calendar lacks (2027-02-30) stays the text written, so the schema refuses
+    it at its line; YAML's own reading raises from inside the parser, with no line."""
+    try:
+        return loader.construct_yaml_timestamp(node)
+    except ValueError:
+        return loader.construct_scalar(node)
+
+
+_LineLoader.add_constructor("tag:yaml.org,2002:timestamp", _construct_timestamp)
+
+
 def parse(text: str) -> Any:
     """The YAML text, every mapping keeping its keys' lines under LINES: RepeatedKey for a
     key written twice in one mapping, yaml.YAMLError for text that is no YAML."""

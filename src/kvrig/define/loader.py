@@ -152,7 +152,8 @@ def _check_allowance_life(path: Path, matrix: Matrix, today: dt.date) -> None:
 
 @functools.lru_cache(maxsize=16)
 def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
-    data = _expanded(path, _parsed(path, _text(path)))
+    parsed = _parsed(path, _text(path))
+    data = _expanded(path, parsed)
     try:
         matrix = Matrix.model_validate(_strip_lines(data))
     except ValidationError as exc:
@@ -160,7 +161,7 @@ def _load(path: Path, resolved: str, mtime_ns: int, size: int) -> Matrix:
     configs = config_checks.check_model_configs(path, data, matrix)
     config_checks.check_sibling_layers(path, data, matrix, configs)
     config_checks.check_expected_backends(path, data, matrix, configs)
-    checks.check(path, data, matrix, configs)
+    checks.check(path, data, matrix, configs, shorthands.cpu_facts(parsed))
     matrix._path = path
     for i, case in enumerate(data.get("cases") or []):
         key_lines = case.get(lines.LINES, {}) if isinstance(case, dict) else {}

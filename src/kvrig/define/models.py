@@ -20,6 +20,7 @@ from kvrig.define.schema import ModelSpec
 from kvrig.define.vllm_models import (
     FAMILY_OF,
     LAYER_KINDS,
+    MLA_FAMILIES,
     PATTERN_KINDS,
     Family,
     architecture,
@@ -225,16 +226,8 @@ def _check_layer_fields(text: dict[str, Any], family: str, where: Callable[[str]
             raise ModelConfigError(
                 where(key), f"{key} is {types!r}, not a non-empty list of layer kinds"
             )
-    needed: list[tuple[str, ...]] = []
-    if key is None:
-        needed.append(("num_hidden_layers",))
-    if family == Family.DSA:
-        needed += [("kv_lora_rank",), ("qk_rope_head_dim",)]
-    else:
-        needed.append(("num_key_value_heads",))
-        if text.get("head_dim") is None and text.get("attention_head_dim") is None:
-            needed += [("hidden_size", "head_dim"), ("num_attention_heads", "head_dim")]
-    for names in needed:
+    needed: list[tuple[str, ...]] = [("num_hidden_layers",)] if key is None else []
+    for names in needed + _page_fields(text, family):
         if text.get(names[0]) is None:
             missing = names[0] + (f" (or {names[1]})" if len(names) > 1 else "")
             raise ModelConfigError(
@@ -242,6 +235,22 @@ def _check_layer_fields(text: dict[str, Any], family: str, where: Callable[[str]
                 f"the config lacks {missing}, which vLLM builds the model's layers from and"
                 " kvrig reads for its attention layers and KV-cache page",
             )
+
+
+def _page_fields(text: dict[str, Any], family: str) -> list[tuple[str, ...]]:
+    """The fields one attention layer's page is read from (each with the one that may stand
+    in for it): MLA's latent, else K and V heads and a head size; none without attention."""
+    if family in MLA_FAMILIES:
+        return [("kv_lora_rank",), ("qk_rope_head_dim",)]
+    if family == Family.MAMBA:
+        return []
+    if text.get("head_dim") is None and text.get("attention_head_dim") is None:
+        return [
+            ("num_key_value_heads",),
+            ("hidden_size", "head_dim"),
+            ("num_attention_heads", "head_dim"),
+        ]
+    return [("num_key_value_heads",)]
 
 
 def _check_layer_count(text: dict[str, Any], family: str, where: Callable[[str], str]) -> None:
@@ -276,7 +285,7 @@ def _check_heads(text: dict[str, Any], family: str, where: Callable[[str], str])
     """vLLM's Attention asserts num_heads % num_kv_heads == 0: each KV head serves a whole
     number of query heads (MLA keeps no KV heads of its own)."""
     heads, kv = text.get("num_attention_heads"), text.get("num_key_value_heads")
-    if family == Family.DSA or heads is None or kv is None or heads % kv == 0:
+    if family in MLA_FAMILIES or heads is None or kv is None or heads % kv == 0:
         return
     field = where("num_key_value_heads")
     raise ModelConfigError(

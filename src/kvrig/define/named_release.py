@@ -116,11 +116,10 @@ def _refuse_unknown(platform: str, named: NamedRelease) -> None:
     unknown = releases.unknown_at(platform, releases.parse(named.version))
     if not unknown:
         return
-    what = "; ".join(f"{s.name} ({s.where}) is {s.known_text()}" for s in unknown)
     raise MatrixError(
-        f"--vllm {named.describe()}: kvrig's block-size rules do not know vLLM"
-        f" {named.version} on {platform}: {what}, and {named.version} falls between. Name a"
-        " release they know, or add what it does to kvrig.define.releases. Nothing was run."
+        f"--vllm {named.describe()}: {releases.not_known(platform, named.version, unknown)},"
+        f" and {named.version} falls between. Name a release they know, or add what it does"
+        " to kvrig.define.releases. Nothing was run."
     )
 
 

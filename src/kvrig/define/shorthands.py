@@ -51,7 +51,16 @@ LINES = "__lines__"  # the loader's record of each key's line (kvrig.define.line
 # kvrig.define.case_spec.Invariants' fields (a unit test holds the two equal): the keys a
 # running cell's short expectation may list.
 INVARIANTS = frozenset(
-    ("block_size", "block_size_in", "kernel_block_sizes_include", "backends_include", "rejected_by")
+    (
+        "block_size",
+        "block_size_in",
+        "engine_block_size",
+        "stage_block_sizes",
+        "kernel_block_sizes_include",
+        "kernel_block_sizes",
+        "backends_include",
+        "rejected_by",
+    )
 )
 _SHORT = TypeAdapter(Literal["runs"] | Annotated[StrictInt, Field(gt=0)])
 _PER_MODEL = TypeAdapter(dict[str, dict[str, Any] | None])

@@ -198,3 +198,57 @@ KNOWN_KV_CACHE_DTYPES = frozenset(
         "ultraquant_4bit",
     )
 )
+# vLLM's SpeculativeMethod (vllm/config/speculative.py of vLLM 0.34.0): ngram and suffix
+# decoding need no draft model, draft_model/eagle/eagle3 read one, and an MTP method reads
+# the target checkpoint's own next-token layers.
+SPECULATIVE_METHODS = frozenset(
+    (
+        "bailing_hybrid_mtp",
+        "bailing_hybrid_v3_mtp",
+        "deepseek_mtp",
+        "dflash",
+        "dots3_note_mtp",
+        "draft_model",
+        "dspark",
+        "eagle",
+        "eagle3",
+        "ernie_mtp",
+        "exaone4_5_mtp",
+        "exaone_moe_mtp",
+        "extract_hidden_states",
+        "gemma4_mtp",
+        "glm4_moe_lite_mtp",
+        "glm4_moe_mtp",
+        "glm5_next_mtp",
+        "glm_ocr_mtp",
+        "hy_v3_mtp",
+        "hy_v4_mtp",
+        "inkling_mtp",
+        "kimi_k3_mtp",
+        "longcat_flash_mtp",
+        "mimo_mtp",
+        "mimo_v2_mtp",
+        "minimax_m3_mtp",
+        "mtp",
+        "nemotron3_5_transcribe_mtp",
+        "nemotron_h_mtp",
+        "ngram",
+        "ngram_gpu",
+        "pangu_ultra_moe_mtp",
+        "qwen3_5_mtp",
+        "qwen3_next_mtp",
+        "qwen4_exp_mtp",
+        "step3p5_mtp",
+        "step5_mtp",
+        "suffix",
+    )
+)
+# The methods whose drafter is a checkpoint of its own (speculative_config.model).
+DRAFT_MODEL_METHODS = frozenset(("draft_model", "eagle", "eagle3"))
+# The methods whose drafter keeps positions of its own (shares_target_positions False):
+# a draft context shorter than the target's lowers the target's
+# (VllmConfig._limit_max_model_len_to_draft). An EAGLE drafter takes the target's
+# positions, so its context is raised to the target's instead.
+OWN_CONTEXT_DRAFT_METHODS = frozenset(("draft_model",))
+# vLLM's MambaDType (vllm/config/cache.py): the conv and SSM state dtypes a user may set.
+MAMBA_DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -125,7 +125,11 @@ def size_problem(
     if chose is None:
         return None, ""
     if chose == exp.block_size:
-        problem = _pages_problem(exp, rec) if isinstance(expect, Runs) else None
+        problem = (
+            _pages_problem(exp, rec) or _core_problem(exp, rec)
+            if isinstance(expect, Runs)
+            else None
+        )
         if problem is None:
             return None, ""
     else:
@@ -227,10 +231,11 @@ def _pages_problem(exp: expected_mod.Expected, rec: Record) -> str | None:
     if exp.page is None or not exp.page.mamba or exp.padded is None:
         return None
     per_token, size = exp.page.attention_per_token, exp.block_size
+    page = exp.unified or exp.padded
     for g in rec.kv_cache_groups:
-        if "Attention" in g.kind and g.page_size_bytes != exp.padded:
+        if "Attention" in g.kind and g.page_size_bytes != page:
             return (
-                f"attention page {g.page_size_bytes} B, computed {exp.padded} B"
+                f"attention page {g.page_size_bytes} B, computed {page} B"
                 f" ({per_token} B/token x {size})"
             )
         if not g.kind.startswith("Mamba"):
@@ -238,9 +243,29 @@ def _pages_problem(exp: expected_mod.Expected, rec: Record) -> str | None:
         real = g.real_page_size_bytes
         if real is not None and real != exp.page.mamba:
             return f"mamba state page {real} B, computed {exp.page.mamba} B ({exp.explain()})"
-        if g.page_size_bytes != exp.padded:
+        if g.page_size_bytes != page:
             return (
-                f"mamba page padded to {g.page_size_bytes} B, computed {exp.padded} B (exactly"
+                f"mamba page padded to {g.page_size_bytes} B, computed {page} B (exactly"
                 f" the attention page, {per_token} B/token x {size})"
             )
+    return None
+
+
+def _core_problem(exp: expected_mod.Expected, rec: Record) -> str | None:
+    """Past the worker's block: each pipeline stage's block, the state group's block and
+    the engine core's (the smallest of its groups', where max_model_len and the stages
+    enter) must be the computed ones, where the record has them."""
+    if rec.outcome not in ("ran", "configured"):
+        return None
+    if exp.stage_block_sizes and rec.stage_block_sizes != list(exp.stage_block_sizes):
+        return (
+            f"the pipeline stages chose {rec.stage_block_sizes}, computed"
+            f" {list(exp.stage_block_sizes)} ({exp.explain()})"
+        )
+    for name, computed_size, seen in (
+        ("mamba_block_size", exp.mamba_block_size, rec.mamba_block_size),
+        ("the engine core's block", exp.engine_block_size, rec.engine_block_size),
+    ):
+        if computed_size is not None and seen is not None and seen != computed_size:
+            return f"{name} {seen}, computed {computed_size} ({exp.explain()})"
     return None

@@ -10,6 +10,7 @@ grow with each platform's emulation and with the probe, not with the expectation
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from kvrig.define import gpus
 from kvrig.define.case_spec import EarlyError, Expectation, LateError, Runs
@@ -156,7 +157,7 @@ EMULATED_PLATFORMS = {
 DEVICE_GAPS = re.compile(
     r"Found no NVIDIA driver|CUDA driver version is insufficient|no CUDA device \(kvrig stub"
     r"|kvrig stub driver|an XPU kernel was called in an emulated XPU column|Torch not compiled"
-    r" with CUDA enabled|No XPU devices are available|kvrig's inert stand-in"
+    r" with (CUDA|XPU) enabled|No XPU devices are available|kvrig's inert stand-in"
     r"|an AITER kernel was called in an emulated ROCm column"
 )
 
@@ -226,12 +227,28 @@ def _device_problem(cell: Cell, rec: Record) -> str | None:
         return f"vLLM's platform was {seen}, not kvrig's {wanted} (the platform plugin did not win)"
     if rec.outcome == "configured" and seen is None:
         return "vLLM's platform class was not recorded"
-    ranks = emulation.get("ranks") or []
-    sizes = {r.get("block_size") for r in ranks}
+    if rec.outcome == "configured":
+        return _ranks_problem(emulation.get("ranks") or [])
+    return None
+
+
+def _ranks_problem(ranks: list[dict[str, Any]]) -> str | None:
+    """The workers of one pipeline stage share one block size (the executor starts them
+    alike); stages may differ, each sizing from its own layers, which the verdict judges."""
     errors = [f"rank {r['rank']}: {r['error']}" for r in ranks if r.get("error")]
-    if rec.outcome == "configured" and (errors or len(sizes) > 1):
-        shown = errors or [f"rank {r['rank']} at {r.get('block_size')}" for r in ranks]
-        return f"the tensor-parallel ranks disagree ({'; '.join(shown)})"
+    if errors:
+        return f"a rank failed where the engine configured ({'; '.join(errors)})"
+    stages: dict[Any, set[Any]] = {}
+    for r in ranks:
+        stages.setdefault(r.get("stage", 0), set()).add(r.get("block_size"))
+    split = [stage for stage, sizes in stages.items() if len(sizes) > 1]
+    if split:
+        shown = [
+            f"rank {r['rank']} at {r.get('block_size')}"
+            for r in ranks
+            if r.get("stage", 0) in split
+        ]
+        return f"the tensor-parallel ranks of a stage disagree ({'; '.join(shown)})"
     return None
 
 

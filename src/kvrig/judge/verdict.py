@@ -20,6 +20,7 @@ from kvrig.define import patterns
 from kvrig.define.case_spec import (
     EarlyError,
     Expectation,
+    Invariants,
     LateError,
     Runs,
     Skip,
@@ -313,21 +314,43 @@ def _acceptance_problem(expect: Runs, rec: Record) -> str | None:
 
 
 def _invariants_problem(expect: Runs, rec: Record, sizes: bool = True) -> str | None:
-    """The invariants the matrix states for a run: the size (or sizes it may be), the
-    kernel block sizes it must include, the backends some layer must use. The sizes are
-    the pinned release's (`sizes` False for another release: its computed size is checked
-    exactly instead)."""
+    """The invariants the matrix states for a run: the sizes, the kernel block sizes it
+    must include, the backends some layer must use."""
     inv = expect.invariants
-    if sizes and inv.block_size is not None and rec.worker_block_size != inv.block_size:
-        return f"block size {rec.worker_block_size}, expected {inv.block_size}"
-    if sizes and inv.block_size_in is not None and rec.worker_block_size not in inv.block_size_in:
-        return f"block size {rec.worker_block_size} not in {inv.block_size_in}"
+    problem = _sizes_problem(inv, rec, sizes)
+    if problem is not None:
+        return problem
     for size in inv.kernel_block_sizes_include or []:
         if size not in rec.kernel_block_sizes:
             return f"kernel block sizes {rec.kernel_block_sizes} lack {size}"
+    exact = inv.kernel_block_sizes
+    if exact is not None and list(rec.kernel_block_sizes) != exact:
+        return f"kernel block sizes {rec.kernel_block_sizes}, expected exactly {exact}"
     for name in inv.backends_include or []:
         if name not in rec.layer_backends.values():
             return f"no layer uses backend {name}"
+    return None
+
+
+def _sizes_problem(inv: Invariants, rec: Record, sizes: bool) -> str | None:
+    """The worker's size (or the sizes it may be), the engine core's and the stages'. The
+    numbers are the pinned release's (`sizes` False for another release: its computed sizes
+    are checked exactly instead); an engine core at the worker's block holds for any."""
+    if inv.engine_block_size == "worker" and rec.engine_block_size != rec.worker_block_size:
+        return (
+            f"engine core block {rec.engine_block_size}, expected the worker's"
+            f" {rec.worker_block_size}"
+        )
+    if not sizes:
+        return None
+    if inv.block_size is not None and rec.worker_block_size != inv.block_size:
+        return f"block size {rec.worker_block_size}, expected {inv.block_size}"
+    if inv.block_size_in is not None and rec.worker_block_size not in inv.block_size_in:
+        return f"block size {rec.worker_block_size} not in {inv.block_size_in}"
+    if inv.engine_block_size not in (None, "worker", rec.engine_block_size):
+        return f"engine core block {rec.engine_block_size}, expected {inv.engine_block_size}"
+    if inv.stage_block_sizes is not None and rec.stage_block_sizes != inv.stage_block_sizes:
+        return f"pipeline stages at {rec.stage_block_sizes}, expected {inv.stage_block_sizes}"
     return None
 
 

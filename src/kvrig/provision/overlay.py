@@ -7,10 +7,12 @@ cache, so a write through the installed vLLM would change uv's cache and every
 environment linked to it (for good, if the run is killed midway). The installed package
 is only read: the overlay is a copy of it (new files, never links) under kvrig's cache,
 with the checkout's files copied in or the patch applied to the copy, and a column puts
-the copy first on PYTHONPATH. Everything refusable (not a vLLM tree, a patch that does
-not apply, a change to compiled code) is refused before the copy is made: the inputs are
-read and checked by kvrig.provision.overlay_inputs; an image's overlay is staged and built
-by kvrig.provision.overlay_image.
+the copy first on PYTHONPATH. The copy mirrors the source: a module the checkout deleted
+(or the patch removes) is removed from it, so the base's stale copy is not importable.
+Everything refusable (not a vLLM tree, a patch that does not apply, a change to compiled
+code) is refused before the copy is made: the inputs are read and checked by
+kvrig.provision.overlay_inputs; an image's overlay is staged and built by
+kvrig.provision.overlay_image.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from kvrig.define.platform_spec import VllmSource
 from kvrig.provision.overlay_inputs import (
     PACKAGE,
     OverlayError,
+    build_products,
     checked_patch,
     ignored_note,
     outside_package,
@@ -68,7 +71,12 @@ class Manifest:
     patch: str | None = None
     patch_sha256: str | None = None
     ignored: list[str] = field(default_factory=list)  # patched files outside the package
-    base_only: list[str] = field(default_factory=list)  # the base's .py the source lacks
+    # The base's .py the source lacks and the copy keeps: what a build makes (the
+    # checkout's git ignores it), or, from a folder that is no git checkout, every one.
+    base_only: list[str] = field(default_factory=list)
+    # The base's .py the checkout deleted, removed from the copy (a patch's deletions are
+    # among `files`).
+    removed: list[str] = field(default_factory=list)
     compiled_check: str = "checked"
 
     def describe(self) -> str:
@@ -77,7 +85,8 @@ class Manifest:
         else:
             dirty = f", dirty {str(self.dirty)[:12]}" if self.dirty else ""
             what = f"source {self.source} (commit {str(self.commit or 'none')[:12]}{dirty})"
-        return f"{self.base} with the Python of {what}: {len(self.files)} file(s) overlaid"
+        gone = f", {len(self.removed)} removed" if self.removed else ""
+        return f"{self.base} with the Python of {what}: {len(self.files)} file(s) overlaid{gone}"
 
     def ignored_line(self) -> str | None:
         """What of the patch was left out, for the line a run prints (None: nothing)."""
@@ -240,13 +249,17 @@ def _from_checkout(
         for name, path in checkout.files.items()
         if not _same(path, base_pkg.parent / name)
     }
-    base_only = sorted(
+    lacking = sorted(
         str(p.relative_to(base_pkg.parent))
         for p in base_pkg.rglob("*.py")
         if "__pycache__" not in p.parts
         and str(p.relative_to(base_pkg.parent)) not in checkout.files
     )
-    digest = digest_of(record, [(n, sha256(p)) for n, p in sorted(overlaid.items())])
+    builds = build_products(checkout.root, lacking)
+    removed = [] if builds is None else [n for n in lacking if n not in builds]
+    base_only = [n for n in lacking if n not in removed]
+    parts = [(n, sha256(p)) for n, p in sorted(overlaid.items())] + [(n, "-") for n in removed]
+    digest = digest_of(record, parts)
     manifest = Manifest(
         base=base,
         digest=digest,
@@ -256,6 +269,7 @@ def _from_checkout(
         commit=checkout.commit,
         dirty=checkout.dirty,
         base_only=base_only,
+        removed=removed,
         compiled_check=checkout.compiled_check,
     )
     manifest = replace(manifest, **(identity or {}))
@@ -266,6 +280,8 @@ def _from_checkout(
             target.parent.mkdir(parents=True, exist_ok=True)
             target.unlink(missing_ok=True)  # a copy of the base's: never written through
             shutil.copyfile(path, target)
+        for name in removed:  # deleted by the source: not importable from the copy
+            (tree / name).unlink(missing_ok=True)
 
     return _build(manifest, base_pkg, copy_in)
 
@@ -321,7 +337,7 @@ def _build(manifest: Manifest, base_pkg: Path, overlay: Callable[[Path], None]) 
                 " and no engine started."
             ) from None
         overlay(tree)
-        for name in manifest.files:  # bytecode of the base's version of an overlaid file
+        for name in [*manifest.files, *manifest.removed]:  # bytecode of the base's version
             stale = Path(importlib.util.cache_from_source(str(tree / name)))
             stale.unlink(missing_ok=True)
         (tree / MANIFEST).write_text(json.dumps(asdict(manifest), indent=2) + "\n")

@@ -118,6 +118,21 @@ def read_checkout(root: Path, base_version: str, base: str) -> Checkout:
     return Checkout(root, _package_files(root, names), commit, dirty, check)
 
 
+def build_products(root: Path, names: Sequence[str]) -> set[str] | None:
+    """Of `names` (package files the checkout lacks), those its git ignores: what a build
+    makes (vllm/_version.py), which a checkout never holds and its overlay keeps from the
+    base. None where the folder is no git checkout, so a deleted file cannot be told from
+    a build product."""
+    if not names:
+        return set()
+    if _git(root, "rev-parse", "--is-inside-work-tree").returncode != 0:
+        return None
+    found = _git(root, "check-ignore", "--", *names)
+    if found.returncode not in (0, 1):  # 1: none of them is ignored
+        return None
+    return {n for n in found.stdout.decode().splitlines() if n}
+
+
 def _package_files(root: Path, names: Sequence[str]) -> dict[str, Path]:
     return {
         n: root / n

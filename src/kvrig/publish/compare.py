@@ -3,8 +3,9 @@
 A branch is judged against the release it sits on: the same cells, run on two vLLMs (a
 release and an overlay of a checkout on it, say). What matters is what changed, and
 above all a cell that passed on the first and is red on the second, no longer shown there
-(skipped, undecided), or not on the second at all (a run cut short is no evidence that
-the cell still passes): `kvrig compare` exits 1 for any of them. A cell unread on the
+(skipped, undecided), now only a known defect (a cell that stopped working is excused as
+one, xfail, no better for it), or not on the second at all (a run cut short is no evidence
+that the cell still passes): `kvrig compare` exits 1 for any of them. A cell unread on the
 second did what it should as far as vLLM's outcome shows, so it is no regression, and
 the table says it is no pass either. Two runs judged under different matrices or by
 different kvrigs are said to be, cell by cell: a verdict may then differ by the matrix or
@@ -13,7 +14,7 @@ by kvrig, not by vLLM. Pure: rows in, changes and a table out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,11 +65,20 @@ class Change:
     @property
     def turned_red(self) -> bool:
         """Shown on A (passed, showed a known defect as recorded, or did as expected on
-        rules not read for A's vLLM); on B failed, a status kvrig does not know, or no
-        longer shown (skipped, undecided: nothing was proved)."""
+        rules not read for A's vLLM); on B failed, a status kvrig does not know, no
+        longer shown (skipped, undecided: nothing was proved), or, where A did as the cell
+        expects, showing a known defect instead (xfail)."""
         if self.a is None or self.b is None or not _shown(self.a):
             return False
-        return status(self.b) in (Status.FAIL, *NOT_SHOWN, None)
+        now = status(self.b)
+        return now in (Status.FAIL, *NOT_SHOWN, None) or self.became_defect
+
+    @property
+    def became_defect(self) -> bool:
+        """Did as the cell expects on A, and on B shows a known vLLM defect instead."""
+        if self.a is None or self.b is None:
+            return False
+        return status(self.a) is not Status.XFAIL and status(self.b) is Status.XFAIL
 
     @property
     def mark(self) -> str:
@@ -79,6 +89,8 @@ class Change:
             return "  <- unread on B: as expected by vLLM's outcome, not a pass" if unread else ""
         if now in NOT_SHOWN:
             return f"  <- no longer shown ({now.value}): regressed"  # type: ignore[union-attr]
+        if self.became_defect:
+            return "  <- now a known defect (xfail): regressed"
         return "  <- turned red" if now is Status.FAIL else "  <- turned red (unknown status)"
 
 
@@ -188,7 +200,8 @@ def _other_vllm(cells: list[Change]) -> tuple[str, str] | None:
     return (va, vb) if va != vb else None
 
 
-def _names(keys: list[str], limit: int = 6) -> str:
+def names(keys: Sequence[str], limit: int = 6) -> str:
+    """The first `limit` of `keys`, and how many more: a list a line can hold."""
     return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
@@ -199,8 +212,8 @@ def table(result: Comparison, label_a: str, label_b: str, width: int = 70) -> st
     found = result.changed
     tail = [
         f"{len(found)} cell(s) differ between A ({label_a}) and B ({label_b}), {result.same}"
-        f" are the same; {len(result.turned_red)} passed on A and are red or no longer shown"
-        " on B",
+        f" are the same; {len(result.turned_red)} passed on A and are red, no longer shown"
+        " or a known defect on B",
         *_tail(result),
         _outcome(result),
     ]
@@ -224,14 +237,14 @@ def table(result: Comparison, label_a: str, label_b: str, width: int = 70) -> st
 def _tail(result: Comparison) -> list[str]:
     tail = []
     if result.only_a:
-        tail.append(f"ran on A only ({len(result.only_a)}): {_names(result.only_a)}")
+        tail.append(f"ran on A only ({len(result.only_a)}): {names(result.only_a)}")
     if result.lost:
         tail.append(
-            f"passed on A and missing on B ({len(result.lost)}): {_names(result.lost)};"
+            f"passed on A and missing on B ({len(result.lost)}): {names(result.lost)};"
             " B may have been cut short: run those cells on B"
         )
     if result.only_b:
-        tail.append(f"ran on B only ({len(result.only_b)}): {_names(result.only_b)}")
+        tail.append(f"ran on B only ({len(result.only_b)}): {names(result.only_b)}")
     for run, n in zip(("A", "B"), result.unread, strict=True):
         if n:
             tail.append(
@@ -241,7 +254,7 @@ def _tail(result: Comparison) -> list[str]:
     if result.unread_on_b:
         tail.append(
             f"passed on A and unread on B ({len(result.unread_on_b)}):"
-            f" {_names(result.unread_on_b)}; B's vLLM did as they expect, and the size was"
+            f" {names(result.unread_on_b)}; B's vLLM did as they expect, and the size was"
             " checked by rules not read for it: not shown to pass"
         )
     return tail + _judged(result) + [f"status kvrig never writes: {x}" for x in result.unknown]
@@ -260,14 +273,14 @@ def _judged(result: Comparison) -> list[str]:
         )
         out.append(
             f"judged under different matrices on A and B ({len(result.other_matrix)}):"
-            f" {_names(result.other_matrix)}; a cell's judged_under covers its case, model"
+            f" {names(result.other_matrix)}; a cell's judged_under covers its case, model"
             f" and platform spec, the vLLM pinned included{pins}: a difference there may be"
             " the matrix's, not vLLM's"
         )
     if result.other_kvrig:
         out.append(
             f"judged by different kvrigs on A and B ({len(result.other_kvrig)}):"
-            f" {_names(result.other_kvrig)}; kvrig's rules, judge or matrix code differ"
+            f" {names(result.other_kvrig)}; kvrig's rules, judge or matrix code differ"
             " between the runs (judged_by), so a verdict may differ by kvrig, not by vLLM:"
             " rerun both with one kvrig to compare their verdicts"
         )
@@ -278,8 +291,8 @@ def _outcome(result: Comparison) -> str:
     """The comparison in a line, as `kvrig compare` exits: regressed (1) or not (0)."""
     if result.regressed:
         return (
-            f"compare: REGRESSED ({len(result.turned_red)} passed on A and red or no longer"
-            f" shown on B, {len(result.lost)} missing on B)"
+            f"compare: REGRESSED ({len(result.turned_red)} passed on A and red, no longer"
+            f" shown or a known defect on B, {len(result.lost)} missing on B)"
         )
     but = [
         f"{len(x)} {what}"

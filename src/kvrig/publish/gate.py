@@ -155,7 +155,11 @@ def _problem(row: Row | None, cell: Cell, standing: Standing | None = None) -> s
     if not known(row):
         return f"unknown status {row.get('status')!r} (kvrig writes {', '.join(KNOWN)})"
     standing = standing or Standing(results_mod.judged_by())
-    old = stale(row, cell, standing.judged_by) or other_vllm(row, cell, standing)
+    old = (
+        stale(row, cell, standing.judged_by)
+        or other_vllm(row, cell, standing)
+        or other_device(row, cell)
+    )
     if old is not None:
         return old
     if row["status"] == Status.FAIL:
@@ -187,6 +191,41 @@ def other_vllm(row: Row, cell: Cell, standing: Standing) -> str | None:
         " release's own environment; reinstall it without them (kvrig setup vllm, no"
         f" --override) and {RERUN}, or declare them in platforms.{cell.platform}.pin_overrides"
     )
+
+
+def other_device(row: Row, cell: Cell) -> str | None:
+    """Why a row of a real GPU's column does not stand for that GPU, or None: the device
+    it names (its `gpu_arch`) or the one its host saw is another architecture, or a row
+    that counts as passed names none its host saw. The judge refuses such a record; a row
+    is taken as written, so the gate asks again."""
+    if cell.gpu_arch is None or cell.device_emulated or cell.platform not in gpus.BY_ARCH:
+        return None
+    word = gpus.ARCH_WORD[cell.platform]
+    seen = (row.get("host") or {}).get(gpus.HOST_ARCH_KEY[cell.platform])
+    named = row.get("gpu_arch")
+    for said, arch in (
+        (f"its gpu_arch is {named}", named),
+        (f"its host saw a {word} {seen} GPU", seen),
+    ):
+        if arch is not None and _arch(cell.platform, arch) != cell.gpu_arch:
+            return (
+                f"claims another device than its column's: {said}, and {cell.column}'s cells"
+                f" are for {cell.gpu_arch}; a row filed under the wrong column: {RERUN} on a"
+                f" {cell.gpu_arch} GPU"
+            )
+    if seen is None and row.get("status") in {s.value for s in PASSING}:
+        return (
+            f"names no GPU {word} its host saw, so it cannot be shown to have run on the"
+            f" {cell.gpu_arch} GPU {cell.column} stands for: {RERUN}"
+        )
+    return None
+
+
+def _arch(platform: str, arch: Any) -> str | None:
+    try:
+        return gpus.normalize(platform, str(arch))
+    except gpus.GpuError:
+        return None
 
 
 def _overlay_problem(row: Row, declared: VllmSource, matrix_dir: Path | None) -> str | None:

@@ -113,11 +113,18 @@ class Options:
     vllm: str | None = None  # a release named instead of the pin (emulated only)
 
 
-def column_command(opts: Options, results: Path) -> list[str]:
-    """The early_error cells on the mutated overlay: on this host, or built into the CPU
-    image (--container: the overlay goes into the image, the column runs in it)."""
+# The cells the early-check mutation runs: every early_error cell of the column.
+EARLY_ERROR_CELLS = ("-m", "expect_early_error")
+
+
+def column_command(
+    opts: Options, results: Path, cells: tuple[str, ...] = EARLY_ERROR_CELLS
+) -> list[str]:
+    """The chosen cells (pytest's selection) on the mutated overlay: on this host, or built
+    into the CPU image (--container: the overlay goes into the image, the column runs in
+    it)."""
     matrix = ["--matrix", opts.matrix] if opts.matrix else []
-    select = ["-m", "expect_early_error", "-q", "--tb=no", *opts.pytest_args]
+    select = [*cells, "-q", "--tb=no", *opts.pytest_args]
     kvrig = [sys.executable, "-m", "kvrig", *matrix]
     if opts.container:
         return [*kvrig, "container", "cpu", "--vllm-patch", opts.patch,
@@ -151,6 +158,24 @@ def described(opts: Options) -> str:
     return "in the CPU image" if opts.container else "on this host"
 
 
+def uv_cache_snapshot(check: str) -> tuple[Path, dict[str, str]] | None:
+    """uv's cache of vLLM and its files' digests, to hold against after the run; None
+    (said in one line) when there is none to prove untouched."""
+    try:
+        cache = uv_cache.cache_dir()
+    except uv_cache.UvCacheError as exc:
+        print(f"{check} cannot prove uv's cache untouched: {exc}")
+        return None
+    before = uv_cache.digests(cache)
+    if not before:
+        print(
+            f"{check} cannot prove uv's cache untouched: {cache} holds no vLLM. Run it through"
+            " nox -s mutation, which installs vLLM with uv."
+        )
+        return None
+    return cache, before
+
+
 def run(opts: Options) -> int:
     """0 when every early_error cell turned red on the mutated overlay and uv's cache
     stayed byte-identical; 1 when the rig did not notice; 2 when it cannot be proved."""
@@ -164,18 +189,10 @@ def run(opts: Options) -> int:
     expected = expected_cells(Path(opts.matrix) if opts.matrix else None, opts.emulate, opts.vllm)
     cache, before = None, {}
     if not opts.container:  # an image build uses the image's own installer cache
-        try:
-            cache = uv_cache.cache_dir()
-        except uv_cache.UvCacheError as exc:
-            print(f"mutation check cannot prove uv's cache untouched: {exc}")
+        snapshot = uv_cache_snapshot("mutation check")
+        if snapshot is None:
             return 2
-        before = uv_cache.digests(cache)
-        if not before:
-            print(
-                f"mutation check cannot prove uv's cache untouched: {cache} holds no vLLM."
-                " Run it through nox -s mutation, which installs vLLM with uv."
-            )
-            return 2
+        cache, before = snapshot
     # A fresh folder: rows of an earlier run must not stand in for cells that did not run.
     shutil.rmtree(results, ignore_errors=True)
     proc = subprocess.run(column_command(opts, results), env=dict(os.environ), check=False)

@@ -7,7 +7,11 @@ verdicts: the outcome, the block size, the backends chosen, the kernel block siz
 the error. A cell that moved is explained when each release's own rules compute what that
 release did and a switch of kvrig.define.releases (reverted alone) accounts for the
 difference; any other move is unexplained, and red, because it is what someone must read.
-It ends with the changes to matrix.yaml the moves imply, for review: nothing is applied.
+The kernel sizes each backend declares are part of what a release moves: a change is
+listed once, with the cells it touches, and is red where kvrig's backend table (which every
+size it computes reads) does not hold the new sizes. An early error whose text no
+longer reads as the check's is said so, quoted. It ends with the changes to matrix.yaml the
+moves imply, for review: nothing is applied.
 
 Pure: cells, records and results rows in; a Diff and its texts out.
 """
@@ -25,7 +29,8 @@ from kvrig.define.cells import Cell
 from kvrig.define.vllm_names import STATE_BACKENDS
 from kvrig.judge.computed import computed_kind
 from kvrig.judge.messages import EARLY_FUNCTION, early_error_backends
-from kvrig.rules import blocksize, shapes, versions
+from kvrig.publish import compare
+from kvrig.rules import backend_facts, blocksize, refusals, shapes, versions
 from kvrig.rules.backends import Backend, NoCommonKernelBlock, kernel_block_size
 
 Row = dict[str, Any]
@@ -61,10 +66,15 @@ class Observed:
     backends: tuple[str, ...] = ()
     kernels: tuple[str, ...] = ()
     error: str = ""
-    # The attention KV-cache groups, each as (its backends, its kernel block), and the
+    # The attention KV-cache groups, each as (its backends, its kernel block, its own block
+    # size: a group of layers whose KV pages are smaller holds more tokens a block), and the
     # state groups' kernel blocks: how the kernel sizes split between the rules and vLLM.
-    groups: tuple[tuple[tuple[str, ...], str], ...] = ()
+    groups: tuple[tuple[tuple[str, ...], str, int | None], ...] = ()
     state_kernels: tuple[str, ...] = ()
+    # The kernel sizes each backend declared (get_supported_kernel_block_sizes), by name.
+    declared: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # An early error whose first line does not read as the check's: that line, as raised.
+    unread_early: str | None = None
 
     def get(self, aspect: str) -> object:
         return getattr(self, aspect)
@@ -107,15 +117,18 @@ def observe(record: Record | None, row: Row | None = None) -> Observed:
     error = record.get("error") or {}
     message = str(error.get("message") or "").strip().splitlines()[:1]
     block, rejecting = record.get("worker_block_size"), ()
+    unread_early = None
     if kind == "early_error":
         parsed = early_error_backends(message[0] if message else "")
         block, rejecting = (parsed[0], tuple(sorted(parsed[1]))) if parsed else (None, ())
+        unread_early = None if parsed else (message[0] if message else "")
     text = ""
-    if error and kind != "early_error":
+    if error and (kind != "early_error" or unread_early is not None):
         text = f"{error.get('type')} from {error.get('function')}: {message[0] if message else ''}"
         # A config's repr as its class name alone: a release that adds a field to the
         # selector's config (AttentionSelectorConfig) changes no outcome.
         text = re.sub(r"\b(\w+Config)\([^()]*\)", r"\1(...)", text)
+        text = _reasons_sorted(text)
     return Observed(
         kind=kind,
         block=block,
@@ -124,7 +137,26 @@ def observe(record: Record | None, row: Row | None = None) -> Observed:
         kernels=tuple(_as_n(str(k), block) for k in record.get("kernel_block_sizes") or []),
         error=_as_n(text, block),
         **_groups(record.get("kv_cache_groups") or [], block),
+        declared=tuple(sorted(_declared(record).items())),
+        unread_early=unread_early,
     )
+
+
+def _reasons_sorted(text: str) -> str:
+    """The selector's reasons per backend in name order: the order is the platform's
+    priority, a move of the backends (a switch's), not of the error."""
+
+    def by_name(found: re.Match[str]) -> str:
+        items = sorted(re.findall(r"\w+: \[[^\]]*\]", found.group(1)))
+        return "Reasons: {" + ", ".join(items) + "}"
+
+    return re.sub(r"Reasons: \{([^{}]*)\}", by_name, text)
+
+
+def _declared(record: Record) -> dict[str, tuple[str, ...]]:
+    """The kernel sizes each backend declared in the record, by name."""
+    sizes = record.get("backend_kernel_sizes") or {}
+    return {str(k): tuple(str(x) for x in v) for k, v in sizes.items() if isinstance(v, list)}
 
 
 def _groups(groups: Sequence[Mapping[str, Any]], block: int | None) -> dict[str, tuple]:
@@ -134,7 +166,8 @@ def _groups(groups: Sequence[Mapping[str, Any]], block: int | None) -> dict[str,
         names = tuple(sorted(g.get("backends") or []))
         kernel = _as_n(str(g.get("kernel_block_size")), block)
         if any(n not in STATE_BACKENDS for n in names):
-            attention.append((names, kernel))
+            own = g.get("block_size")
+            attention.append((names, kernel, own if isinstance(own, int) else None))
         else:
             state.append(kernel)
     return {"groups": tuple(attention), "state_kernels": tuple(state)}
@@ -162,9 +195,14 @@ class Predicted:
     rejecting: tuple[str, ...] = ()
     # The layers' attention backends (sorted names), None where the rules cannot say.
     backends: tuple[str, ...] | None = None
+    # Each pipeline stage's block size where the stages decide apart (a stage without
+    # attention keeps the configured block): its state groups' kernel blocks.
+    stages: tuple[int, ...] = ()
     # The same backends as the rules see them, for the worker's kernel block; not part of
     # what a release's rules compute as an outcome, so not compared.
     chosen: tuple[Backend, ...] = field(default=(), compare=False)
+    # A block-outermost KV-cache layout: every group's block is its kernel block.
+    whole_kernel_blocks: bool = field(default=False, compare=False)
 
     def text(self) -> str:
         if self.kind == "early_error":
@@ -181,12 +219,23 @@ def predict(cell: Cell, rules: versions.Rules | None = None) -> tuple[Predicted 
     except (shapes.ConfigError, KeyError, ValueError) as exc:
         return None, str(exc)
     kind = computed_kind(exp)
+    asked = blocksize.asked(cell, rules or blocksize.cell_rules(cell))
     try:
         chosen = tuple(blocksize.layer_backends(cell, cell.config, exp.block_size, release=rules))
         backends: tuple[str, ...] | None = tuple(sorted({b.name for b in chosen}))
     except (shapes.ConfigError, KeyError, ValueError):
         chosen, backends = (), None
-    predicted = Predicted(kind, exp.block_size, tuple(sorted(exp.rejecting)), backends, chosen)
+    if exp.unsupported is not None and exp.unsupported == refusals.config_refusal(asked):
+        chosen, backends = (), ()  # refused by the configuration: no backend was selected
+    predicted = Predicted(
+        kind,
+        exp.block_size,
+        tuple(sorted(exp.rejecting)),
+        backends,
+        tuple(exp.stage_block_sizes),
+        chosen,
+        blocksize.block_outermost(cell),
+    )
     return predicted, exp.explain()
 
 
@@ -196,12 +245,15 @@ def kernel_problem(seen: Observed, predicted: Predicted) -> str | None:
     None when every group's is."""
     if not seen.groups:
         return "no KV-cache groups recorded"
-    for names, kernel in seen.groups:
+    for names, kernel, own in seen.groups:
         members = [b for b in predicted.chosen if b.name in names]
         if len(members) != len(names) or seen.block is None:
             return f"a group of {', '.join(names)}, backends its rules do not choose together"
         try:
-            computed = _as_n(str(kernel_block_size(seen.block, members)), seen.block)
+            size = kernel_block_size(
+                own or seen.block, members, whole=predicted.whole_kernel_blocks
+            )
+            computed = _as_n(str(size), seen.block)
         except NoCommonKernelBlock:
             computed = "no kernel block"
         if computed != kernel:
@@ -244,6 +296,61 @@ class MatrixChange:
     what: str
 
 
+@dataclass(frozen=True)
+class DeclaredChange:
+    """A backend whose declared kernel sizes moved between the releases on a platform,
+    once, with the cells whose records show it, and what kvrig's backend table (which
+    every computed size reads) says of the new ones: None where it holds them."""
+
+    platform: str
+    backend: str
+    old: tuple[str, ...]
+    new: tuple[str, ...]
+    cells: tuple[str, ...]
+    table: str | None = None
+
+    @property
+    def red(self) -> bool:
+        return self.table is not None
+
+    def text(self) -> str:
+        known = self.table or "kvrig's backend table holds the new sizes"
+        cells = f"{len(self.cells)} cell(s): {compare.names(self.cells)}"
+        return (
+            f"{self.platform}: {self.backend} declares {', '.join(self.old) or '-'} ->"
+            f" {', '.join(self.new) or '-'} ({cells}); {known}"
+        )
+
+
+def _table_says(platform: str, backend: str, new: tuple[str, ...]) -> str | None:
+    """None where kvrig's table holds the new sizes; else what it holds, or that it does
+    not restate the backend."""
+    if backend not in backend_facts.table(platform):
+        return f"kvrig's backend table does not restate {backend} on {platform}"
+    differ = backend_facts.disagreements(platform, {backend: list(new)})
+    return f"not the table's: {differ[0]}" if differ else None
+
+
+def declared_changes(pairs: Sequence[CellPair]) -> list[DeclaredChange]:
+    """Each vLLM backend's declared kernel sizes that differ between a cell's two records,
+    one change per backend and pair of sizes, with every cell it touches; a crafted
+    backend's follow the cell (`aligned`), not the release."""
+    found: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], list[str]] = {}
+    for pair in pairs:
+        crafted = pair.old_cell.case.crafted
+        if pair.old_record is None or pair.new_record is None or crafted.replace is not None:
+            continue  # a replaced backend declares the case's sizes, not the release's
+        old, new = _declared(pair.old_record), _declared(pair.new_record)
+        for name in sorted(set(old) & set(new) - {s.name for s in crafted.siblings}):
+            if old[name] != new[name]:
+                key = (pair.old_cell.platform, name, old[name], new[name])
+                found.setdefault(key, []).append(pair.old_cell.id)
+    return [
+        DeclaredChange(*key, tuple(cells), _table_says(key[0], key[1], key[3]))
+        for key, cells in found.items()
+    ]
+
+
 @dataclass
 class Diff:
     old: Side
@@ -253,6 +360,7 @@ class Diff:
     moves: list[Move] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     changes: list[MatrixChange] = field(default_factory=list)
+    declared: list[DeclaredChange] = field(default_factory=list)
 
     @property
     def unexplained(self) -> list[Move]:
@@ -260,8 +368,9 @@ class Diff:
 
     @property
     def red(self) -> bool:
-        """An unexplained move, or a cell one side could not show: a release manager's."""
-        return bool(self.unexplained or self.missing)
+        """An unexplained move, a backend's declared kernel sizes that moved to ones kvrig's
+        table does not hold, or a cell one side could not show: a release manager's."""
+        return bool(self.unexplained or self.missing or any(c.red for c in self.declared))
 
 
 @dataclass(frozen=True)
@@ -282,6 +391,9 @@ def explain(pair: CellPair, old: Side, new: Side) -> Move | None:
     seen_old = observe(pair.old_record, pair.old_row)
     seen_new = observe(pair.new_record, pair.new_row)
     moved = tuple(a for a in ASPECTS if seen_old.get(a) != seen_new.get(a))
+    if seen_old.kind == seen_new.kind == "unsupported":
+        # Refused on both sides: the block reached before the refusal is no outcome of it.
+        moved = tuple(a for a in moved if a not in ("block", "kernels"))
     if "backends" in moved and "error" in moved:
         names = sorted(set(seen_old.attention) ^ set(seen_new.attention))
         if _with_backends_as_b(seen_old.error, names) == _with_backends_as_b(seen_new.error, names):
@@ -309,18 +421,17 @@ def _why(
     new: Side,
 ) -> tuple[str, tuple[str, ...]]:
     """(why, the explaining switches: empty when unexplained)."""
-    beyond = [f"{a}: {seen_old.text(a)} -> {seen_new.text(a)}" for a in moved if a not in MODELED]
-    if "kernels" in moved and seen_old.state_kernels != seen_new.state_kernels:
-        old_k, new_k = (", ".join(s.state_kernels) or "-" for s in (seen_old, seen_new))
-        beyond.append(f"the state groups' kernel blocks: {old_k} -> {new_k}")
-    if beyond:
-        facts = "; ".join(beyond)
-        return f"moved where kvrig's rules do not reach ({facts}): no switch says why", ()
     rules_old, rules_new = _rules(pair.old_cell), _rules(pair.new_cell)
+    p_old, how_old = predict(pair.old_cell, rules_old) if rules_old else (None, "")
+    p_new, how_new = predict(pair.new_cell, rules_new) if rules_new else (None, "")
+    staged = _stages_computed(((seen_old, p_old), (seen_new, p_new)))
+    beyond = _unread_early(((old.label, seen_old), (new.label, seen_new))) or _beyond_rules(
+        moved, seen_old, seen_new, staged
+    )
+    if beyond is not None:
+        return beyond, ()
     if rules_old is None or rules_new is None:
         return "no rules for one side's release", ()
-    p_old, how_old = predict(pair.old_cell, rules_old)
-    p_new, how_new = predict(pair.new_cell, rules_new)
     checks = ((old.label, seen_old, p_old, how_old), (new.label, seen_new, p_new, how_new))
     for label, seen, p, how in checks:
         if not agrees(seen, p):
@@ -335,7 +446,8 @@ def _why(
                 f" compute {computed}",
                 (),
             )
-        problem = kernel_problem(seen, p) if "kernels" in moved and p is not None else None
+        sized = seen.kind != "unsupported" or bool(seen.kernels)  # refused before sizing
+        problem = kernel_problem(seen, p) if "kernels" in moved and p and sized else None
         if problem:
             return f"vLLM {label}: {problem}", ()
     if p_old == p_new:
@@ -355,12 +467,61 @@ def _why(
     )
 
 
+def _stages_computed(sides: tuple[tuple[Observed, Predicted | None], ...]) -> bool:
+    """Whether each side's state groups' kernel blocks are its pipeline stages' block sizes
+    as its rules compute them (a stage without attention keeps the configured block)."""
+    for seen, p in sides:
+        if p is None or not p.stages or seen.block is None:
+            return False
+        numbers = [str(seen.block) if k == "N" else k for k in seen.state_kernels]
+        if not all(n.isdigit() and int(n) in p.stages for n in numbers):
+            return False
+    return True
+
+
+def _beyond_rules(
+    moved: tuple[str, ...], seen_old: Observed, seen_new: Observed, staged: bool = False
+) -> str | None:
+    """Why no switch can say why: something moved that kvrig's rules do not speak of (a
+    state group's kernel block only where the rules compute each pipeline stage's)."""
+    # A refusal that came or went with the kind moves its error and the state groups with
+    # it: the kind is what the rules speak of.
+    with_kind = "kind" in moved and not (seen_old.error and seen_new.error)
+    if with_kind:
+        moved = tuple(a for a in moved if a != "error")
+    beyond = [f"{a}: {seen_old.text(a)} -> {seen_new.text(a)}" for a in moved if a not in MODELED]
+    state_moved = seen_old.state_kernels != seen_new.state_kernels
+    unsized = with_kind and not (seen_old.state_kernels and seen_new.state_kernels)
+    if "kernels" in moved and state_moved and not staged and not unsized:
+        old_k, new_k = (", ".join(s.state_kernels) or "-" for s in (seen_old, seen_new))
+        beyond.append(f"the state groups' kernel blocks: {old_k} -> {new_k}")
+    if not beyond:
+        return None
+    return f"moved where kvrig's rules do not reach ({'; '.join(beyond)}): no switch says why"
+
+
+def _unread_early(sides: tuple[tuple[str, Observed], ...]) -> str | None:
+    """Why a side's early error cannot be compared: its text no longer reads as the
+    check's, so neither the size nor the backends can be read from it; quoted."""
+    for label, seen in sides:
+        if seen.unread_early is not None:
+            return (
+                f"vLLM {label}'s early error ({EARLY_FUNCTION}) no longer reads as the check's"
+                " ('Aligned KV cache block size N is not supported by attention backend(s):"
+                f" ...'): it says {seen.unread_early!r}; neither the size nor the backends can"
+                " be read from it"
+            )
+    return None
+
+
 def _attention_kernels(seen: Observed) -> str:
     """The attention groups' kernel blocks as numbers (N written out)."""
-    return ", ".join(k if k != "N" else str(seen.block) for _, k in seen.groups)
+    return ", ".join(k if k != "N" else str(seen.block) for _, k, _ in seen.groups)
 
 
 def _did(seen: Observed) -> str:
+    if seen.unread_early is not None:
+        return f"an early error that does not read as the check's ({seen.unread_early!r})"
     if seen.kind == "early_error":
         return f"an early error at {seen.block} naming {', '.join(seen.rejecting)}"
     if seen.kind == "runs":
@@ -387,7 +548,8 @@ def _explaining(
     for switch in versions.differing(old, new):
         back, _ = predict(cell, versions.reverted(new, old, switch))
         if back == p_old:
-            out.append(f"{switch.name} {switch.old} -> {switch.new} ({switch.where})")
+            was, now = getattr(old, switch.field), getattr(new, switch.field)
+            out.append(f"{switch.name} {was} -> {now} ({switch.where})")
     return out
 
 
@@ -419,6 +581,7 @@ def _outcome_differs(wanted: str, kind: str) -> bool:
 
 def diff(pairs: Sequence[CellPair], old: Side, new: Side) -> Diff:
     out = Diff(old, new, columns=sorted({p.column for p in pairs}))
+    out.declared = declared_changes(pairs)
     for pair in pairs:
         if pair.old_record is None or pair.new_record is None:
             side = old.label if pair.old_record is None else new.label
@@ -445,8 +608,16 @@ def summary(d: Diff) -> str:
     return (
         f"{verdict}: {d.compared} cells compared on {len(d.columns)} column(s), {len(d.moves)}"
         f" moved, {len(d.moves) - len(d.unexplained)} explained by a rule switch,"
-        f" {len(d.unexplained)} unexplained, {len(d.missing)} not on both sides"
+        f" {len(d.unexplained)} unexplained, {len(d.missing)} not on both sides,"
+        f" {len(d.declared)} backend(s) declaring other kernel sizes"
+        f" ({sum(c.red for c in d.declared)} not as kvrig's table holds them)"
     )
+
+
+DECLARED_HEADING = (
+    "Declared kernel sizes that moved (each backend once; every size kvrig computes reads"
+    " its backend table, kvrig.rules.backends: red where the table does not hold the new ones)"
+)
 
 
 def _header(d: Diff) -> list[str]:
@@ -467,6 +638,9 @@ def terminal(d: Diff) -> str:
             lines.append(f"{m.cell_id:<{w}}  {mark}  {_facts(m, 'old')} -> {_facts(m, 'new')}")
             lines.append(f"{'':<{w}}  {'':<11}  {m.why}")
     lines += [f"not on both sides: {x}" for x in d.missing]
+    if d.declared:
+        lines.append(f"{DECLARED_HEADING}:")
+        lines += [f"  {c.text()}" for c in d.declared]
     if d.changes:
         lines.append("matrix.yaml changes the moves imply (for review; nothing was applied):")
         lines += [f"  {c.where}: {c.cell_id}: {c.what}" for c in d.changes]
@@ -491,6 +665,8 @@ def markdown(d: Diff, title: str) -> str:
         out.append("")
     if d.missing:
         out += ["## Not on both sides", "", *[f"- {x}" for x in d.missing], ""]
+    if d.declared:
+        out += [f"## {DECLARED_HEADING}", "", *[f"- {_md(c.text())}" for c in d.declared], ""]
     if d.changes:
         out += ["## matrix.yaml changes the moves imply (for review, not applied)", ""]
         out += [f"- `{c.where}` `{c.cell_id}`: {c.what}" for c in d.changes]
@@ -511,6 +687,7 @@ def to_html(d: Diff, title: str) -> str:
         for c in d.changes
     )
     missing = "".join(f"<li>{e(x)}</li>" for x in d.missing)
+    declared = "".join(f"<li>{e(c.text())}</li>" for c in d.declared)
     head = "".join(f"<li>{e(x)}</li>" for x in _header(d))
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
@@ -520,6 +697,7 @@ def to_html(d: Diff, title: str) -> str:
         "<table><tr><th>cell</th><th></th><th>A</th><th>B</th><th>why</th></tr>"
         f"{rows}</table>"
         + (f"<h2>Not on both sides</h2><ul>{missing}</ul>" if missing else "")
+        + (f"<h2>{e(DECLARED_HEADING)}</h2><ul id=declared>{declared}</ul>" if declared else "")
         + (
             "<h2>matrix.yaml changes the moves imply (for review, not applied)</h2>"
             f"<ul>{changes}</ul>"
@@ -552,6 +730,18 @@ def as_json(d: Diff) -> dict[str, Any]:
             for m in d.moves
         ],
         "missing": d.missing,
+        "declared": [
+            {
+                "platform": c.platform,
+                "backend": c.backend,
+                "old": list(c.old),
+                "new": list(c.new),
+                "cells": list(c.cells),
+                "table": c.table,
+                "red": c.red,
+            }
+            for c in d.declared
+        ],
         "changes": [vars(c) for c in d.changes],
     }
 

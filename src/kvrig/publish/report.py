@@ -2,9 +2,12 @@
 
 The renderers are pure (rows and details in, text out); `gather` and `write` are the only
 parts that read records and logs from disk. The Markdown suits $GITHUB_STEP_SUMMARY and
-Buildkite annotations; the HTML page is one file a person can open anywhere, with the
-matrix as a grid (case rows, platform columns) whose cells open their record, the tail of
-their log and the commands that rerun them. A row kvrig did not write as it writes rows
+Buildkite annotations; the HTML page is one file a person can open anywhere: the whole
+matrix as one picture first (kvrig.publish.overview), then the grids (case rows grouped by
+family and model, platform columns) whose cells open their record, the tail of their log
+and the commands that rerun them. A cell says what was shown (a size, a refusal as
+expected), and a row judged under another matrix or by another kvrig is marked as such
+wherever it appears. A row kvrig did not write as it writes rows
 (a status it never writes, a field missing) is shown as such, never a traceback; the
 command that reads rows (`kvrig report`) counts it as a problem.
 """
@@ -23,8 +26,10 @@ from kvrig.define import gpus
 from kvrig.define.vllm_names import PLATFORMS
 from kvrig.host import isa
 from kvrig.judge.verdict import Status
+from kvrig.publish import overview as overview_mod
 from kvrig.publish import repro as repro_mod
 from kvrig.publish import results as results_mod
+from kvrig.publish.compare import names
 
 Row = dict[str, Any]
 _ICON = {
@@ -81,6 +86,30 @@ class Detail:
 
 def _what(row: Row) -> str:
     return str(row.get("reason") or "").removeprefix("as expected: ")
+
+
+# What a passing cell that expects vLLM to stop showed, in place of a size it never had.
+_STOPPED = {
+    "unsupported": "refused as expected",
+    "early_error": "early error as expected",
+    "late_error": "late error as expected",
+}
+
+
+def shown(row: Row) -> str:
+    """What the cell showed, in a few words: its block size, else (a cell that stopped as
+    it expects) the refusal and its error's type, else its outcome; "PASS -" says
+    nothing of a refusal."""
+    block = results_mod.block_text(row)
+    if block != "-":
+        return block
+    stopped = _STOPPED.get(str(row.get("expected")))
+    if stopped is not None and status_of(row) in (Status.PASS, Status.UNREAD):
+        kind = str(row.get("error") or "").split(" from ", 1)[0].split(":", 1)[0]
+        return f"{stopped}: {kind}" if kind else stopped
+    if status_of(row) is Status.SKIP:
+        return "skipped"
+    return str(row.get("outcome") or "-")
 
 
 def counts(rows: list[Row]) -> Counter[Status]:
@@ -162,16 +191,29 @@ def column_label(column: str, rows: list[Row]) -> str:
     return f"{column} ({', '.join(classes)})"
 
 
+def short_label(column: str, rows: list[Row]) -> str:
+    """A column's heading where space is short (the page's grids and picture): an emulated
+    device's by its name alone, its section saying what emulated means."""
+    return column if is_emulated(column) else column_label(column, rows)
+
+
 def _key(row: Row) -> tuple[str, str, str]:
     return (row.get("family") or "?", row.get("model") or "?", row.get("case") or row["cell_id"])
 
 
 def grid(rows: list[Row]) -> list[tuple[tuple[str, str, str], dict[str, Row]]]:
-    """Case rows (family, model, case) in first-seen order, each with its columns' rows."""
+    """Case rows (family, model, case), each with its columns' rows, grouped by family
+    and then model (each in first-seen order), a model's cases in first-seen order: rows
+    arrive as cells finish, and a model's cases scattered down the page read as unrelated."""
     out: dict[tuple[str, str, str], dict[str, Row]] = {}
     for r in rows:
         out.setdefault(_key(r), {})[column_of(r)] = r
-    return list(out.items())
+    families: dict[str, int] = {}
+    models: dict[tuple[str, str], int] = {}
+    for family, model, _ in out:
+        families.setdefault(family, len(families))
+        models.setdefault((family, model), len(models))
+    return sorted(out.items(), key=lambda kv: (families[kv[0][0]], models[kv[0][:2]]))
 
 
 def run_facts(rows: list[Row]) -> list[str]:
@@ -189,11 +231,22 @@ def run_facts(rows: list[Row]) -> list[str]:
         lines.append(
             f"{column_label(column, rows)}: {len(mine)} cells, {_tally(mine)};"
             f" vLLM {values('vllm_version')}{results_mod.overrides_text(mine)}"
-            f" (commit {values('vllm_commit')}), rig {values('rig_version')}"
+            f" ({_commit(mine)}), rig {values('rig_version')}"
             f"{_judged_by(mine)}, host {values('host_id')}; {span}"
         )
         lines.extend(f"  vLLM under test: {text}" for text in results_mod.overlays_of(mine))
     return lines
+
+
+def _commit(rows: list[Row]) -> str:
+    """The vLLM commit the rows name, or what it means that they name none: a release's
+    wheel or image records no commit (a build from a checkout does)."""
+    commits = sorted({str(r["vllm_commit"]) for r in rows if r.get("vllm_commit")})
+    if commits:
+        return f"commit {', '.join(commits)}"
+    if not any(r.get("vllm_version") for r in rows):
+        return "commit ?"
+    return "commit none: a release build records none"
 
 
 def _judged_by(rows: list[Row]) -> str:
@@ -206,11 +259,27 @@ def _judged_by(rows: list[Row]) -> str:
     return f", judged by {len(seen)} different kvrigs ({shown}: not one kvrig's verdicts)"
 
 
+OTHER_MATRIX = "judged under another matrix"
+OTHER_KVRIG = "judged by another kvrig"
+
+
+def judged_apart(rows: list[Row], identity: dict[str, str], mine: str) -> dict[str, str]:
+    """The rows judged under another matrix than this one (`identity`: each cell's
+    judged_under under it, for the release its row ran) or by another kvrig (`mine`), each
+    with which: what the report marks beside their verdicts."""
+    out = {}
+    for r in rows:
+        if r.get("judged_by") != mine:
+            out[r["cell_id"]] = OTHER_KVRIG
+        if r["cell_id"] in identity and r.get("judged_under") != identity[r["cell_id"]]:
+            out[r["cell_id"]] = OTHER_MATRIX
+    return out
+
+
 def judged_notes(rows: list[Row], identity: dict[str, str], mine: str, matrix: str) -> list[str]:
-    """What the rows were judged under and by, against the matrix (`identity`: each cell's
-    judged_under under it, for the release its row ran) and this kvrig (`mine`): a row of
-    another matrix or kvrig is not a verdict this one would give, and merged with others
-    it would pass for one."""
+    """What the rows were judged under and by, against the matrix and this kvrig
+    (`judged_apart`): a row of another matrix or kvrig is not a verdict this one would
+    give, and merged with others it would pass for one."""
     other_matrix = [
         r["cell_id"]
         for r in rows
@@ -222,12 +291,12 @@ def judged_notes(rows: list[Row], identity: dict[str, str], mine: str, matrix: s
         out.append(
             f"note: {len(other_matrix)} cell(s) judged under another matrix than {matrix}"
             " (their case, model or platform spec, the vLLM pinned included, differ from it"
-            f" now): {_names(other_matrix)}; rerun them to judge them under it"
+            f" now): {names(other_matrix)}; rerun them to judge them under it"
         )
     if other_kvrig:
         out.append(
             f"note: {len(other_kvrig)} cell(s) judged by another kvrig than this one"
-            f" ({mine}; their rows name {_digests(rows, other_kvrig)}): {_names(other_kvrig)};"
+            f" ({mine}; their rows name {_digests(rows, other_kvrig)}): {names(other_kvrig)};"
             " their verdicts may not be this kvrig's: rerun them"
         )
     return out
@@ -238,10 +307,6 @@ def _digests(rows: list[Row], cells: list[str]) -> str:
     return ", ".join(
         sorted({str(r.get("judged_by") or "none") for r in rows if r["cell_id"] in chosen})
     )
-
-
-def _names(keys: list[str], limit: int = 6) -> str:
-    return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 # --- Markdown ------------------------------------------------------------------------------
@@ -268,7 +333,13 @@ def groups(rows: list[Row]) -> list[tuple[str | None, list[str]]]:
     return [(None, hardware)] * bool(hardware) + [(EMULATED_HEADING, emulated)] * bool(emulated)
 
 
-def _md_table(rows: list[Row], platforms: list[str]) -> list[str]:
+def _marked(row: Row, apart: dict[str, str]) -> str:
+    """A grid cell's words: the verdict, what was shown, and why it is apart if it is."""
+    why = apart.get(row["cell_id"])
+    return f"{word(row)} {shown(row)}" + (f" ({why})" if why else "")
+
+
+def _md_table(rows: list[Row], platforms: list[str], apart: dict[str, str]) -> list[str]:
     out = [
         "| family | model | case | " + " | ".join(column_label(p, rows) for p in platforms) + " |",
         "|---|---|---|" + "---|" * len(platforms),
@@ -280,21 +351,30 @@ def _md_table(rows: list[Row], platforms: list[str]) -> list[str]:
         cells = []
         for p in platforms:
             r = by_platform.get(p)
-            cells.append(
-                "·" if r is None else f"{_icon(r)} {_md(word(r))} {results_mod.block_text(r)}"
-            )
+            cells.append("·" if r is None else f"{_icon(r)} {_md(_marked(r, apart))}")
         out.append(f"| {family} | {model} | {case}{gate} | " + " | ".join(cells) + " |")
     return out
 
 
-def markdown(rows: list[Row], title: str, repro: Callable[[Row], list[str]] | None = None) -> str:
+def markdown(
+    rows: list[Row],
+    title: str,
+    repro: Callable[[Row], list[str]] | None = None,
+    apart: dict[str, str] | None = None,
+) -> str:
+    """The report as Markdown; `apart` marks the rows judged under another matrix or by
+    another kvrig (`judged_apart`), in the grid and in a list of their own."""
+    apart = apart or {}
     out = [f"# {title}", "", _tally(rows), ""]
     out += [f"- {line}" for line in run_facts(rows)]
     for heading, platforms in groups(rows):
         out.append("")
         if heading:
             out += [f"## {heading}", "", EMULATED_NOTE, ""]
-        out += _md_table(rows, platforms)
+        out += _md_table(rows, platforms, apart)
+    if apart:
+        out += ["", f"## Not judged under this matrix by this kvrig ({len(apart)})", ""]
+        out += [f"- `{cid}`: {why}; {RERUN_APART}" for cid, why in apart.items()]
     failed = [r for r in rows if r.get("status") == Status.FAIL]
     if failed:
         out += ["", f"## Failures ({len(failed)})", ""]
@@ -316,6 +396,9 @@ def markdown(rows: list[Row], title: str, repro: Callable[[Row], list[str]] | No
     return "\n".join(out) + "\n"
 
 
+RERUN_APART = "its verdict is not one this matrix and kvrig would give: rerun it"
+
+
 def _icon(row: Row) -> str:
     known = status_of(row)
     return _ICON[known] if known else UNKNOWN_ICON
@@ -325,10 +408,14 @@ def _icon(row: Row) -> str:
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em}
-table{border-collapse:collapse}th,td{padding:4px 10px;border:1px solid #ddd;text-align:left}
-td.cell{cursor:pointer;font-weight:600}td.cell:hover{outline:2px solid #333}
+table{border-collapse:collapse}th,td{padding:3px 6px;border:1px solid #ddd;text-align:left}
+table.grid th{max-width:8em;overflow-wrap:anywhere;font-size:13px;vertical-align:bottom}
+td.cell{cursor:pointer;font-weight:600;font-size:13px;max-width:9em;overflow-wrap:anywhere}
+td.cell:hover{outline:2px solid #333}
 .pass{background:#d7f5dd}.fail{background:#f9d0d0}.skip{background:#e6e6e6}
 .xfail{background:#fbe9c6}.unknown{background:#f9d0d0;outline:2px dashed #a00}
+td.apart{outline:2px dashed #333;outline-offset:-3px}small.apart{color:#a00}
+tr.group th{background:#f3f3f3;font-weight:600;max-width:none}
 td.none{color:#aaa}small{color:#555;font-weight:normal}
 dialog{max-width:90vw;width:70em}pre{white-space:pre-wrap;background:#f6f6f6;padding:6px}
 body.only-fail tr.clean{display:none}
@@ -342,7 +429,7 @@ _SCRIPT = """
     body.replaceChildren(t.content.cloneNode(true));
     dlg.showModal();
   }
-  document.querySelectorAll('td.cell').forEach(function(td){
+  document.querySelectorAll('td[data-cell]').forEach(function(td){
     td.addEventListener('click',function(){open(td);});
     td.addEventListener('keydown',function(e){if(e.key==='Enter'){open(td);}});
   });
@@ -359,12 +446,13 @@ def _esc(x: object) -> str:
     return html.escape(str(x))
 
 
-def _template(r: Row, d: Detail) -> str:
+def _template(r: Row, d: Detail, why: str | None) -> str:
     record = json.dumps(d.record, indent=2, sort_keys=True) if d.record else "(no record)"
     parts = [
         f"<h2>{_esc(r['cell_id'])} <span class={css(r)}>{_esc(word(r))}</span></h2>",
+        *([f"<p class=apart>{_esc(why)}: {_esc(RERUN_APART)}</p>"] if why else []),
         f"<p>{_esc(r.get('reason'))}</p>",
-        f"<p>expected {_esc(r.get('expected'))}; block size {_esc(results_mod.block_text(r))};"
+        f"<p>expected {_esc(r.get('expected'))}; shown {_esc(shown(r))};"
         f" vLLM {_esc(r.get('vllm_version'))}{_esc(results_mod.overrides_text([r]))};"
         f" host {_esc(r.get('host_id'))}</p>",
     ]
@@ -380,87 +468,130 @@ def _template(r: Row, d: Detail) -> str:
     return f"<template id='t-{_esc(r['cell_id'])}'>{''.join(parts)}</template>"
 
 
-def _html_table(
-    rows: list[Row],
-    platforms: list[str],
-    details: dict[str, Detail],
-    templates: list[str],
-    tid: str,
-) -> str:
-    head = "".join(f"<th>{_esc(column_label(p, rows))}</th>" for p in platforms)
-    trs = []
-    for (family, model, case), by_platform in grid(rows):
-        if not any(p in by_platform for p in platforms):
-            continue
-        gate = " <small>gate</small>" if any(r.get("gate") for r in by_platform.values()) else ""
-        clean = all(
-            status_of(by_platform[p]) not in (Status.FAIL, None)
-            for p in platforms
-            if p in by_platform
-        )
-        tds = []
-        for p in platforms:
-            r = by_platform.get(p)
-            if r is None:
-                tds.append("<td class=none>·</td>")
-                continue
-            tds.append(
-                f"<td class='cell {css(r)}' data-cell='{_esc(r['cell_id'])}' tabindex=0"
-                f" title='{_esc(_what(r))}'>{_esc(word(r))}"
-                f" <small>{_esc(results_mod.block_text(r))}</small></td>"
-            )
-            templates.append(_template(r, details.get(r["cell_id"], Detail())))
-        trs.append(
-            f"<tr class={'clean' if clean else 'dirty'}><td>{_esc(family)}</td>"
-            f"<td>{_esc(model)}</td><td>{_esc(case)}{gate}</td>{''.join(tds)}</tr>"
-        )
-    return (
-        f"<table id={tid}><thead><tr><th>family</th><th>model</th><th>case</th>{head}</tr>"
-        f"</thead><tbody>{''.join(trs)}</tbody></table>"
+def _clean(by_platform: dict[str, Row], platforms: list[str]) -> bool:
+    """No failure (nor a status kvrig never writes) on any of the table's columns."""
+    return all(
+        status_of(by_platform[p]) not in (Status.FAIL, None) for p in platforms if p in by_platform
     )
 
 
-def to_html(rows: list[Row], title: str, details: dict[str, Detail] | None = None) -> str:
-    details = details or {}
-    templates: list[str] = []
+def _td(r: Row | None, apart: dict[str, str]) -> str:
+    if r is None:
+        return "<td class=none>·</td>"
+    why = apart.get(r["cell_id"])
+    mark = f" <small class=apart>{_esc(why)}</small>" if why else ""
+    return (
+        f"<td class='cell {css(r)}{' apart' if why else ''}' data-cell='{_esc(r['cell_id'])}'"
+        f" tabindex=0 title='{_esc(_what(r))}'>{_esc(word(r))}"
+        f" <small>{_esc(shown(r))}</small>{mark}</td>"
+    )
+
+
+def _html_table(rows: list[Row], platforms: list[str], apart: dict[str, str], tid: str) -> str:
+    """A grid: a heading row per family and model, then a row per case of it."""
+    head = "".join(f"<th>{_esc(short_label(p, rows))}</th>" for p in platforms)
+    mine = [(k, by) for k, by in grid(rows) if any(p in by for p in platforms)]
+    trs = []
+    for i, ((family, model, case), by_platform) in enumerate(mine):
+        if i == 0 or mine[i - 1][0][:2] != (family, model):
+            group = [by for k, by in mine if k[:2] == (family, model)]
+            clean = all(_clean(by, platforms) for by in group)
+            trs.append(
+                f"<tr class='group {'clean' if clean else 'dirty'}'>"
+                f"<th colspan={len(platforms) + 1}>{_esc(family)} · {_esc(model)}</th></tr>"
+            )
+        gate = " <small>gate</small>" if any(r.get("gate") for r in by_platform.values()) else ""
+        tds = "".join(_td(by_platform.get(p), apart) for p in platforms)
+        trs.append(
+            f"<tr class={'clean' if _clean(by_platform, platforms) else 'dirty'}>"
+            f"<td>{_esc(case)}{gate}</td>{tds}</tr>"
+        )
+    return (
+        f"<table id={tid} class=grid><thead><tr><th>case</th>{head}</tr></thead>"
+        f"<tbody>{''.join(trs)}</tbody></table>"
+    )
+
+
+def _overview(rows: list[Row], apart: dict[str, str]) -> str:
+    """The whole matrix as one picture (kvrig.publish.overview): a line per column, the
+    hardware's first, a square per case in the grids' order."""
+    cases = grid(rows)
+    gaps = {i for i in range(1, len(cases)) if cases[i][0][:2] != cases[i - 1][0][:2]}
+    lines = []
+    for column in columns_of(rows):
+        squares: list[overview_mod.Square | None] = []
+        for _, by_column in cases:
+            r = by_column.get(column)
+            if r is None:
+                squares.append(None)
+                continue
+            why = apart.get(r["cell_id"])
+            title = f"{r['cell_id']}: {word(r)} {shown(r)}" + (f" ({why})" if why else "")
+            squares.append(
+                overview_mod.Square(css(r) + (" apart" if why else ""), title, r["cell_id"])
+            )
+        lines.append(overview_mod.Line(short_label(column, rows), squares))
+    legend = [(s.value, s.word.lower()) for s in Status] + [("unknown", "not kvrig's")]
+    return overview_mod.picture(lines, gaps, legend)
+
+
+def to_html(
+    rows: list[Row],
+    title: str,
+    details: dict[str, Detail] | None = None,
+    apart: dict[str, str] | None = None,
+) -> str:
+    """The page: the picture, the grids, the failures and the rows judged apart; a
+    template per cell holds what clicking it opens."""
+    details, apart = details or {}, apart or {}
     tables = []
     for heading, platforms in groups(rows):
         if heading is None:
-            tables.append(_html_table(rows, platforms, details, templates, "grid"))
+            tables.append(_html_table(rows, platforms, apart, "grid"))
         else:
             tables.append(
                 f"<h2 id=emulated>{_esc(heading)}</h2><p>{_esc(EMULATED_NOTE)}</p>"
-                + _html_table(rows, platforms, details, templates, "emulated-grid")
+                + _html_table(rows, platforms, apart, "emulated-grid")
             )
+    templates = [
+        _template(r, details.get(r["cell_id"], Detail()), apart.get(r["cell_id"])) for r in rows
+    ]
     facts = "".join(f"<li>{_esc(x)}</li>" for x in run_facts(rows))
-    failed = [r for r in rows if r.get("status") == Status.FAIL]
-    failures = (
-        f"<h2>Failures ({len(failed)})</h2><ul id=failures>"
-        + "".join(
-            f"<li><code>{_esc(r['cell_id'])}</code>: {_esc(r.get('reason'))}</li>" for r in failed
-        )
-        + "</ul>"
-        if failed
-        else ""
-    )
-    odd = unknown_statuses(rows)
-    if odd:
-        failures += (
-            f"<h2>Not kvrig's verdicts ({len(odd)})</h2><ul id=unknown>"
-            + "".join(f"<li>{_esc(x)}</li>" for x in odd)
-            + "</ul>"
-        )
     return (
         "<!doctype html><html lang=en><meta charset=utf-8>"
-        f"<title>{_esc(title)}</title><style>{_STYLE}</style><body>"
-        f"<h1>{_esc(title)}</h1><p id=tally>{_esc(_tally(rows))}</p><ul>{facts}</ul>"
+        f"<title>{_esc(title)}</title><style>{_STYLE}{overview_mod.STYLE}</style><body>"
+        f"<h1>{_esc(title)}</h1><p id=tally>{_esc(_tally(rows))}</p>"
+        f"{_overview(rows, apart)}<ul>{facts}</ul>"
         "<label><input type=checkbox id=only-fail> only rows with a failure</label>"
         f"{''.join(tables)}"
         "<p><small>Click a cell for its record, log and the commands that rerun it.</small></p>"
-        f"{failures}"
+        f"{_html_lists(rows, apart)}"
         "<dialog id=detail><button id=close>close</button><div id=detail-body></div></dialog>"
         f"{''.join(templates)}<script>{_SCRIPT}</script></body></html>\n"
     )
+
+
+def _html_lists(rows: list[Row], apart: dict[str, str]) -> str:
+    """The failures, the rows that are no verdict of kvrig's and those judged apart."""
+    out = ""
+    failed = [r for r in rows if r.get("status") == Status.FAIL]
+    if failed:
+        out += f"<h2>Failures ({len(failed)})</h2><ul id=failures>" + "".join(
+            f"<li><code>{_esc(r['cell_id'])}</code>: {_esc(r.get('reason'))}</li>" for r in failed
+        )
+        out += "</ul>"
+    odd = unknown_statuses(rows)
+    if odd:
+        out += f"<h2>Not kvrig's verdicts ({len(odd)})</h2><ul id=unknown>"
+        out += "".join(f"<li>{_esc(x)}</li>" for x in odd) + "</ul>"
+    if apart:
+        out += f"<h2>Not judged under this matrix by this kvrig ({len(apart)})</h2><ul id=apart>"
+        out += "".join(
+            f"<li><code>{_esc(cid)}</code>: {_esc(why)}; {_esc(RERUN_APART)}</li>"
+            for cid, why in apart.items()
+        )
+        out += "</ul>"
+    return out
 
 
 # --- reading and writing -------------------------------------------------------------------
@@ -499,12 +630,15 @@ def gather(merged: results_mod.Merged) -> dict[str, Detail]:
     return out
 
 
-def write_merged(merged: results_mod.Merged, out: Path, title: str) -> tuple[Path, Path]:
-    """Writes report.md and report.html into `out`; returns their paths."""
+def write_merged(
+    merged: results_mod.Merged, out: Path, title: str, apart: dict[str, str] | None = None
+) -> tuple[Path, Path]:
+    """Writes report.md and report.html into `out` (`apart`: see `judged_apart`);
+    returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
     md, page = out / "report.md", out / "report.html"
-    md.write_text(markdown(merged.rows, title, repro_lines))
-    page.write_text(to_html(merged.rows, title, gather(merged)))
+    md.write_text(markdown(merged.rows, title, repro_lines, apart))
+    page.write_text(to_html(merged.rows, title, gather(merged), apart))
     return md, page
 
 

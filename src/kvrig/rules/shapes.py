@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvrig.define import models, vllm_models
-from kvrig.define.vllm_models import FAMILY_OF, HYBRID_FAMILIES, Family, text_config
+from kvrig.define.vllm_models import (
+    FAMILY_OF,
+    HYBRID_FAMILIES,
+    MLA_FAMILIES,
+    Family,
+    text_config,
+)
 
 DTYPE_BYTES = {
     "float32": 4,
@@ -39,7 +45,18 @@ DTYPE_ALIASES = {
 # (--dtype fp8, --kv-cache-dtype float32) is refused here too, not answered.
 OPTION_DTYPES = {
     "--dtype": ("auto", "half", "float16", "bfloat16", "float", "float32"),
-    "--kv-cache-dtype": ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
+    "--kv-cache-dtype": (
+        "auto",
+        "float16",
+        "bfloat16",
+        "fp8",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "turboquant_k8v4",
+        "turboquant_4bit_nc",
+        "turboquant_k3v4_nc",
+        "turboquant_3bit_nc",
+    ),
     "--mamba-ssm-cache-dtype": ("auto", "float32", "float16", "bfloat16"),
 }
 # The dtypes a model's weights are loaded in (a config's dtype or torch_dtype).
@@ -49,7 +66,15 @@ MODEL_DTYPES = ("float32", "bfloat16", "float16")
 # (MambaStateShapeCalculator.gated_delta_net_state_shape), a Mamba2 mixer's
 # (mamba2_state_shape), and attention alone, whose size is phase 1's. DSA's MLA page is
 # kvrig.rules.blocksize's own.
-RESTATED = (Family.GDN, Family.HYBRID_MAMBA, Family.DENSE)
+RESTATED = (
+    Family.GDN,
+    Family.HYBRID_MAMBA,
+    Family.DENSE,
+    Family.MLA,
+    Family.SHORT_CONV,
+    Family.HYBRID_MLA,
+    Family.MAMBA,
+)
 
 
 class ConfigError(ValueError):
@@ -70,10 +95,13 @@ class Shapes:
     # The state dtype the checkpoint asks for: Qwen3.5's mamba_ssm_dtype, NemotronH's
     # mamba_ssm_cache_dtype; None when it asks for none.
     config_ssm_dtype: str | None = None
+    # MLA's one latent per token (kv_lora_rank + qk_rope_head_dim), where the attention
+    # layers are MLAAttention; None for K and V heads.
+    mla_width: int | None = None
 
     @property
     def hybrid(self) -> bool:
-        return self.family != Family.DENSE
+        return self.family in HYBRID_FAMILIES
 
 
 def dtype_name(name: str) -> str:
@@ -296,27 +324,69 @@ def shapes(config: dict[str, Any], *, tp: int = 1, num_speculative_tokens: int =
             " in vLLM), or pass the config of a supported architecture."
         )
     check_config(config, arch)
-    check_heads_split(cfg, arch, tp)
-    total_kv = _field(cfg, arch, "num_key_value_heads")
-    check_kv_heads_split(total_kv, tp, arch)
-    kv = kv_heads_per_rank(total_kv, tp)
-    head = head_size(cfg, arch)
-    spec = num_speculative_tokens
-    if family in HYBRID_FAMILIES:
-        gdn = family == Family.GDN
-        state = _gdn_state if gdn else _mamba2_state
-        conv_dim, kernel, temporal = state(cfg, arch, tp)
-        return Shapes(
-            arch,
-            family,
-            kv,
-            head,
-            conv=(_divide(conv_dim, tp, "the conv dimension", arch), kernel - 1 + spec),
-            temporal=temporal,
-            head_k_dim=cfg.get("linear_key_head_dim") if gdn else None,
-            config_ssm_dtype=config_ssm_dtype(cfg, arch),
+    if family == Family.MAMBA:  # no attention: only the state
+        conv_dim, kernel, temporal = _mamba2_state(cfg, arch, tp)
+        conv = (
+            _divide(conv_dim, tp, "the conv dimension", arch),
+            kernel - 1 + num_speculative_tokens,
         )
-    return Shapes(arch, Family.DENSE, kv, head)
+        return Shapes(arch, family, 0, 0, conv=conv, temporal=temporal)
+    check_heads_split(cfg, arch, tp)
+    mla = _mla_width(cfg, arch, family)
+    if mla is None:
+        total_kv = _field(cfg, arch, "num_key_value_heads")
+        check_kv_heads_split(total_kv, tp, arch)
+        kv, head = kv_heads_per_rank(total_kv, tp), head_size(cfg, arch)
+    else:  # MLAAttentionSpec: one latent "head" a token, on every rank
+        kv, head = 1, mla
+    if family not in HYBRID_FAMILIES:
+        return Shapes(arch, family, kv, head, mla_width=mla)
+    conv_dim, kernel, temporal = STATES[family](cfg, arch, tp)
+    spec = 0 if family == Family.SHORT_CONV else num_speculative_tokens
+    return Shapes(
+        arch,
+        family,
+        kv,
+        head,
+        conv=(_divide(conv_dim, tp, "the conv dimension", arch), kernel - 1 + spec),
+        temporal=temporal,
+        head_k_dim=cfg.get("linear_key_head_dim") if family == Family.GDN else None,
+        config_ssm_dtype=config_ssm_dtype(cfg, arch),
+        mla_width=mla,
+    )
+
+
+def _mla_width(cfg: dict[str, Any], arch: str, family: Family) -> int | None:
+    """ModelConfig.get_head_size for MLA: kv_lora_rank + qk_rope_head_dim, the latent each
+    token keeps; None off MLA."""
+    if family not in MLA_FAMILIES:
+        return None
+    return _field(cfg, arch, "kv_lora_rank") + _field(cfg, arch, "qk_rope_head_dim")
+
+
+def _short_conv_state(
+    cfg: dict[str, Any], arch: str, tp: int
+) -> tuple[int, int, tuple[int, int, int]]:
+    """MambaStateShapeCalculator.short_conv_state_shape (LFM2): a conv state of conv_dim
+    channels over conv_L_cache - 1 steps, no temporal state; speculative tokens do not
+    widen it (Lfm2ForCausalLM passes none)."""
+    return _field(cfg, arch, "conv_dim"), _field(cfg, arch, "conv_L_cache"), (0, 0, 0)
+
+
+def _kda_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tuple[int, int, int]]:
+    """MambaStateShapeCalculator.kda_state_shape (Kimi-Linear): q, k and v convolved
+    (heads x head_dim each), and a heads x head_dim x head_dim recurrent state."""
+    linear = cfg.get("linear_attn_config")
+    if not isinstance(linear, dict):
+        raise ConfigError(
+            f"The {arch} config lacks linear_attn_config, which vLLM's Kimi-Linear reads for"
+            " its KDA state. Pass the checkpoint's full config.json."
+        )
+    heads = _whole(linear, arch, "num_heads")
+    hdim = _whole(linear, arch, "head_dim")
+    kernel = _whole(linear, arch, "short_conv_kernel_size")
+    temporal = (_divide(heads, tp, "linear_attn_config.num_heads", arch), hdim, hdim)
+    return 3 * heads * hdim, kernel, temporal
 
 
 def _gdn_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tuple[int, int, int]]:
@@ -336,7 +406,14 @@ def _mamba2_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tu
     """MambaStateShapeCalculator.mamba2_state_shape, with the fields each model class
     passes it (NemotronH: heads x head_dim is the inner size; GraniteMoeHybrid: expand x
     hidden_size; FalconH1: mamba_d_ssm, else expand x hidden_size)."""
-    if arch == "NemotronHForCausalLM":
+    if arch == "Mamba2ForCausalLM":
+        heads = _field(cfg, arch, "num_heads")
+        hdim = _field(cfg, arch, "head_dim")
+        inner = _field(cfg, arch, "expand") * _field(cfg, arch, "hidden_size")
+        groups = _field(cfg, arch, "n_groups")
+        state = _field(cfg, arch, "state_size")
+        kernel = _field(cfg, arch, "conv_kernel")
+    elif arch == "NemotronHForCausalLM":
         heads = _field(cfg, arch, "mamba_num_heads")
         hdim = _field(cfg, arch, "mamba_head_dim")
         inner = heads * hdim
@@ -364,8 +441,35 @@ def _mamba2_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tu
     return conv_dim, kernel, (_divide(heads, tp, "the Mamba heads", arch), hdim, state)
 
 
+# TurboQuant's presets (vllm/model_executor/layers/quantization/turboquant/config.py,
+# TQ_PRESETS): the key's and the value's bits; 8-bit keys are stored as fp8.
+TURBOQUANT_BITS = {
+    "turboquant_k8v4": (8, 4),
+    "turboquant_4bit_nc": (4, 4),
+    "turboquant_k3v4_nc": (3, 4),
+    "turboquant_3bit_nc": (3, 3),
+}
+
+
+def turboquant_slot(head_size: int, preset: str) -> int:
+    """TurboQuantConfig.slot_size_aligned: one head's key and value packed in one slot a
+    token (key codes and an fp16 norm, or fp8 keys; value codes with an fp16 scale and
+    zero), rounded up to an even number of bytes."""
+    key_bits, value_bits = TURBOQUANT_BITS[preset]
+    key = head_size if key_bits == 8 else math.ceil(head_size * key_bits / 8) + 2
+    value = math.ceil(head_size * value_bits / 8) + 4
+    slot = key + value
+    return slot + slot % 2
+
+
 def attention_page_per_token(s: Shapes, kv_dtype: str) -> int:
-    """FullAttentionSpec(block_size=1).page_size_bytes: K and V for one rank's heads."""
+    """FullAttentionSpec(block_size=1).page_size_bytes: K and V for one rank's heads
+    (TurboQuant's backend packs both in one slot a head: customize_spec);
+    MLAAttentionSpec's: the one latent."""
+    if s.mla_width is not None:
+        return s.mla_width * dtype_bytes(kv_dtype)
+    if kv_dtype in TURBOQUANT_BITS:
+        return s.kv_heads * turboquant_slot(s.head_size, kv_dtype)
     return 2 * s.kv_heads * s.head_size * dtype_bytes(kv_dtype)
 
 
@@ -374,3 +478,13 @@ def mamba_page(s: Shapes, conv_dtype: str, ssm_dtype: str) -> int:
     return math.prod(s.conv) * dtype_bytes(conv_dtype) + math.prod(s.temporal) * dtype_bytes(
         ssm_dtype
     )
+
+
+# Each hybrid family's state: (the whole conv dimension, the conv kernel, one rank's
+# temporal state), as the family's model class hands MambaStateShapeCalculator its fields.
+STATES = {
+    Family.GDN: _gdn_state,
+    Family.HYBRID_MAMBA: _mamba2_state,
+    Family.SHORT_CONV: _short_conv_state,
+    Family.HYBRID_MLA: _kda_state,
+}

@@ -13,22 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvrig.define.releases import (
-    CHECKPOINT_TERM,
-    CPU_PHASE1,
+    CPU_START,
     DEFAULT_START,
-    NEMOTRON_SSM_FALLBACK,
     PLAIN_ALIGN_GDN,
     PLAIN_ALIGN_MAMBA2,
     READ,
-    ROCM_ATTN_PREFERS_16,
-    ROCM_TRITON_FIRST,
     SWITCHES,
-    XPU_GDN_ROUND,
     Switch,
     Version,
     VersionError,
     known_releases,
+    known_text,
     newest_read,
+    not_known,
     parse,
     shown,
     source_version,
@@ -38,27 +35,23 @@ from kvrig.define.releases import (
 from kvrig.define.vllm_models import Family
 
 __all__ = [
-    "CHECKPOINT_TERM",
-    "CPU_PHASE1",
     "CPU_START",
     "DEFAULT_START",
     "FIELDS",
-    "NEMOTRON_SSM_FALLBACK",
     "NEWEST",
     "PLAIN_ALIGN_GDN",
     "PLAIN_ALIGN_MAMBA2",
     "READ",
-    "ROCM_ATTN_PREFERS_16",
-    "ROCM_TRITON_FIRST",
     "SWITCHES",
-    "XPU_GDN_ROUND",
     "Rules",
     "Switch",
     "Version",
     "VersionError",
     "differing",
     "known_releases",
+    "known_text",
     "newest_read",
+    "not_known",
     "parse",
     "reverted",
     "rules",
@@ -86,6 +79,11 @@ class Rules:
     # TRITON_ATTN ahead of ROCM_ATTN on gfx1201; False off ROCm.
     rocm_attn_prefers_16: bool | None = False
     rocm_triton_first: bool | None = False
+    # The engine merges its workers' KV-cache layouts (else they must agree); True off GPUs.
+    kv_layouts_merged: bool | None = True
+    # A shorter drafter's context is applied before the model's config hooks (else a
+    # hybrid's Mamba block keeps the longer one, and is refused).
+    draft_context_first: bool | None = True
     # Set when the release is newer than any kvrig's rules were read in: what every size
     # computed with these rules says of itself (kvrig.define.releases.unread_note).
     unread: str | None = None
@@ -111,61 +109,35 @@ class Rules:
 
 # Which field of Rules each switch sets: a release diff reverts one switch at a time to
 # name the one that explains a moved cell.
-FIELDS = {
-    DEFAULT_START.name: "start",
-    CPU_PHASE1.name: "phase1",
-    CHECKPOINT_TERM.name: "checkpoint_term",
-    NEMOTRON_SSM_FALLBACK.name: "nemotron_ssm_fallback",
-    XPU_GDN_ROUND.name: "xpu_gdn_round",
-    PLAIN_ALIGN_GDN.name: "plain_align_gdn",
-    PLAIN_ALIGN_MAMBA2.name: "plain_align_mamba2",
-    ROCM_ATTN_PREFERS_16.name: "rocm_attn_prefers_16",
-    ROCM_TRITON_FIRST.name: "rocm_triton_first",
-}
+FIELDS = {s.name: s.field for s in SWITCHES}
 
 
 def differing(old: Rules, new: Rules) -> list[Switch]:
     """The switches whose value differs between two releases' rules on one platform."""
-    return [s for s in SWITCHES if getattr(old, FIELDS[s.name]) != getattr(new, FIELDS[s.name])]
+    return [s for s in SWITCHES if getattr(old, s.field) != getattr(new, s.field)]
 
 
 def reverted(new: Rules, old: Rules, switch: Switch) -> Rules:
     """`new` with one switch set back to its value in `old`."""
-    field = FIELDS[switch.name]
-    return replace(new, **{field: getattr(old, field)})
+    return replace(new, **{switch.field: getattr(old, switch.field)})
 
 
 # The newest release these rules were read in, on the GPU platforms.
 NEWEST: Version = newest_read("cuda") or (0, 0, 0)
-# The size CpuPlatform's phase 1 starts from: a literal, not CacheConfig's default.
-CPU_START = 128
 
 
 def rules(platform: str, version: str | Version) -> Rules:
-    """The rules an engine of this release follows on this platform."""
+    """The rules an engine of this release follows on this platform: each switch's value
+    there, read from the switches."""
     v = parse(version) if isinstance(version, str) else version
-    cpu, rocm = platform == "cpu", platform == "rocm"
-    start = CPU_START if cpu else DEFAULT_START.at(v)
-    if start is None:
+    values = {s.field: s.on(platform, v) for s in SWITCHES}
+    if values["start"] is None:
+        step = next(st for st in DEFAULT_START.steps if st.after < v < st.since)
         raise VersionError(
-            f"vLLM {shown(v)} falls between {shown(DEFAULT_START.old_seen)}, whose phase 1"
-            f" starts at {DEFAULT_START.old}, and {shown(DEFAULT_START.since)}, which starts"
-            f" at {DEFAULT_START.new} ({DEFAULT_START.where}); kvrig does not know which it"
-            " follows. Give a release it knows, or add the one that changed it to"
+            f"vLLM {shown(v)} falls between {shown(step.after)}, whose phase 1 starts at"
+            f" {DEFAULT_START.at(step.after)}, and {shown(step.since)}, which starts at"
+            f" {step.value} ({DEFAULT_START.where}); kvrig does not know which it follows."
+            " Give a release it knows, or add the one that changed it to"
             " kvrig.define.releases."
         )
-    phase1 = bool(CPU_PHASE1.at(v)) if cpu else True
-    return Rules(
-        version=v,
-        platform=platform,
-        phase1=phase1,
-        start=int(start),  # type: ignore[call-overload]
-        checkpoint_term=bool(CHECKPOINT_TERM.at(v)),
-        nemotron_ssm_fallback=NEMOTRON_SSM_FALLBACK.at(v),  # type: ignore[arg-type]
-        xpu_gdn_round=XPU_GDN_ROUND.at(v) if platform == "xpu" else False,  # type: ignore[arg-type]
-        plain_align_gdn=PLAIN_ALIGN_GDN.at(v),  # type: ignore[arg-type]
-        plain_align_mamba2=PLAIN_ALIGN_MAMBA2.at(v),  # type: ignore[arg-type]
-        rocm_attn_prefers_16=ROCM_ATTN_PREFERS_16.at(v) if rocm else False,  # type: ignore[arg-type]
-        rocm_triton_first=ROCM_TRITON_FIRST.at(v) if rocm else False,  # type: ignore[arg-type]
-        unread=unread_note(platform, v),
-    )
+    return Rules(version=v, platform=platform, unread=unread_note(platform, v), **values)  # type: ignore[arg-type]

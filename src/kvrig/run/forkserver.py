@@ -106,6 +106,8 @@ EMULATED_PRELOAD = (
     "vllm.v1.core.kv_cache_planning",
     "vllm.model_executor.models.qwen3_5",
     "vllm.model_executor.models.falcon_h1",
+    "vllm.model_executor.models.lfm2",
+    "vllm.model_executor.models.mamba2",
     "kvrig.run.emulation.configure",
     # The backends the selectors try (importing FlashInfer alone takes seconds): optional,
     # as a backend whose module fails to import on a platform is one vLLM skips there.
@@ -117,6 +119,9 @@ EMULATED_PRELOAD = (
             "triton_attn",
             "flex_attention",
             "turboquant_attn",
+            "mla.flashattn_mla",
+            "mla.flashinfer_mla",
+            "mla.triton_mla",
             "mla.flashmla_sparse",
             "mla.flashattn_mla_sparse",
             "mla.flashinfer_mla_sparse",
@@ -183,10 +188,11 @@ def _thread_count() -> int:
 # --- the server (its own process) ---------------------------------------------------------
 
 
-def import_preload(modules: tuple[str, ...]) -> list[str]:
+def import_preload(modules: tuple[str, ...], absent: list[str] | None = None) -> list[str]:
     """The required modules that failed to import, each with its error. A vLLM module the
     release no longer has is not one: each cell then meets its absence itself and says which
-    name it lacked (kvrig.run.vllm_plugin.symbols), instead of no cell running at all."""
+    name it lacked (kvrig.run.vllm_plugin.symbols), instead of no cell running at all; it is
+    added to `absent`, which the parent's log names."""
     missing = []
     for name in modules:
         optional = name.startswith(OPTIONAL)
@@ -195,7 +201,10 @@ def import_preload(modules: tuple[str, ...]) -> list[str]:
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # an emulated device asked for too early is one too
-            if not optional and not gone_from_vllm(name, exc):
+            if gone_from_vllm(name.lstrip(OPTIONAL), exc):
+                if absent is not None:
+                    absent.append(name.lstrip(OPTIONAL))
+            elif not optional:
                 missing.append(f"{name} ({type(exc).__name__}: {exc})")
     return missing
 
@@ -214,11 +223,13 @@ def serve(warm: bool, python: str, preload: tuple[str, ...] = PRELOAD) -> int:
     fork_loop.prctl(PR_SET_CHILD_SUBREAPER, 1)  # a cell's leaked children come back here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when cells stop
     started = time.monotonic()
-    missing = import_preload(preload) if warm else []
+    absent: list[str] = []
+    missing = import_preload(preload, absent) if warm else []
     if warm and "vllm" in preload and plugins_loaded():
         print("forkserver: vLLM's plugins were loaded at import", file=sys.stderr)
         return 3
-    _announce(sys.stdout, ready_message(time.monotonic() - started, missing))
+    ready = {**ready_message(time.monotonic() - started, missing), "absent": absent}
+    _announce(sys.stdout, ready)
     return fork_loop.Loop(warm, python, conns=[fork_loop.Conn(0, 1)]).run()
 
 
@@ -258,7 +269,8 @@ def _announce(out: IO[str], ready: dict[str, Any]) -> None:
     print(
         f"forkserver: ready in {ready['import_s']} s, {ready['threads']} thread(s) of which"
         f" Python ones besides main: {ready['python_threads'] or 'none'}; preloads that"
-        f" failed: {ready['missing'] or 'none'}",
+        f" failed: {ready['missing'] or 'none'}; preloads this vLLM does not have (not"
+        f" preloaded): {', '.join(ready.get('absent') or []) or 'none'}",
         file=sys.stderr,
         flush=True,
     )

@@ -213,14 +213,16 @@ def _arch_parent(
 
 def _ready(preload: tuple[str, ...], started: float, who: str) -> dict[str, Any]:
     """Imports the preload and says what this parent is made of, in its log too."""
-    missing = import_preload(preload)
-    ready = ready_message(time.monotonic() - started, missing)
+    absent: list[str] = []
+    missing = import_preload(preload, absent)
+    ready = {**ready_message(time.monotonic() - started, missing), "absent": absent}
     if "vllm" in preload and plugins_loaded():
         ready["missing"] = [*missing, "vLLM's plugins were loaded at import"]
     print(
         f"warm parent ({who}): ready in {ready['import_s']} s, {ready['threads']}"
         f" thread(s); Python threads besides main: {ready['python_threads'] or 'none'};"
-        f" preloads that failed: {ready['missing'] or 'none'}; device asked before one was"
+        f" preloads that failed: {ready['missing'] or 'none'}; preloads this vLLM does not"
+        f" have (not preloaded): {', '.join(absent) or 'none'}; device asked before one was"
         f" chosen: {ready['device_reads'] or 'never'}",
         file=sys.stderr,
         flush=True,

@@ -88,6 +88,9 @@ class Record(BaseModel):
     user_specified_block_size: bool | None = None
     worker_block_size: int | None = None
     engine_block_size: int | None = None
+    # With pipeline parallelism, each stage's worker block (stage 0 first): each stage
+    # sizes from its own layers; the engine core takes the smallest of its groups.
+    stage_block_sizes: list[int | None] = Field(default_factory=list)
     mamba_page_size_padded: int | None = None
     # In mamba_cache_mode "align" the mamba block follows the attention block.
     mamba_block_size: int | None = None

@@ -17,7 +17,7 @@ from kvrig.define import named_release
 from kvrig.define.matrix import load
 from kvrig.provision import patches
 
-from ..builders import ROOT
+from ..builders import NEWEST_READ, ROOT, UNREAD
 
 PIN = named_release.pinned(load(ROOT / "matrix.yaml"), "cuda")
 
@@ -67,7 +67,7 @@ def test_devices_and_the_previous_release() -> None:
     with pytest.raises(UsageError, match="not an emulated device"):
         release.devices(["cuda:7.5"])
     assert release.previous_release("0.34.0") == "0.33.0"
-    assert release.previous_release("0.35.0") == "0.34.0"
+    assert release.previous_release(UNREAD) == NEWEST_READ
     with pytest.raises(UsageError, match="no release before"):
         release.previous_release("0.20.0")
 
@@ -117,6 +117,34 @@ def test_a_diff_of_what_the_folders_hold_explains_or_reds_each_move(
     data = json.loads((tmp_path / "diff.json").read_text())
     assert [m["cell_id"] for m in data["moves"]] == [cell] and data["moves"][0]["explained"]
     assert (tmp_path / "diff.md").is_file() and (tmp_path / "diff.html").is_file()
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("{cell}.old.json", None),  # a copy of the cell's record, as it was before
+        ("notes.json", "{}"),
+        ("{cell}.tmp", "{"),
+    ],
+)
+def test_a_side_whose_records_folder_holds_anything_but_one_record_per_cell_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str | None
+) -> None:
+    """Without the stray file the move is read, and red; with a copy of the old record
+    beside the new one, the copy would be read for the cell and hide it."""
+    column = "cuda-sm90-emulated"
+    cell = f"{column}-granite_hybrid-default"
+    _column(tmp_path / "a" / column, {cell: 144})
+    _column(tmp_path / "b" / column, {cell: 208})
+    argv = ["release", "diff", "0.33.0", "0.34.0", "--only", "cuda:9.0", "--no-run"]
+    assert main([*argv, "--results", str(tmp_path)]) == 1
+    assert f"{cell}  UNEXPLAINED" in capsys.readouterr().out
+    stray = tmp_path / "b" / column / "records" / name.format(cell=cell)
+    stray.write_text(text if text is not None else json.dumps(_record(cell, 192)))
+    assert main([*argv, "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{stray.parent} holds 1 file(s) that are no cell's record" in err
+    assert stray.name in err and err.count("\n") == 1
 
 
 def test_a_release_kvrig_cannot_know_is_refused_before_anything_runs(

@@ -19,7 +19,7 @@ from kvrig.containers.args import parse_args, requested_engine
 from kvrig.containers.assemble import make_plan
 from kvrig.define.platform_spec import PlatformSpec, VllmSource
 
-from ..builders import ROOT
+from ..builders import ROOT, UNREAD
 from ..container_builders import MATRIX, USER, flag_values
 
 ROOT_HOST = c.Host(uid=0, gid=0, render_gids=(109, 44))
@@ -297,10 +297,10 @@ def test_tag_changes_with_the_dockerfile(checkout: Path) -> None:
 def test_tag_changes_with_the_vllm_source(checkout: Path) -> None:
     before = plan_for(checkout, ["cuda"]).image
     matrix = checkout / "matrix.yaml"
-    matrix.write_text(matrix.read_text().replace('version: "0.33.0"', 'version: "0.34.1"'))
+    matrix.write_text(matrix.read_text().replace('version: "0.33.0"', f'version: "{UNREAD}"'))
     after = plan_for(checkout, ["cuda"])
     assert after.image != before
-    assert "VLLM_VERSION=0.34.1" in flag_values(after.build, "--build-arg")
+    assert f"VLLM_VERSION={UNREAD}" in flag_values(after.build, "--build-arg")
 
 
 def test_tag_changes_with_the_rig_source_but_not_with_bytecode(checkout: Path) -> None:

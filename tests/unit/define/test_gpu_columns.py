@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kvrig.define import column_names
+from kvrig.define import column_names, gpus
 from kvrig.define.cells import expand
 from kvrig.define.column_names import Column
 from kvrig.define.matrix import Matrix
@@ -16,7 +16,7 @@ from kvrig.judge.verdict import Status, judge
 from kvrig.publish import gate
 
 from ..builders import gpu_matrix
-from ..records import configured
+from ..records import cell_row, configured
 
 
 @pytest.mark.parametrize(
@@ -172,3 +172,49 @@ def test_the_gate_requires_rocm_s_real_columns_never_its_emulated_ones() -> None
     columns = column_names.hardware_columns()
     assert {"rocm-gfx942", "rocm-gfx950", "rocm-gfx1201"} <= set(columns)
     assert "rocm" not in columns and not [c for c in columns if c.endswith("-emulated")]
+
+
+def _gated_gpu_matrix() -> Matrix:
+    """gpu_matrix with a real ROCm platform beside CUDA, its case `c` gated on both."""
+    data = gpu_matrix(gate=True)
+    data["platforms"]["rocm"] = {
+        "vllm": {"kind": "image", "image": "vllm/vllm-openai-rocm:v0.34.0"},
+        "base_image": "rocm/dev-ubuntu-24.04:7.0-complete",
+        "default_backend": "ROCM_ATTN",
+        "crafted_route": "custom",
+    }
+    data["cases"][0]["expect"] = {"cuda": {"outcome": "runs"}, "rocm": {"outcome": "runs"}}
+    return Matrix.model_validate(data)
+
+
+SAW = {"cuda": ("9.0", "0.33.0"), "rocm": ("gfx942", "0.34.0")}
+
+
+@pytest.mark.parametrize(
+    ("platform", "claim", "said"),
+    [
+        ("cuda", {"gpu_arch": "8.0"}, "its gpu_arch is 8.0, and cuda-sm90's cells are for 9.0"),
+        ("cuda", {"host": {"gpu_compute_capability": "8.0"}}, "compute capability 8.0 GPU"),
+        ("rocm", {"host": {"gpu_gfx_target": "gfx950"}}, "gfx target gfx950 GPU, and rocm-gfx942"),
+        ("rocm", {"host": {}}, "names no GPU gfx target its host saw"),
+    ],
+)
+def test_the_gate_refuses_a_row_that_claims_another_device_than_its_column(
+    platform: str, claim: dict[str, Any], said: str
+) -> None:
+    """The judge refuses such a record; a row edited, or filed under another runner's
+    folder, is refused by the gate too."""
+    import datetime as dt
+
+    m = _gated_gpu_matrix()
+    arch, pin = SAW[platform]
+    cell = expand(m, platform, gpu_arch=arch)[0]
+    host = {gpus.HOST_ARCH_KEY[platform]: arch}
+    good = cell_row(cell, "pass", vllm_version=pin, host=host)
+    today = dt.date(2026, 11, 29)
+    assert gate.evaluate(m, [good], [cell.column], today).passed
+    res = gate.evaluate(m, [{**good, **claim}], [cell.column], today)
+    assert not res.passed
+    assert any(line.startswith(f"FAIL    {cell.id}: ") and said in line for line in res.lines), (
+        res.lines
+    )

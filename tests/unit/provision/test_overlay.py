@@ -182,6 +182,45 @@ def test_a_checkout_overlays_only_the_files_that_differ_and_names_its_state(
     assert dirty.cli_args() == ["--vllm-source", str(root)]
 
 
+def test_an_overlay_mirrors_the_checkout_and_the_warm_parent_names_what_it_lacks(
+    site: Path, tmp_path: Path
+) -> None:
+    """A module the checkout deleted (0.34.0's cpu_model_runner, over a 0.32.0 base) is not
+    importable from the overlay, and a parent preloading it names it; a build product the
+    checkout's git ignores (vllm/_version.py) stays."""
+    worker = site / "vllm" / "v1" / "worker"
+    worker.mkdir(parents=True)
+    for pkg in (site / "vllm" / "v1", worker):
+        (pkg / "__init__.py").write_text("")
+    (worker / "cpu_model_runner.py").write_text("RUNNER = 'the base'\n")
+    (site / "vllm" / "_version.py").write_text("version = '0.32.0'\n")
+    root = _checkout(tmp_path, site)
+    (root / ".gitignore").write_text("vllm/_version.py\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
+    subprocess.run([*git, "rm", "-q", "--cached", "vllm/_version.py"], check=True)
+    (root / "vllm" / "_version.py").unlink()
+    subprocess.run([*git, "rm", "-q", "vllm/v1/worker/cpu_model_runner.py"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "0.34.0"], check=True)
+    src = VllmSource(kind="overlay", base=BASE, source=str(root))
+    m = overlay.prepare(src, relative_to=tmp_path, cache=tmp_path / "cache")
+    assert m.removed == ["vllm/v1/worker/cpu_model_runner.py"]
+    assert m.base_only == ["vllm/_version.py"] and "1 removed" in m.describe()
+    tree = Path(m.path) / "vllm"
+    assert not (tree / "v1" / "worker" / "cpu_model_runner.py").exists()
+    assert (tree / "_version.py").is_file() and (worker / "cpu_model_runner.py").is_file()
+    code = (
+        "from kvrig.run.forkserver import _preload; absent = [];"
+        " wanted = ('vllm', 'vllm._version', 'vllm.v1.worker.cpu_model_runner');"
+        " print(_preload(wanted, absent), absent)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([m.path, str(site)])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[] ['vllm.v1.worker.cpu_model_runner']", done.stderr
+
+
 def test_a_checkout_that_changes_compiled_code_is_refused(site: Path, tmp_path: Path) -> None:
     root = _checkout(tmp_path, site)
     (root / "csrc").mkdir()

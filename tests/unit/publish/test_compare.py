@@ -50,13 +50,26 @@ def test_only_differing_cells_are_changes_and_a_passing_cell_turned_red_is_marke
     text = compare.table(result, "release", "branch")
     assert "cpu-m-red" in text and "<- turned red" in text
     assert "cpu-m-same" not in text.split("\n", 2)[2].split("cell(s) differ")[0]
-    assert "2 passed on A and are red or no longer shown on B" in text
+    assert "2 passed on A and are red, no longer shown or a known defect on B" in text
     assert "ran on A only (1): cpu-m-gone" in text and "ran on B only (1): cpu-m-new" in text
 
 
 def test_a_fixed_cell_is_a_change_but_not_a_regression() -> None:
     result = compare.compare([row("cpu-m-c", "fail")], [row("cpu-m-c")])
     assert [c.key for c in result.changed] == ["cpu-m-c"] and not result.turned_red
+
+
+def test_a_cell_that_did_as_expected_and_is_now_a_known_defect_regressed() -> None:
+    a = [row("cpu-m-pass"), row("cpu-m-unread", "unread"), row("cpu-m-known", "xfail")]
+    b = [row(r["cell_id"], "xfail", outcome="error") for r in a]
+    result = compare.compare(a, b)
+    assert [c.key for c in result.turned_red] == ["cpu-m-pass", "cpu-m-unread"]
+    assert result.regressed
+    text = compare.table(result, "release", "branch")
+    assert text.count("<- now a known defect (xfail): regressed") == 2
+    assert text.splitlines()[-1].startswith("compare: REGRESSED (2 passed on A")
+    # xfail on both is no change of the cell's standing, and a fixed defect no regression.
+    assert not compare.compare([row("cpu-m-c", "xfail")], [row("cpu-m-c")]).regressed
 
 
 def test_two_columns_are_matched_by_model_and_case() -> None:
@@ -124,7 +137,9 @@ def test_a_cell_that_passed_on_a_and_is_skipped_or_undecided_on_b_regressed(
     out = capsys.readouterr().out
     assert "<- no longer shown (skip): regressed" in out
     assert "<- no longer shown (undecided): regressed" in out
-    assert "compare: REGRESSED (2 passed on A and red or no longer shown on B" in out
+    assert (
+        "compare: REGRESSED (2 passed on A and red, no longer shown or a known defect on B" in out
+    )
     # Skipped on both: nothing was shown on A either.
     result = compare.compare([row("cpu-m-e", "skip")], [row("cpu-m-e", "skip")])
     assert not result.regressed

@@ -113,3 +113,71 @@ def test_each_kind_of_mutation_run_is_said_where_it_ran() -> None:
         "in the CPU image",
         "on the emulated CUDA 9.0 column",
     ]
+
+
+# --- seeded changes of the branches the knobs reach ---------------------------------------
+
+
+def test_every_seeded_change_is_a_patch_of_one_function_for_cases_of_the_matrix() -> None:
+    from kvrig.define.matrix import load
+    from kvrig.provision import patches
+    from kvrig.publish import seeded_mutations
+
+    from ..builders import ROOT
+
+    matrix = load(ROOT / "matrix.yaml")
+    cases = {(c.model, c.id) for c in matrix.cases}
+    for seeded in seeded_mutations.SEEDED:
+        text = seeded.patch.read_text()
+        # A hunk that names its function applies wherever that function moved to.
+        assert all(
+            h.group(2).startswith("def ")
+            for h in map(
+                patches.HUNK_HEADER.match,
+                [line for line in text.splitlines() if line.startswith("@@")],
+            )
+        ), seeded.name
+        assert set(seeded.cases) <= cases, seeded.name
+
+
+def test_a_seeded_change_is_noticed_only_when_each_of_its_cells_failed_on_its_overlay() -> None:
+    from kvrig.publish import seeded_mutations
+
+    def row(cid: str, status: str, sha: str = "abc") -> dict:
+        return {
+            "cell_id": cid,
+            "status": status,
+            "reason": "r",
+            "vllm_overlay": {"patch_sha256": sha},
+        }
+
+    expected = ["a", "b"]
+    assert seeded_mutations.problems([row("a", "fail"), row("b", "fail")], expected, "abc") == []
+    found = seeded_mutations.problems(
+        [row("a", "pass"), row("b", "fail", "other")], expected, "abc"
+    )
+    assert found == [
+        "a still pass with the branch changed: r",
+        "b did not run on the mutated overlay (it names other)",
+    ]
+    assert seeded_mutations.problems([row("a", "fail")], expected, "abc") == ["b did not run"]
+
+
+def test_the_seeded_cells_are_the_column_s_own(monkeypatch) -> None:
+    from kvrig.publish import mutation_check, seeded_mutations
+
+    [core, _, conv, _, draft] = seeded_mutations.SEEDED
+    on_sm90 = mutation_check.Options(emulate="9.0")
+    assert seeded_mutations.cells_of(core, on_sm90) == [
+        "cuda-sm90-emulated-granite_hybrid-max_model_len_below_block",
+        "cuda-sm90-emulated-nemotron_h-pp_stage_without_attention",
+    ]
+    assert seeded_mutations.cells_of(conv, on_sm90) == [
+        "cuda-sm90-emulated-granite_hybrid-spec_ngram"
+    ]
+    assert seeded_mutations.cells_of(draft, on_sm90) == [
+        "cuda-sm90-emulated-granite_hybrid-spec_draft_shorter_context"
+    ]
+    monkeypatch.setattr(seeded_mutations.isa, "resolve", lambda *a: ("amx", None))
+    assert seeded_mutations.cells_of(conv, mutation_check.Options()) == []
+    assert seeded_mutations.cells_of(draft, mutation_check.Options()) == []

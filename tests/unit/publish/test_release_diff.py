@@ -4,6 +4,7 @@ moves kvrig's rule switches explain, and which are red."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from kvrig.define import named_release
@@ -237,3 +238,142 @@ def test_an_error_that_moved_only_in_the_backend_and_config_it_names_is_no_error
     move = rd.diff([pair], OLD, NEW).moves[0]
     assert move.aspects == ("backends",)
     assert new.attention == ("KVRIG_SIBLING", "TRITON_ATTN")
+
+
+def _declaring(record: dict, sizes: list[str]) -> dict:
+    return {**record, "backend_kernel_sizes": {"FLASH_ATTN": sizes, "MAMBA2_ATTN": ["N"]}}
+
+
+def test_a_backend_declaring_other_kernel_sizes_is_listed_once_with_the_cells_it_touches() -> None:
+    """A change of 0.34.0 whose FLASH_ATTN declares multiples of 32: the sizes chosen need
+    not move, but the release moved what every computed size reads."""
+    pairs = [
+        _pair(
+            _declaring(_ran(192), ["MultipleOf(16)"]),
+            _declaring(_ran(192), ["MultipleOf(32)"]),
+            arch,
+        )
+        for arch in ("9.0", "8.0")
+    ]
+    found = rd.diff(pairs, NEW, NEW)
+    assert found.moves == [] and found.red
+    [change] = found.declared
+    assert (change.platform, change.backend, change.old, change.new) == (
+        "cuda",
+        "FLASH_ATTN",
+        ("MultipleOf(16)",),
+        ("MultipleOf(32)",),
+    )
+    assert change.cells == tuple(p.old_cell.id for p in pairs)
+    assert change.red and "kvrig's table [MultipleOf(16)]" in str(change.table)
+    text = rd.terminal(found)
+    assert (
+        text.count("cuda: FLASH_ATTN declares MultipleOf(16) -> MultipleOf(32) (2 cell(s): ") == 1
+    )
+    assert "1 backend(s) declaring other kernel sizes (1 not as kvrig's table" in rd.summary(found)
+    # Towards the sizes kvrig's table holds: listed, and not red.
+    back = rd.diff([_pair(*[p.new_record for p in pairs][:1], pairs[0].old_record)], NEW, NEW)
+    assert [c.red for c in back.declared] == [False] and not back.red
+    assert "kvrig's backend table holds the new sizes" in rd.terminal(back)
+    assert "FLASH_ATTN declares" in rd.markdown(found, "t") and "id=declared" in rd.to_html(
+        found, "t"
+    )
+    assert rd.as_json(found)["declared"][0]["cells"] == list(change.cells)
+    # A crafted sibling's sizes follow the cell (`aligned`), not the release.
+    sibling = {"name": "KVRIG_SIBLING", "layers": "model.layers.1.", "sizes": ["aligned", 16]}
+    crafted = [
+        {**_ran(n), "backend_kernel_sizes": {"KVRIG_SIBLING": [str(n), "16"]}} for n in (144, 192)
+    ]
+    assert rd.diff([_pair(*crafted, crafted={"siblings": [sibling]})], OLD, NEW).declared == []
+    # The same declarations on both sides: nothing to list.
+    same = _pair(
+        _declaring(_ran(192), ["MultipleOf(16)"]), _declaring(_ran(192), ["MultipleOf(16)"])
+    )
+    assert rd.diff([same], NEW, NEW).declared == []
+
+
+def test_an_early_error_reworded_is_said_to_no_longer_read_as_the_checks_and_quoted() -> None:
+    reworded = copy.deepcopy(_early(192, "KVRIG_SIBLING"))
+    reworded["error"]["message"] = "Block size 192 is refused by KVRIG_SIBLING."
+    found = rd.diff([_pair(_early(192, "KVRIG_SIBLING"), reworded)], OLD, NEW)
+    [move] = found.moves
+    assert not move.explained and found.red
+    assert "0.34.0's early error (_check_aligned_block_size) no longer reads as the check's" in (
+        move.why
+    )
+    assert "'Block size 192 is refused by KVRIG_SIBLING.'" in move.why
+    text = rd.terminal(found)
+    assert "None" not in text and "naming ;" not in text
+
+
+def _refused(block: int, message: str, function: str = "_promote_local_kv_cache_specs") -> dict:
+    return {
+        "outcome": "error",
+        "error": {"type": "ValueError", "message": message, "function": function},
+        "kv_cache_sized_before_error": False,
+        "worker_block_size": block,
+        "layer_backends": {"model.layers.1.a": "FLASH_ATTN"},
+    }
+
+
+def test_a_refusal_on_both_sides_does_not_move_with_the_block_it_had_reached() -> None:
+    said = "Failed to promote local KV cache specs to one unified type."
+    assert rd.explain(_pair(_refused(144, said), _refused(192, said)), OLD, NEW) is None
+    other = _refused(192, "Something else.")
+    assert rd.explain(_pair(_refused(144, said), other), OLD, NEW) is not None
+
+
+def test_the_selector_s_reasons_are_read_in_name_order() -> None:
+    """The order is the platform's priority (a backends' move a switch explains), not the
+    error's; what each backend is refused for still is."""
+
+    def refused(reasons: str) -> dict:
+        text = f"No valid attention backend found for rocm. Reasons: {{{reasons}}}."
+        return _refused(8, text, "get_attn_backend_cls")
+
+    rocm_first = rd.observe(refused("ROCM_ATTN: [block_size], TRITON_ATTN: [DCP]")).error
+    triton_first = rd.observe(refused("TRITON_ATTN: [DCP], ROCM_ATTN: [block_size]")).error
+    assert rocm_first == triton_first
+    assert "Reasons: {ROCM_ATTN: [block_size], TRITON_ATTN: [DCP]}" in rocm_first
+    assert rd.observe(refused("ROCM_ATTN: [DCP], TRITON_ATTN: [DCP]")).error != rocm_first
+
+
+def test_a_group_of_smaller_pages_is_split_by_its_own_block() -> None:
+    """An fp8 group beside a bf16 one holds twice the tokens a block: its kernel block is
+    its own block's split, not the worker's."""
+    record = _ran(288)
+    record["kv_cache_groups"].append(
+        {"backends": ["FLASH_ATTN"], "kernel_block_size": 576, "block_size": 576}
+    )
+    seen = rd.observe(record)
+    predicted, _ = rd.predict(_cells("0.34.0"))
+    assert predicted is not None and rd.kernel_problem(seen, predicted) is None
+    record["kv_cache_groups"][-1]["block_size"] = 288
+    problem = rd.kernel_problem(rd.observe(record), predicted)
+    assert "split into kernel blocks of 576" in str(problem)
+
+
+def test_a_block_outermost_layout_keeps_every_kernel_block_whole() -> None:
+    seen = rd.observe(_ran(192, [192, 192], backend="FLASHINFER"))
+    predicted, _ = rd.predict(_cells("0.34.0", arch="10.0"))
+    assert predicted is not None
+    assert "its rules compute 64" in str(rd.kernel_problem(seen, predicted))
+    whole = dataclasses.replace(predicted, whole_kernel_blocks=True)
+    assert rd.kernel_problem(seen, whole) is None
+
+
+def test_a_refusal_of_the_configuration_selects_no_backend() -> None:
+    refused = {
+        "knobs": {"mamba_block_size": 96, "enable_prefix_caching": False},
+        "expect": {
+            "cuda": {
+                "outcome": "unsupported",
+                "error": "ValidationError",
+                "function": "__init__",
+                "match": "--mamba-block-size can only be set",
+            }
+        },
+    }
+    predicted, _ = rd.predict(_cells("0.34.0", **refused))
+    assert predicted is not None and predicted.kind == "unsupported"
+    assert predicted.backends == ()

@@ -54,6 +54,26 @@ def test_results_keep_the_latest_row_per_cell(tmp_path: Path) -> None:
     ]
 
 
+def test_the_newest_row_by_its_end_time_wins_whatever_the_line_order(
+    tmp_path: Path, write_matrix, base, capsys
+) -> None:
+    """A FAIL that ended at 11:00 followed by an older PASS: the FAIL stands, in the rows
+    read and at the gate."""
+    folder = tmp_path / "results" / "cpu"
+    results.append(folder, row(REQUIRED, "fail", reason="boom", ended_at="2026-11-29T11:00:00Z"))
+    results.append(folder, row(REQUIRED, "pass", ended_at="2026-11-29T10:00:00Z"))
+    results.append(folder, row(OTHER, "pass"))
+    assert [(r["cell_id"], r["status"]) for r in results.read(folder)] == [
+        (REQUIRED, "fail"),
+        (OTHER, "pass"),
+    ]
+    assert cli.main(["--matrix", str(write_matrix(base)), "gate", "--results", str(folder)]) == 1
+    assert f"FAIL    {REQUIRED}: failed: boom" in capsys.readouterr().out
+    # A row that names no time is taken as written: the later line.
+    results.append(folder, row(REQUIRED, "pass", ended_at=None))
+    assert results.read(folder)[0]["status"] == "pass"
+
+
 def test_a_row_says_where_when_and_with_what_it_ran() -> None:
     r = row(REQUIRED, "pass")
     assert r["started_at"] == "2026-11-29T17:39:30Z"
@@ -108,6 +128,57 @@ def test_terminal_and_markdown_reports() -> None:
     assert f"- **`{OTHER}`**: expected X; got Y \\| Z" in md
     assert f"nox -s local -- --kvrig-cell {OTHER}" in md
     assert "cpu: 2 cells, 1 passed, 1 failed, 0 skipped; vLLM 0.32.0" in md
+
+
+def _other_model(cell_id: str, status: str, **kw: Any) -> dict[str, Any]:
+    """A row of a dense llama cell beside BASE's granite ones."""
+    case = cell_id.rsplit("-", 1)[1]
+    return {**row(REQUIRED, status), "cell_id": cell_id, "model": "llama", "family": "dense"} | {
+        "case": case,
+        "gate": False,
+        **kw,
+    }
+
+
+def test_the_grids_group_cases_by_family_and_model_whatever_order_cells_finished_in() -> None:
+    rows = [row(REQUIRED, "pass"), _other_model("cpu-llama-a", "pass"), row(OTHER, "pass")]
+    rows += [_other_model("cpu-llama-b", "pass")]
+    assert [k for k, _ in report.grid(rows)] == [
+        ("hybrid_mamba", "granite_hybrid", "default"),
+        ("hybrid_mamba", "granite_hybrid", "sibling_rejects"),
+        ("dense", "llama", "a"),
+        ("dense", "llama", "b"),
+    ]
+    md = [
+        x
+        for x in report.markdown(rows, "t").splitlines()
+        if x.startswith("| hybrid") or x.startswith("| dense")
+    ]
+    assert [x.split(" | ")[2] for x in md] == ["default (gate)", "sibling_rejects", "a", "b"]
+    page = report.to_html(rows, "t")
+    assert page.count("<tr class='group clean'>") == 2
+    assert page.index("hybrid_mamba · granite_hybrid") < page.index("dense · llama")
+
+
+def test_a_cell_says_what_it_showed_and_a_release_build_that_it_records_no_commit() -> None:
+    refused = row(
+        OTHER,
+        "pass",
+        expected="unsupported",
+        outcome="error",
+        worker_block_size=None,
+        engine_block_size=None,
+        error="NotImplementedError from _get_attn_isa: FP8 KV cache on CPU requires AVX-512",
+    )
+    rows = [row(REQUIRED, "pass"), refused]
+    assert report.shown(refused) == "refused as expected: NotImplementedError"
+    assert report.shown(row(REQUIRED, "skip", worker_block_size=None)) == "skipped"
+    md = report.markdown(rows, "t")
+    assert "| sibling_rejects | ✅ PASS refused as expected: NotImplementedError |" in md
+    assert "PASS -" not in md and "PASS -" not in report.to_html(rows, "t")
+    assert "(commit none: a release build records none)" in report.run_facts(rows)[0]
+    built = [row(REQUIRED, "pass", vllm_commit="1a2b3c")]
+    assert "(commit 1a2b3c)" in report.run_facts(built)[0]
 
 
 def test_html_has_one_grid_cell_per_row_with_its_details() -> None:
@@ -1135,10 +1206,27 @@ def test_the_report_says_rows_judged_under_another_matrix_or_by_another_kvrig(
         f"note: 1 cell(s) judged by another kvrig than this one ({results.judged_by()}; their"
         f" rows name {'0' * 16}): {OTHER};" in out
     )
+    # report.md and report.html mark each such row where its verdict is shown, and list it.
+    md = (folder / "report.md").read_text()
+    assert "| default (gate) | ✅ PASS 384 (judged under another matrix) |" in md
+    assert "| sibling_rejects | ✅ PASS 384 (judged by another kvrig) |" in md
+    assert f"- `{REQUIRED}`: judged under another matrix; its verdict is not one" in md
+    page = (folder / "report.html").read_text()
+    for cell, why in (
+        (REQUIRED, "judged under another matrix"),
+        (OTHER, "judged by another kvrig"),
+    ):
+        td = re.search(f"<td class='cell pass apart' data-cell='{cell}'.*?</td>", page)
+        assert td and f"<small class=apart>{why}</small>" in td[0], page
+    assert f"<li><code>{REQUIRED}</code>: judged under another matrix;" in page
     # Under the matrix they were judged under, by this kvrig: not a word.
     clean = _folder(tmp_path / "clean", rows)
     assert cli.main(["--matrix", str(write_matrix(base)), "report", str(clean)]) == 0
     assert "note:" not in capsys.readouterr().out
+    assert (
+        "apart" not in (clean / "report.html").read_text().split("<style>")[1].split("</style>")[1]
+    )
+    assert "another matrix" not in (clean / "report.md").read_text()
 
 
 def test_a_named_releases_rows_are_judged_under_the_matrix_with_that_release(

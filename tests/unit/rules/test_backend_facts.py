@@ -78,3 +78,14 @@ def test_the_check_keeps_vllms_answers_and_fails_on_a_changed_declaration(
     assert main(["check", "backend-facts", "--platform", "cpu", "--json", "x.json"]) == 1
     assert "1 backend(s) of kvrig's table differ from vLLM's" in capsys.readouterr().err
     assert json.loads((tmp_path / "x.json").read_text())["vllm"] == "0.33.0"
+
+
+def test_a_backend_declaring_no_sizes_takes_any_and_counts_as_1_in_phase_1() -> None:
+    from kvrig.rules.backends import Backend, Kernel
+    from kvrig.rules.blocksize import phase1
+
+    none = Backend("KVRIG_ANY", ())
+    assert none.supports(48) and none.preferred(64) == 64 and none.smallest == 1
+    assert not none.kernel_takes(64)  # the worker needs a declared kernel block
+    assert phase1([none], 64) == 64
+    assert phase1([Backend("KVRIG_PLAIN", (Kernel(48),)), none], 64) == 48

@@ -130,11 +130,18 @@ ROWS = [
     Logged(
         "nvidia/NVIDIA-Nemotron-3-Nano-4B-FP8",
         # vLLM logged "Updating mamba_ssm_cache_dtype to 'float16' for NemotronH model"; the
-        # log states no prefix-caching flag (0.13.0's default is taken as off, see
-        # kvrig.rules.predict.cache_mode).
+        # log states no prefix-caching flag, and its size is the one without (inferred: kvrig
+        # restates no Mamba2 align mode before 0.32.0, and predict refuses to guess it).
         "GB10 (SM12.1), FLASHINFER, fp8 KV cache, SSM dtype auto",
         NEMOTRON3_NANO_4B,
-        predict.Settings("cuda", "0.13.0", "FLASHINFER", kv_cache_dtype="fp8", gpu_arch="12.1"),
+        predict.Settings(
+            "cuda",
+            "0.13.0",
+            "FLASHINFER",
+            kv_cache_dtype="fp8",
+            gpu_arch="12.1",
+            prefix_caching=False,
+        ),
         992,
         "0.35%",
     ),

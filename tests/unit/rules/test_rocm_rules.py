@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kvrig.define import releases
 from kvrig.rules import backend_facts, backends, blocksize, predict, rocm, shapes, versions
 
 from ..checkpoints import GRANITE_4H_SMALL, QWEN35_27B, QWEN35_35B
@@ -256,9 +257,15 @@ def test_without_a_target_the_answer_names_the_one_that_differs() -> None:
 
 def test_a_release_diff_names_rocm_s_switches() -> None:
     moved = {s.name for s in versions.differing(_rules("0.33.0"), _rules("0.34.0"))}
-    assert moved == {"default_block_size", "rocm_attn_preferred_16", "rocm_triton_first_on_gfx1201"}
+    assert moved == {
+        "default_block_size",
+        "rocm_attn_preferred_16",
+        "rocm_triton_first_on_gfx1201",
+        "kv_layouts_merged_across_workers",
+        "draft_context_before_model_hooks",
+    }
     assert versions.differing(versions.rules("cuda", "0.33.0"), versions.rules("cuda", "0.34.0"))
-    back = versions.reverted(_rules("0.34.0"), _rules("0.33.0"), versions.ROCM_TRITON_FIRST)
+    back = versions.reverted(_rules("0.34.0"), _rules("0.33.0"), releases.ROCM_TRITON_FIRST)
     assert rocm.default_backend("gfx1201", back) == "ROCM_ATTN"
 
 
@@ -350,3 +357,15 @@ def test_the_kernel_table_is_what_the_emulated_rocm_engines_declared() -> None:
     }
     assert backend_facts.disagreements("rocm", declared) == []
     assert backend_facts.disagreements("rocm", {"DEEPSEEK_V32_INDEXER": ["64"]})
+
+
+@pytest.mark.parametrize(
+    ("arch", "aiter", "prefill"),
+    [("gfx942", ON, True), ("gfx950", ON, True), ("gfx1201", ON, False), ("gfx942", FOUND, False)],
+)
+def test_dense_mla_has_a_prefill_backend_on_mi3xx_with_aiter_on_only(
+    arch: str, aiter: rocm.Aiter, prefill: bool
+) -> None:
+    """ROCm's only MLA prefill is AITER's, valid on MI300/MI350: RDNA4 refuses dense MLA
+    with AITER on too (measured on the emulated gfx1201 column)."""
+    assert rocm.aiter_mla_prefill(arch, aiter) is prefill

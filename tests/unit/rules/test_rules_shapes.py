@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvrig.define import releases
 from kvrig.rules import choices, shapes, versions
 
 from ..checkpoints import QWEN36_35B, TINY_GRANITE
@@ -66,7 +67,7 @@ def test_an_unknown_architecture_or_field_is_named() -> None:
 
 
 def test_a_switch_is_unknown_between_the_releases_it_was_seen_in() -> None:
-    sw = versions.NEMOTRON_SSM_FALLBACK
+    sw = releases.NEMOTRON_SSM_FALLBACK
     assert sw.at((0, 13, 0)) == "float16"
     assert sw.at((0, 20, 0)) is None
     assert sw.at((0, 32, 0)) == "float32"
@@ -120,3 +121,76 @@ def test_flashinfer_gdn_prefill_only_where_vllm_picks_it(arch, head_k_dim, flash
     assert choices.flashinfer_gdn_prefill(s, "cuda", arch) is flashinfer
     assert choices.flashinfer_gdn_prefill(s, "xpu", arch) is False
     assert choices.flashinfer_gdn_prefill(s, "cuda", None) is None
+
+
+# --- the model kinds beyond attention beside Mamba2 or GDN (shipped miniatures) -----------
+
+
+def _shipped(name: str) -> dict:
+    from kvrig.define import models
+
+    return models.shipped_config(name)
+
+
+def test_mla_keeps_one_latent_a_token_on_every_rank() -> None:
+    s = shapes.shapes(_shipped("deepseek-v3-mini.json"), tp=2)
+    assert (s.family, s.kv_heads, s.mla_width) == ("mla", 1, 512 + 64)
+    assert shapes.attention_page_per_token(s, "bfloat16") == 576 * 2
+    assert shapes.attention_page_per_token(s, "fp8") == 576
+
+
+def test_kimi_linear_s_kda_state_beside_its_latent() -> None:
+    s = shapes.shapes(_shipped("kimi-linear-48b-mini.json"))
+    # q, k and v of 32 heads x 128 convolved over 3 steps; 32 x 128 x 128 recurrent.
+    assert (s.family, s.conv, s.temporal, s.mla_width) == (
+        "hybrid_mla",
+        (3 * 32 * 128, 3),
+        (32, 128, 128),
+        576,
+    )
+    # KDA keeps its recurrent state in float32 unless told otherwise: 1920 on the GPUs.
+    rules = versions.rules("cuda", "0.34.0")
+    assert choices.ssm_dtype("KimiLinearForCausalLM", None, "bfloat16", None, rules) == "float32"
+    assert shapes.mamba_page(s, "bfloat16", "float32") == 12288 * 3 * 2 + 32 * 128 * 128 * 4
+
+
+def test_lfm2_s_short_convolution_is_a_small_state_draft_tokens_leave_alone() -> None:
+    config = _shipped("lfm2-1.2b-mini.json")
+    s = shapes.shapes(config, num_speculative_tokens=3)
+    assert (s.family, s.kv_heads, s.head_size, s.conv, s.temporal) == (
+        "short_conv",
+        8,
+        64,
+        (2048, 2),
+        (0, 0, 0),
+    )
+    assert shapes.mamba_page(s, "bfloat16", "bfloat16") == 2048 * 2 * 2
+
+
+def test_an_attention_free_mamba2_has_only_its_state() -> None:
+    s = shapes.shapes(_shipped("mamba-codestral-7b-mini.json"))
+    # inner 2 x 4096 plus 2 x 8 groups x 128 state, over 3 steps; 128 heads x 64 x 128.
+    assert (s.family, s.kv_heads, s.conv, s.temporal) == ("mamba", 0, (10240, 3), (128, 64, 128))
+    assert not s.hybrid
+
+
+@pytest.mark.parametrize(
+    ("preset", "head", "slot"),
+    [
+        # 4-bit keys and values of 64: 32 + 2 (norm) and 32 + 4 (scale, zero) = 70.
+        ("turboquant_4bit_nc", 64, 70),
+        ("turboquant_k8v4", 64, 64 + 36),
+        ("turboquant_3bit_nc", 64, 26 + 28),
+        ("turboquant_k3v4_nc", 128, 50 + 68),
+        ("turboquant_3bit_nc", 100, 82),
+        # 38 + 2 and 50 + 4 = 94; an odd sum is rounded up to the next even slot.
+        ("turboquant_k3v4_nc", 100, 94),
+        ("turboquant_k3v4_nc", 30, 34),  # 12 + 2 and 15 + 4 = 33, rounded up to an even 34
+    ],
+)
+def test_turboquant_packs_a_head_s_key_and_value_in_one_even_slot(
+    preset: str, head: int, slot: int
+) -> None:
+    assert shapes.turboquant_slot(head, preset) == slot
+    s = shapes.shapes(GRANITE)
+    assert shapes.attention_page_per_token(s, "turboquant_4bit_nc") == s.kv_heads * 70

@@ -259,3 +259,47 @@ def test_an_error_says_whether_the_probe_the_log_or_the_summary_gave_it() -> Non
         ended_by=None,
     )
     assert (plain.error.process, plain.error.source) == ("front end", "summary:10")
+
+
+def _update(pid: int, pp_rank: int, tp_rank: int, size: int) -> dict:
+    return ev(
+        "block_size_update",
+        pid,
+        pp_rank=pp_rank,
+        tp_rank=tp_rank,
+        block_size_before=64,
+        block_size=size,
+        layer_backends={f"l{pp_rank}": "FLASH_ATTN"},
+    )
+
+
+def test_each_pipeline_stage_s_block_is_kept_and_the_first_rank_s_is_the_record_s() -> None:
+    # Stage 1's worker reports first; stage 0's rank 0 is still the record's own worker.
+    events = [_update(31, 1, 0, 64), _update(30, 0, 1, 320), _update(29, 0, 0, 320)]
+    front = {"pid": 29, "configured": True}
+    rec = assemble(
+        cell_with({"outcome": "runs"}),
+        frontend=front,
+        events=events,
+        exit_code=0,
+        signal_name=None,
+        ended_by=None,
+    )
+    assert rec.stage_block_sizes == [320, 64]
+    assert (rec.worker_block_size, rec.sizing_pid, rec.layer_backends) == (
+        320,
+        29,
+        {"l0": "FLASH_ATTN"},
+    )
+
+
+def test_one_stage_keeps_no_stage_list() -> None:
+    rec = assemble(
+        cell_with({"outcome": "runs"}),
+        frontend={"pid": 29},
+        events=[_update(29, 0, 0, 192), _update(30, 0, 1, 192)],
+        exit_code=0,
+        signal_name=None,
+        ended_by=None,
+    )
+    assert (rec.stage_block_sizes, rec.worker_block_size) == ([], 192)

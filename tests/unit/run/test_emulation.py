@@ -290,7 +290,7 @@ def test_an_emulated_cell_needs_its_configuration_and_a_real_one_its_tokens() ->
                     "ranks": [{"rank": 0, "block_size": 144}, {"rank": 1, "block_size": 80}],
                 }
             },
-            "ranks disagree",
+            "ranks of a stage disagree",
         ),
     ],
 )
@@ -303,9 +303,8 @@ def test_an_emulated_record_must_show_the_device_the_cell_names(
     assert says in v.reason
 
 
-def test_on_an_emulated_device_the_rules_must_agree_on_every_platform() -> None:
-    # XPU's rules are not confirmed by real engines (a mismatch is a note on hardware),
-    # but vLLM's own code decided an emulated cell: there a mismatch is red.
+def xpu_cell():
+    """The emulated matrix's one case on an emulated Battlemage, vLLM 0.33.0's XPU."""
     data = gpu_matrix()
     data["platforms"]["xpu"] = {
         "vllm": {"kind": "git", "git_ref": "v0.33.0"},
@@ -313,8 +312,14 @@ def test_on_an_emulated_device_the_rules_must_agree_on_every_platform() -> None:
         "default_backend": "FLASH_ATTN",
     }
     data["cases"][0]["expect"] = {"xpu": {"outcome": "runs"}}
-    m = Matrix.model_validate(data)
-    [cell] = expand(m, "xpu", gpu_arch="bmg", device_emulated=True)
+    [cell] = expand(Matrix.model_validate(data), "xpu", gpu_arch="bmg", device_emulated=True)
+    return cell
+
+
+def test_on_an_emulated_device_the_rules_must_agree_on_every_platform() -> None:
+    # XPU's rules are not confirmed by real engines (a mismatch is a note on hardware),
+    # but vLLM's own code decided an emulated cell: there a mismatch is red.
+    cell = xpu_cell()
     rec = configured(
         cell, emulation={**configured(cell).emulation, "platform": "xpu", "arch": "bmg"}
     )
@@ -337,7 +342,7 @@ def test_a_hook_reported_only_by_another_process_does_not_count() -> None:
     ("change", "says"),
     [
         ({"mamba_page_size_padded": None}, "mamba_page_size_padded None, computed 36864"),
-        ({"mamba_block_size": 272}, "mamba_block_size 272 in align mode"),
+        ({"mamba_block_size": 272}, "mamba_block_size 272, computed 144"),
         ({"alignment_log": [SETTING]}, "missing 'Padding mamba page size"),
         ({"alignment_log": [SETTING, PADDING, SETTING.replace("144", "160")]}, "unexpected"),
     ],
@@ -658,3 +663,52 @@ def test_a_cell_that_reached_for_the_device_is_undecided_never_a_pass() -> None:
         judge(real, rec.model_copy(update={"device_emulated": False, "emulation": None})).status
         is Status.FAIL
     )
+
+
+def test_pipeline_stages_may_size_apart_and_ranks_of_one_stage_may_not() -> None:
+    cell = emulated_cell()
+    emulation = configured(cell).emulation
+    stages = [
+        {"rank": 0, "stage": 0, "block_size": 144},
+        {"rank": 1, "stage": 1, "block_size": 64},
+    ]
+    v = judge(cell, configured(cell, emulation={**emulation, "ranks": stages}))
+    assert v.status is Status.PASS, v.reason
+    split = [*stages, {"rank": 2, "stage": 1, "block_size": 80}]
+    v = judge(cell, configured(cell, emulation={**emulation, "ranks": split}))
+    assert v.status is Status.FAIL
+    assert "ranks of a stage disagree (rank 1 at 64; rank 2 at 80)" in v.reason
+    failed = [*stages[:1], {"rank": 1, "stage": 1, "block_size": None, "error": "boom"}]
+    v = judge(cell, configured(cell, emulation={**emulation, "ranks": failed}))
+    assert "a rank failed where the engine configured (rank 1: boom)" in v.reason
+
+
+def test_the_ranks_of_an_engine_are_laid_out_stage_by_stage() -> None:
+    from kvrig.run.emulation.configure import Layout
+
+    layout = Layout(tp=2, pp=2)
+    assert layout.world == 4
+    assert [layout.stage(r) for r in range(4)] == [0, 0, 1, 1]
+    assert [Layout(tp=1, pp=3).stage(r) for r in range(3)] == [0, 1, 2]
+
+
+def test_an_xpu_cell_that_reaches_for_torch_s_xpu_is_undecided() -> None:
+    cell = xpu_cell()
+    error = {
+        "type": "AssertionError",
+        "message": "Torch not compiled with XPU enabled",
+        "function": "_lazy_init",
+    }
+    rec = configured(cell, outcome="error", error=error)
+    assert judge(cell, rec).status is Status.UNDECIDED
+
+
+def test_an_engine_core_call_the_emulated_executor_does_not_answer_names_itself() -> None:
+    from kvrig.run.emulation.configure import _Executor
+    from kvrig.run.vllm_plugin.symbols import MissingVllmSymbol
+
+    executor = _Executor([({"l": "spec"}, ["LBNHC"])], 1 << 20, None)  # type: ignore[arg-type]
+    assert executor.get_kv_cache_specs() == [{"l": "spec"}]
+    assert executor.determine_available_memory() == [1 << 20]
+    with pytest.raises(MissingVllmSymbol, match=r"model_executor\.reset_encoder_cache"):
+        executor.reset_encoder_cache()

@@ -132,9 +132,11 @@ def _kernel_lines(device: Gpu) -> list[str]:
     """The device's own kernel packages, and what stood in for them."""
     if device.platform == "xpu":
         return [
+            "torch.ops._xpu_C.is_xe2_arch and is_xe3_arch (vllm_xpu_kernels' device queries):"
+            " answered for the emulated device's Xe generation",
             "vllm_xpu_kernels and every submodule: empty stubs, as vLLM's own XPU selection"
             " tests use (a kernel called through them raises); the custom ops the layers"
-            " look up in torch.ops._C come from the CUDA wheel's library"
+            " look up in torch.ops._C come from the CUDA wheel's library",
         ]
     if device.platform == "rocm":
         from kvrig.rules.rocm import aiter_installed

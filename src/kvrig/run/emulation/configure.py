@@ -11,21 +11,28 @@ device, each step vLLM's own function:
    its backend (the arch's priority list and `validate_configuration`) and registers;
 3. `current_platform.update_block_size_for_backend`: phase 1, the hybrid alignment, the
    early check (and XPU's GDN rounding with its second check);
-4. the KV-cache specs of the real layers, the layout, `get_kv_cache_configs`, and the
-   worker's `init_attn_backend` up to `prepare_kernel_block_sizes` (where the late check
-   lives); what follows it needs a device.
+4. the KV-cache specs of the real layers; then the engine core's own step,
+   `EngineCore._initialize_kv_caches`, over every worker's specs (the layout, the global
+   groups, `get_kv_cache_configs`, the engine core's block: the smallest over its
+   prefix-cacheable groups, the hash and scheduler block sizes), with an executor that
+   hands it what the workers found; and rank 0's worker `init_attn_backend` up to
+   `prepare_kernel_block_sizes` (where the late check lives); what follows needs a device.
 
-With tensor parallelism each rank is a forked process of its own on a gloo group, as
-vLLM's multiprocess executor gives each rank a worker, and every rank sizes its cache.
+With tensor or pipeline parallelism each rank is a forked process of its own on a gloo
+group, as vLLM's multiprocess executor gives each rank a worker: each builds its own
+stage's layers and sizes its block from them, and hands its specs to the engine core.
 Nothing here generates: a `runs` cell passes when configuration completes at the size
 it should (kvrig.judge.verdict).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import pickle
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +40,12 @@ from kvrig.run.emulation import KV_CACHE_BYTES, fakes, standins, target
 from kvrig.run.identity import vllm_identity
 from kvrig.run.vllm_plugin import probe
 from kvrig.run.vllm_plugin.probe import error_info
-from kvrig.run.vllm_plugin.symbols import need, need_attr
+from kvrig.run.vllm_plugin.symbols import MissingVllmSymbol, need, need_attr
 
 USER = "kvrig's emulation"
 RANK_FILE = "rank{}.json"
+# A rank's KV-cache specs and supported layouts, for the engine core's step in rank 0.
+SPECS_FILE = "rank{}.specs"
 STORE_FILE = "dist-store"
 
 
@@ -73,65 +82,140 @@ def run(workdir: Path, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
         "torch_cuda": torch.version.cuda,
         "fakes": fakes(device, int(stub) if stub and stub.isdigit() else None),
     }
-    tp = int(kwargs.get("tensor_parallel_size") or 1)
+    layout = Layout(
+        int(kwargs.get("tensor_parallel_size") or 1), int(kwargs.get("pipeline_parallel_size") or 1)
+    )
     # The ranks meet in a file store; one left by an earlier run of the cell would hold
     # a stale rendezvous, and one removed after a rank has joined would strand it.
     (workdir / STORE_FILE).unlink(missing_ok=True)
-    ranks = [0]
     children = []
-    for rank in range(1, tp):
+    for rank in range(1, layout.world):
         pid = os.fork()
-        if pid == 0:  # another rank's worker: the same steps, its summary in a file
-            summary = _configure(kwargs, workdir, rank, tp, {"timings": {}})
-            (workdir / RANK_FILE.format(rank)).write_text(json.dumps(summary, default=str))
-            os._exit(0)
+        if pid == 0:  # another rank's worker: the same steps, its summary in files
+            _other_rank(kwargs, workdir, rank, layout)
         children.append(pid)
-        ranks.append(rank)
     t1 = time.monotonic()
-    _configure(kwargs, workdir, 0, tp, out)
-    out["timings"]["engine_start_s"] = round(time.monotonic() - t1, 3)
+    worker = _configure(kwargs, workdir, 0, layout, out)
     for pid in children:
         os.waitpid(pid, 0)
-    out["emulation"]["ranks"] = _ranks(workdir, ranks, out)
+    out["emulation"]["ranks"] = _ranks(workdir, layout, out)
+    if worker is not None and "frontend_error" not in out:
+        failed = _rank_error(workdir, layout)
+        if failed is not None:  # the engine fails with the worker's own exception
+            out["frontend_error"] = failed
+        else:
+            _engine_core(worker, kwargs, workdir, layout, out)
+    out["timings"]["engine_start_s"] = round(time.monotonic() - t1, 3)
     if probe.missing:  # hooks whose vLLM names the release lacks: the verdict names them
         out["emulation"]["probe_missing"] = dict(probe.missing)
     out["timings"]["cell_s"] = round(time.monotonic() - t0, 3)
     return out
 
 
-def _ranks(workdir: Path, ranks: list[int], own: dict[str, Any]) -> list[dict[str, Any]]:
-    """What each rank chose: a rank whose size differs from rank 0's is an engine that
-    could not start (the engine core takes one block size for all)."""
-    rows = [{"rank": 0, "block_size": own.get("engine_block_size")}]
-    for rank in ranks[1:]:
+@dataclass(frozen=True)
+class Layout:
+    """The engine's ranks as vLLM's multiprocess executor lays them out: rank r holds
+    tensor-parallel rank r % tp of pipeline stage r // tp."""
+
+    tp: int
+    pp: int
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp
+
+    def stage(self, rank: int) -> int:
+        return rank // self.tp
+
+
+def _other_rank(kwargs: dict[str, Any], workdir: Path, rank: int, layout: Layout) -> None:
+    """A forked rank's life: its worker's steps, then its summary and its specs for rank
+    0's engine core, then out (the fork must not return into the cell's own code)."""
+    summary: dict[str, Any] = {"timings": {}}
+    try:
+        worker = _configure(kwargs, workdir, rank, layout, summary)
+        if worker is not None:
+            _save_specs(workdir, rank, worker)
+        (workdir / RANK_FILE.format(rank)).write_text(json.dumps(summary, default=str))
+    finally:
+        os._exit(0)
+
+
+def _ranks(workdir: Path, layout: Layout, own: dict[str, Any]) -> list[dict[str, Any]]:
+    """What each rank chose, with its pipeline stage: ranks of one stage that differ are
+    an engine that could not start (its workers share one block size); stages may
+    differ, each sizing from its own layers."""
+    rows = [{"rank": 0, "stage": 0, "block_size": own.get("worker_block_size")}]
+    for rank in range(1, layout.world):
         path = workdir / RANK_FILE.format(rank)
         data = json.loads(path.read_text()) if path.is_file() else {}
         rows.append(
             {
                 "rank": rank,
-                "block_size": data.get("engine_block_size"),
-                "error": (data.get("frontend_error") or {}).get("message"),
+                "stage": layout.stage(rank),
+                "block_size": data.get("worker_block_size"),
+                "error": (data.get("frontend_error") or {}).get("message")
+                or (None if path.is_file() else "the rank wrote no summary"),
             }
         )
     return rows
 
 
-def _configure(
-    kwargs: dict[str, Any], workdir: Path, rank: int, world: int, out: dict[str, Any]
-) -> dict[str, Any]:
-    """Steps 1-4 for one rank; an exception ends them and is the cell's outcome."""
-    try:
-        _steps(kwargs, workdir, rank, world, out)
-        out["configured"] = True
-    except KernelSizesChosen as done:
-        out["kernel_block_sizes"] = done.sizes
-        out["configured"] = True
-    except Exception as exc:  # the record says what vLLM raised, and where
-        out["frontend_error"] = {**error_info(exc), "process": "front end"}
-        import traceback
+def _rank_error(workdir: Path, layout: Layout) -> dict[str, Any] | None:
+    """The first other rank's error, as its summary holds it (a real engine's front end
+    reports the failing worker's exception)."""
+    for rank in range(1, layout.world):
+        path = workdir / RANK_FILE.format(rank)
+        data = json.loads(path.read_text()) if path.is_file() else {}
+        if data.get("frontend_error"):
+            return {**data["frontend_error"], "process": "worker"}
+    return None
 
-        traceback.print_exc()
-    return out
+
+class Worker:
+    """What a rank's worker holds once its block size is chosen: its config, its KV-cache
+    specs and the layouts its backends support (what the executor hands the core), and
+    the engine core's config (the worker's own in one process, a copy left unaligned
+    when the workers are processes of their own)."""
+
+    def __init__(
+        self, config: Any, core_config: Any, specs: dict[str, Any], layouts: list[str]
+    ) -> None:
+        self.config, self.core_config = config, core_config
+        self.specs, self.layouts = specs, layouts
+
+
+def _save_specs(workdir: Path, rank: int, worker: Worker) -> None:
+    with open(workdir / SPECS_FILE.format(rank), "wb") as fh:
+        pickle.dump((worker.specs, worker.layouts), fh)
+
+
+def _load_specs(workdir: Path, rank: int) -> tuple[dict[str, Any], list[str]] | None:
+    path = workdir / SPECS_FILE.format(rank)
+    if not path.is_file():
+        return None
+    with open(path, "rb") as fh:
+        loaded: tuple[dict[str, Any], list[str]] = pickle.load(fh)
+    return loaded
+
+
+def _configure(
+    kwargs: dict[str, Any], workdir: Path, rank: int, layout: Layout, out: dict[str, Any]
+) -> Worker | None:
+    """Steps 1-3 and the worker's specs for one rank; an exception ends them and is the
+    cell's outcome (None)."""
+    try:
+        return _steps(kwargs, workdir, rank, layout, out)
+    except Exception as exc:  # the record says what vLLM raised, and where
+        _failed(out, exc)
+    return None
+
+
+def _failed(out: dict[str, Any], exc: BaseException) -> None:
+    out["frontend_error"] = {**error_info(exc), "process": "front end"}
+    import traceback
+
+    traceback.print_exc()
 
 
 def _vllm(name: str) -> Any:
@@ -148,34 +232,46 @@ def model_runner(config: Any) -> str:
 
 
 def _steps(
-    kwargs: dict[str, Any], workdir: Path, rank: int, world: int, out: dict[str, Any]
-) -> None:
+    kwargs: dict[str, Any], workdir: Path, rank: int, layout: Layout, out: dict[str, Any]
+) -> Worker:
     import torch
 
     set_current_vllm_config = _vllm("config.vllm.set_current_vllm_config")
     config = _vllm("engine.arg_utils.EngineArgs")(**kwargs).create_engine_config()
+    # The engine core's own copy, as vLLM's multiprocess executor leaves it: the workers
+    # align theirs in their processes, and the core learns the block from their specs.
+    core_config = copy.deepcopy(config) if layout.world > 1 else config
     platform_cls = type(_vllm("platforms.current_platform"))
     emulation = out.setdefault("emulation", {})
     emulation["platform_class"] = platform_cls.__name__
     emulation["model_runner"] = model_runner(config)
+    config.parallel_config.rank = rank
     store = workdir / STORE_FILE
     with set_current_vllm_config(config):
         _vllm("distributed.init_distributed_environment")(
-            world, rank, f"file://{store}", rank, "gloo"
+            layout.world, rank, f"file://{store}", rank, "gloo"
         )
-        _vllm("distributed.ensure_model_parallel_initialized")(world, 1)
+        _vllm("distributed.ensure_model_parallel_initialized")(layout.tp, layout.pp)
     # The worker sets its workspace manager up before the model runner builds a layer
     # (gpu_worker.py, _init_workspace_and_model_runner); sparse MLA layers take theirs.
     _vllm("v1.worker.workspace.init_workspace_manager")(torch.device("meta"))
     _build_model(config)
     need_attr(platform_cls, "update_block_size_for_backend", USER)(config)
-    out["engine_block_size"] = config.cache_config.block_size
-    _kv_cache(config, kwargs)
+    out["worker_block_size"] = config.cache_config.block_size
+    _vllm("v1.core.single_type_kv_cache_manager.register_all_kvcache_specs")(config)
+    with set_current_vllm_config(config):
+        specs = _vllm("v1.worker.gpu.attn_utils.get_kv_cache_spec")(config)
+        backends = _vllm("distributed.kv_transfer.kv_connector.utils.get_current_attn_backends")
+        supported = _vllm("v1.attention.backends.utils.get_supported_kv_cache_layouts")
+        layouts = [x.name for x in supported(backends(config))]
+    return Worker(config, core_config, specs, layouts)
 
 
 def _build_model(config: Any) -> None:
     """vLLM's loader builds the real layers, on the meta device, with the CUDA objects
-    some layers take as they are built standing in (kvrig.run.emulation.standins)."""
+    some layers take as they are built standing in (kvrig.run.emulation.standins); a
+    speculative config's drafter is built after the target, as the worker's model runner
+    loads it (its layers join the ones the block size is chosen for)."""
     import torch
 
     from kvrig.run.emulation.meta import GpuToMeta
@@ -188,42 +284,135 @@ def _build_model(config: Any) -> None:
         GpuToMeta(),
         standins.while_built(target()),
     ):
-        loader.create_model(vllm_config=config, model_config=config.model_config)
+        model = loader.create_model(vllm_config=config, model_config=config.model_config)
+        if config.speculative_config is not None and _is_last_stage():
+            _build_drafter(config, model)
 
 
-def _kv_cache(config: Any, kwargs: dict[str, Any]) -> None:
-    """The engine core's KV-cache planning and the worker's kernel block sizes."""
+def _is_last_stage() -> bool:
+    """The model runner builds a speculator on the last pipeline stage only."""
+    return bool(_vllm("distributed.get_pp_group")().is_last_rank)
+
+
+def _build_drafter(config: Any, model: Any) -> None:
+    """The speculator vLLM's model runner builds (init_speculator), loading its drafter
+    beside the target as load_model does; one without a drafter (ngram) builds no layer."""
     import torch
 
-    set_current_vllm_config = _vllm("config.vllm.set_current_vllm_config")
-    planning = "v1.core.kv_cache_planning"
+    speculator = _vllm("v1.worker.gpu.spec_decode.init_speculator")(
+        config, torch.device("meta"), None
+    )
+    if isinstance(speculator, _vllm("v1.worker.gpu.spec_decode.speculator.DraftModelSpeculator")):
+        speculator.load_model(model)
+
+
+class _Executor:
+    """What the engine core asks of its executor before the KV cache exists, answered with
+    what the workers found (their specs and layouts), the fixed memory, and rank 0's own
+    worker for the kernel block sizes."""
+
+    def __init__(self, workers: list[tuple[dict[str, Any], list[str]]], memory: int, own: Worker):
+        self.workers, self.memory, self.own = workers, memory, own
+        self.kv_cache_configs: list[Any] = []
+
+    def get_kv_cache_specs(self) -> list[dict[str, Any]]:
+        return [specs for specs, _ in self.workers]
+
+    def get_supported_kv_cache_layouts(self) -> list[list[str]]:
+        return [layouts for _, layouts in self.workers]
+
+    def set_kv_cache_layout(self, layout_name: str, cp_kv_cache_interleave_size: int) -> None:
+        return None
+
+    def determine_available_memory(self) -> list[int]:
+        return [self.memory] * len(self.workers)
+
+    def extensible_kv_cache_unsupported_reason(self, kv_cache_specs: Any) -> str | None:
+        return "kvrig's emulation sizes a fixed KV cache"
+
+    def disable_extensible_kv_cache(self, reason: str) -> None:
+        return None
+
+    def initialize_from_config(self, kv_cache_configs: list[Any]) -> None:
+        self.kv_cache_configs = list(kv_cache_configs)
+        _kernel_blocks(self.own.config, kv_cache_configs[0])
+
+    def compile_or_warm_up_model(self) -> list[Any]:
+        return []
+
+    def __getattr__(self, name: str) -> Any:
+        """A call this release's engine core makes that the emulation does not answer: kvrig
+        does not fit the release yet (the cell is undecided), not vLLM's failure."""
+        raise MissingVllmSymbol(
+            f"vllm.v1.engine.core.EngineCore.model_executor.{name}",
+            USER,
+            "the engine core asks its executor for it, and kvrig's emulated executor does"
+            " not answer it yet",
+        )
+
+
+class _Core:
+    """The engine core as `_initialize_kv_caches` reads itself: its executor, and the
+    collective call it makes when auto-fit moved max_model_len."""
+
+    def __init__(self, executor: _Executor) -> None:
+        self.model_executor = executor
+
+    def collective_rpc(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return []
+
+
+def _engine_core(
+    worker: Worker, kwargs: dict[str, Any], workdir: Path, layout: Layout, out: dict[str, Any]
+) -> None:
+    """The engine core's step over every rank's specs; its block is the record's
+    engine_block_size, as a real engine's front end reads it."""
+    workers = [(worker.specs, worker.layouts)]
+    for rank in range(1, layout.world):
+        loaded = _load_specs(workdir, rank)
+        if loaded is None:
+            out["frontend_error"] = {
+                "type": "RuntimeError",
+                "message": f"rank {rank} handed the engine core no KV-cache specs",
+                "function": "_engine_core",
+                "process": "front end",
+            }
+            return
+        workers.append(loaded)
+    memory = int(kwargs.get("kv_cache_memory_bytes") or KV_CACHE_BYTES)
+    executor = _Executor(workers, memory, worker)
+    config = worker.core_config
+    try:
+        with _vllm("config.vllm.set_current_vllm_config")(config):
+            _vllm("v1.engine.core.EngineCore")._initialize_kv_caches(_Core(executor), config)
+    except KernelSizesChosen as done:
+        out["kernel_block_sizes"] = done.sizes
+    except Exception as exc:
+        _failed(out, exc)
+        return
+    out["engine_block_size"] = config.cache_config.block_size
+    if executor.kv_cache_configs:
+        kv = executor.kv_cache_configs[0]
+        out["emulation"]["hash_block_size"] = getattr(kv, "hash_block_size", None)
+    out["configured"] = "frontend_error" not in out
+
+
+def _kernel_blocks(config: Any, kv_config: Any) -> None:
+    """The worker's init_attn_backend up to its kernel block sizes (KernelSizesChosen)."""
+    import torch
+
     attn_utils = _vllm("v1.worker.gpu.attn_utils")
-    get_kv_cache_spec = _vllm("v1.worker.gpu.attn_utils.get_kv_cache_spec")
     init_attn_backend = _vllm("v1.worker.gpu.attn_utils.init_attn_backend")
     # The probe's wrapper, in force now (the warm parent imported attn_utils before the
     # plugin loaded, so the probe replaced this module's reference too).
     chosen = _vllm("v1.worker.gpu.attn_utils.prepare_kernel_block_sizes")
-
-    _vllm("v1.core.single_type_kv_cache_manager.register_all_kvcache_specs")(config)
-    memory = int(kwargs.get("kv_cache_memory_bytes") or KV_CACHE_BYTES)
-    with set_current_vllm_config(config):
-        specs = get_kv_cache_spec(config)
-        backends = _vllm("distributed.kv_transfer.kv_connector.utils.get_current_attn_backends")
-        supported = _vllm("v1.attention.backends.utils.get_supported_kv_cache_layouts")
-        layouts = [x.name for x in supported(backends(config))]
-        _vllm("v1.attention.backends.utils.resolve_kv_cache_layout")(
-            config, [layouts], list(specs.values())
-        )
-        groups = _vllm(f"{planning}.get_global_kv_cache_groups")(config, [specs])
-        need_attr(config, "adjust_dcp_kv_cache_interleave_size", USER)(groups)
-        kv_config = _vllm(f"{planning}.get_kv_cache_configs")(config, [specs], [memory], groups)[0]
 
     def stop_after(kv_cache_config: Any, attn_groups: Any) -> list[int]:
         raise KernelSizesChosen(list(chosen(kv_cache_config, attn_groups)))
 
     attn_utils.prepare_kernel_block_sizes = stop_after
     try:
-        with set_current_vllm_config(config):
+        with _vllm("config.vllm.set_current_vllm_config")(config):
             init_attn_backend(kv_config, config, torch.device("meta"))
     finally:
         attn_utils.prepare_kernel_block_sizes = chosen

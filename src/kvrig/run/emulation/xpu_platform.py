@@ -42,6 +42,7 @@ install_stubs()
 # wheel's own library does. Looked up, never run: the model is on the meta device.
 import torch  # noqa: E402
 
+from kvrig.run.emulation import chosen  # noqa: E402
 from kvrig.run.emulation.answers import USER  # noqa: E402
 from kvrig.run.vllm_plugin.symbols import need  # noqa: E402
 
@@ -75,6 +76,31 @@ _op_namespace_with_stubs(torch.ops._C)
 
 if emulated_platform() != "xpu":  # pragma: no cover - a misuse, said loud
     raise RuntimeError("kvrig's emulated XPU platform was imported without KVRIG_EMULATE=xpu")
+
+# The Xe generation of each family kvrig emulates: vllm_xpu_kernels answers which one the
+# GPU is through device-query ops (torch.ops._xpu_C.is_xe2_arch, is_xe3_arch), which the
+# XPU MoE experts read as they are built (fused_moe/experts/xpu_moe.py).
+XE_GENERATION = {"bmg": 2}
+ARCH_QUERIES = (2, 3)
+
+
+def _answer_arch_queries() -> torch.library.Library:
+    """The device-query ops, answering for the device this process emulates when asked
+    (a parent serving every XPU architecture has none); kept for the process's life (a
+    dropped Library unregisters its ops)."""
+    lib = torch.library.Library("_xpu_C", "FRAGMENT")
+    for gen in ARCH_QUERIES:
+        name = f"is_xe{gen}_arch"
+        lib.define(f"{name}() -> bool")
+        lib.impl(
+            name,
+            lambda gen=gen: XE_GENERATION.get(chosen.device().arch) == gen,
+            "CompositeExplicitAutograd",
+        )
+    return lib
+
+
+_ARCH_QUERIES = _answer_arch_queries()
 
 
 class EmulatedXpuPlatform(DeviceAnswers, XPUPlatform):

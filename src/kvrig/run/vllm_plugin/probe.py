@@ -138,6 +138,7 @@ def _wrap_update_block_size() -> list[str]:
             "block_size_before": cache.block_size,
             "user_specified_block_size": bool(getattr(cache, "user_specified_block_size", False)),
             "platform": cls.__name__,
+            **_worker_ranks(),
         }
         try:
             original(cls, vllm_config)
@@ -173,6 +174,22 @@ def _wrap_update_block_size() -> list[str]:
         update_block_size_for_backend
     )
     return [f"{platform_cls.__name__}.update_block_size_for_backend"]
+
+
+def _worker_ranks() -> dict[str, int]:
+    """The worker's pipeline stage and tensor-parallel rank, where vLLM's groups exist: each
+    stage chooses its block from its own layers, so the record keeps them apart."""
+    try:
+        from vllm.distributed import parallel_state
+
+        if not parallel_state.model_parallel_is_initialized():
+            return {}
+        return {
+            "pp_rank": parallel_state.get_pp_group().rank_in_group,
+            "tp_rank": parallel_state.get_tp_group().rank_in_group,
+        }
+    except Exception:  # a release without these groups: the record has no stages
+        return {}
 
 
 def _accepts(vllm_config: Any, backends: list[type], block_size: int) -> dict[str, bool]:
