@@ -210,9 +210,9 @@ def test_an_overlay_mirrors_the_checkout_and_the_warm_parent_names_what_it_lacks
     assert not (tree / "v1" / "worker" / "cpu_model_runner.py").exists()
     assert (tree / "_version.py").is_file() and (worker / "cpu_model_runner.py").is_file()
     code = (
-        "from kvrig.run.forkserver import _preload; absent = [];"
+        "from kvrig.run.forkserver import import_preload; absent = [];"
         " wanted = ('vllm', 'vllm._version', 'vllm.v1.worker.cpu_model_runner');"
-        " print(_preload(wanted, absent), absent)"
+        " print(import_preload(wanted, absent), absent)"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([m.path, str(site)])}
     done = subprocess.run(

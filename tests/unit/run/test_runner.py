@@ -192,15 +192,15 @@ def test_the_note_says_why_the_runner_ended_a_cell() -> None:
 def test_the_warm_parent_s_log_names_the_preloads_its_vllm_does_not_have(capsys) -> None:
     import io
 
-    from kvrig.run.forkserver import _announce, _ready_message
+    from kvrig.run.forkserver import _announce, ready_message
 
-    ready = {**_ready_message(1.0, []), "absent": ["vllm.v1.worker.cpu_model_runner"]}
+    ready = {**ready_message(1.0, []), "absent": ["vllm.v1.worker.cpu_model_runner"]}
     _announce(io.StringIO(), ready)
     line = capsys.readouterr().err
     assert (
         "preloads this vLLM does not have (not preloaded): vllm.v1.worker.cpu_model_runner" in line
     )
-    _announce(io.StringIO(), _ready_message(1.0, []))
+    _announce(io.StringIO(), ready_message(1.0, []))
     assert "does not have (not preloaded): none" in capsys.readouterr().err
 
 
