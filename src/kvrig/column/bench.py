@@ -188,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         "--release-diff",
         nargs="*",
         metavar="RELEASE",
-        help="also the whole kvrig release diff (OLD NEW; default: previous read -> pin), with"
-        " the Python of --emulated or this one",
+        help="the whole kvrig release diff instead of the emulated columns (OLD NEW; default:"
+        " previous read -> pin), with the Python of --emulated or this one",
     )
     ap.add_argument("select", nargs="*", help="only cells whose id contains one of these")
     ns = ap.parse_args(argv)

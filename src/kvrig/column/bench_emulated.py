@@ -151,8 +151,8 @@ def release_diff_figures(py: str, releases: list[str]) -> list[str]:
 
 
 def figures(emulated: str | None, release_diff: list[str] | None) -> list[str]:
-    """The emulated columns' figures and the release diff's, when asked for."""
-    out = emulated_figures(emulated) if emulated else []
+    """The release diff's figures when asked for, else the emulated columns' when asked
+    for: one or the other, as each run rewrites the same results folders."""
     if release_diff is not None:
-        out += release_diff_figures(emulated or sys.executable, release_diff)
-    return out
+        return release_diff_figures(emulated or sys.executable, release_diff)
+    return emulated_figures(emulated) if emulated else []

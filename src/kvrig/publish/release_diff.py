@@ -203,6 +203,8 @@ class Predicted:
     chosen: tuple[Backend, ...] = field(default=(), compare=False)
     # A block-outermost KV-cache layout: every group's block is its kernel block.
     whole_kernel_blocks: bool = field(default=False, compare=False)
+    # The refusal in the words the rules hold (its opening: vLLM may say more after it).
+    refusal: str | None = field(default=None, compare=False)
 
     def text(self) -> str:
         if self.kind == "early_error":
@@ -235,6 +237,7 @@ def predict(cell: Cell, rules: versions.Rules | None = None) -> tuple[Predicted 
         tuple(exp.stage_block_sizes),
         chosen,
         blocksize.block_outermost(cell),
+        exp.unsupported,
     )
     return predicted, exp.explain()
 
@@ -285,6 +288,9 @@ class Move:
     explained: bool
     why: str
     switches: tuple[str, ...] = ()
+    # Only the words of a refusal both releases' rules compute moved (the reasons vLLM
+    # gives after it): listed, not red.
+    reworded: bool = False
 
 
 @dataclass(frozen=True)
@@ -367,6 +373,10 @@ class Diff:
         return [m for m in self.moves if not m.explained]
 
     @property
+    def reworded(self) -> list[Move]:
+        return [m for m in self.moves if m.reworded]
+
+    @property
     def red(self) -> bool:
         """An unexplained move, a backend's declared kernel sizes that moved to ones kvrig's
         table does not hold, or a cell one side could not show: a release manager's."""
@@ -408,8 +418,34 @@ def explain(pair: CellPair, old: Side, new: Side) -> Move | None:
         "new": seen_new,
         "aspects": moved,
     }
+    reworded = _reworded(pair, moved, seen_old, seen_new)
+    if reworded is not None:
+        return Move(**base, explained=True, why=reworded, reworded=True)
     why, switches = _why(pair, moved, seen_old, seen_new, old, new)
     return Move(**base, explained=bool(switches), why=why, switches=switches)
+
+
+def _reworded(
+    pair: CellPair, moved: tuple[str, ...], seen_old: Observed, seen_new: Observed
+) -> str | None:
+    """Why a move is only vLLM's words: the error's text alone moved, both releases refused
+    the cell as their rules compute, with the refusal the rules hold (and the matrix
+    expects) opening both messages; what follows it (the selector's reasons) is vLLM's."""
+    if moved != ("error",) or not seen_old.kind == seen_new.kind == "unsupported":
+        return None
+    rules_old, rules_new = _rules(pair.old_cell), _rules(pair.new_cell)
+    if rules_old is None or rules_new is None:
+        return None
+    p_old, p_new = predict(pair.old_cell, rules_old)[0], predict(pair.new_cell, rules_new)[0]
+    if p_old is None or p_new is None or p_old.refusal != p_new.refusal or not p_old.refusal:
+        return None
+    said = f": {p_old.refusal}"
+    if not all(said in seen.error and agrees(seen, p_old) for seen in (seen_old, seen_new)):
+        return None
+    return (
+        f"the same refusal ({p_old.refusal!r}), reworded after it by vLLM: no switch needed,"
+        " nothing the rules or the matrix hold moved"
+    )
 
 
 def _why(
@@ -603,12 +639,19 @@ def _facts(m: Move, side: str) -> str:
     return "; ".join(f"{a} {seen.text(a)}" for a in m.aspects)
 
 
+def _mark(m: Move) -> str:
+    if not m.explained:
+        return "UNEXPLAINED"
+    return "reworded" if m.reworded else "explained"
+
+
 def summary(d: Diff) -> str:
     verdict = "RED" if d.red else "explained"
     return (
         f"{verdict}: {d.compared} cells compared on {len(d.columns)} column(s), {len(d.moves)}"
-        f" moved, {len(d.moves) - len(d.unexplained)} explained by a rule switch,"
-        f" {len(d.unexplained)} unexplained, {len(d.missing)} not on both sides,"
+        f" moved, {len(d.moves) - len(d.unexplained) - len(d.reworded)} explained by a rule"
+        f" switch, {len(d.reworded)} the same refusal reworded, {len(d.unexplained)}"
+        f" unexplained, {len(d.missing)} not on both sides,"
         f" {len(d.declared)} backend(s) declaring other kernel sizes"
         f" ({sum(c.red for c in d.declared)} not as kvrig's table holds them)"
     )
@@ -634,7 +677,7 @@ def terminal(d: Diff) -> str:
         w = max(len(m.cell_id) for m in d.moves)
         lines.append(f"{'cell':<{w}}  {'':<11}  A -> B")
         for m in d.moves:
-            mark = "explained  " if m.explained else "UNEXPLAINED"
+            mark = f"{_mark(m):<11}"
             lines.append(f"{m.cell_id:<{w}}  {mark}  {_facts(m, 'old')} -> {_facts(m, 'new')}")
             lines.append(f"{'':<{w}}  {'':<11}  {m.why}")
     lines += [f"not on both sides: {x}" for x in d.missing]
@@ -657,7 +700,7 @@ def markdown(d: Diff, title: str) -> str:
     if d.moves:
         out += ["| cell | | A | B | why |", "|---|---|---|---|---|"]
         for m in d.moves:
-            mark = "explained" if m.explained else "**UNEXPLAINED**"
+            mark = _mark(m) if m.explained else f"**{_mark(m)}**"
             out.append(
                 f"| `{m.cell_id}` | {mark} | {_md(_facts(m, 'old'))} | {_md(_facts(m, 'new'))}"
                 f" | {_md(m.why)} |"
@@ -678,7 +721,7 @@ def to_html(d: Diff, title: str) -> str:
     e = html.escape
     rows = "".join(
         f"<tr class='{'ok' if m.explained else 'red'}'><td><code>{e(m.cell_id)}</code></td>"
-        f"<td>{'explained' if m.explained else 'UNEXPLAINED'}</td><td>{e(_facts(m, 'old'))}</td>"
+        f"<td>{_mark(m)}</td><td>{e(_facts(m, 'old'))}</td>"
         f"<td>{e(_facts(m, 'new'))}</td><td>{e(m.why)}</td></tr>"
         for m in d.moves
     )
@@ -724,6 +767,7 @@ def as_json(d: Diff) -> dict[str, Any]:
                 "old": vars(m.old),
                 "new": vars(m.new),
                 "explained": m.explained,
+                "reworded": m.reworded,
                 "switches": list(m.switches),
                 "why": m.why,
             }

@@ -108,8 +108,9 @@ def no_backend(platform: str) -> str:
 
 def refusal(asked: Asked) -> str | None:
     """vLLM's refusal of these settings, in its words, or None: each check in the order
-    vLLM meets them (config validation, the selector, the KV-cache planning)."""
-    for check in (config_refusal, _selector, _planning):
+    vLLM meets them (config validation, the selector, the KV-cache planning, the engine
+    core's validation of the sized block)."""
+    for check in (config_refusal, _selector, _planning, _engine_core):
         found = check(asked)
         if found is not None:
             return found
@@ -129,9 +130,6 @@ def config_refusal(asked: Asked) -> str | None:
         # MambaModelConfig.verify_and_update_config asserts it
         old = asked.release is not None and asked.release < CHUNKED_REWORDED_IN
         return CHUNKED_REFUSED_0_32 if old else CHUNKED_REFUSED
-    if hybrid and asked.align and not asked.chunked_mm_input:
-        # VllmConfig.validate_block_size asserts it for the Mamba cache's align mode
-        return CHUNKED_MM_REFUSED
     return None
 
 
@@ -206,6 +204,14 @@ def _planning(asked: Asked) -> str | None:
     turboquant = (asked.kv_cache_dtype or "").startswith("turboquant_")
     if hybrid and turboquant and asked.skip_layers:
         return LAYOUT_REFUSED
+    return None
+
+
+def _engine_core(asked: Asked) -> str | None:
+    """VllmConfig.validate_block_size, which the engine core calls once the layers have
+    selected their backends: the Mamba cache's align mode needs chunked multimodal input."""
+    if asked.family in HYBRID_FAMILIES and asked.align and not asked.chunked_mm_input:
+        return CHUNKED_MM_REFUSED
     return None
 
 

@@ -37,6 +37,22 @@ def test_the_emulated_floor_is_an_import_per_platform_and_release_plus_the_cells
     assert "OFF TARGET" in floor.lines(40.0)[1]
 
 
+def test_the_release_diff_figures_replace_the_emulated_columns_not_add_to_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran: list[tuple[str, object]] = []
+    monkeypatch.setattr(
+        bench_emulated, "emulated_figures", lambda py: ran.append(("emu", py)) or []
+    )
+    monkeypatch.setattr(
+        bench_emulated, "release_diff_figures", lambda py, r: ran.append(("diff", py)) or []
+    )
+    bench_emulated.figures("/e/python", [])
+    bench_emulated.figures("/e/python", None)
+    bench_emulated.figures(None, None)
+    assert ran == [("diff", "/e/python"), ("emu", "/e/python")]
+
+
 def test_the_naive_column_is_the_benchmark_run_again_in_the_interpreter_under_test() -> None:
     cmd = bench.naive_cmd("/venv/bin/python", bench.Path("/n"), 2, ["llama"])
     assert cmd == ["/venv/bin/python", "-m", "kvrig", "bench", "--naive-run", "/n", "--workers",

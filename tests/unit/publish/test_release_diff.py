@@ -377,3 +377,53 @@ def test_a_refusal_of_the_configuration_selects_no_backend() -> None:
     predicted, _ = rd.predict(_cells("0.34.0", **refused))
     assert predicted is not None and predicted.kind == "unsupported"
     assert predicted.backends == ()
+
+
+def test_a_refusal_the_engine_core_makes_after_selection_has_its_backends() -> None:
+    """Chunked multimodal input off in align mode is refused by VllmConfig.
+    validate_block_size, which the engine core calls once the layers have their backends."""
+    refused = {
+        "knobs": {"disable_chunked_mm_input": True},
+        "expect": {
+            "cuda": {
+                "outcome": "unsupported",
+                "error": "AssertionError",
+                "function": "validate_block_size",
+                "match": "Chunked MM input is required",
+            }
+        },
+    }
+    predicted, _ = rd.predict(_cells("0.34.0", **refused))
+    assert predicted is not None and predicted.kind == "unsupported"
+    assert predicted.backends == ("FLASH_ATTN",)  # the attention layers had theirs
+
+
+FA_FP8 = {
+    "knobs": {"attention_backend": "FLASH_ATTN", "kv_cache_dtype": "fp8"},
+    "expect": {
+        "cuda": {
+            "outcome": "unsupported",
+            "error": "ValueError",
+            "function": "get_attn_backend_cls",
+            "match": "Selected backend AttentionBackendEnum.FLASH_ATTN is not valid",
+        }
+    },
+}
+
+
+def test_a_refusal_reworded_after_the_rules_words_is_listed_and_not_red() -> None:
+    said = "Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration."
+
+    def refused(reason: str) -> dict:
+        return _refused(144, f"{said} Reason: [{reason!r}]", "get_attn_backend_cls")
+
+    old, new = refused("FP8 KV cache requires FA3 on SM90"), refused("FP8 KV requires FA3 (SM90).")
+    found = rd.diff([_pair(old, new, arch="8.0", **FA_FP8)], OLD, NEW)
+    (move,) = found.moves
+    assert move.reworded and move.explained and not found.red, move.why
+    assert "1 the same refusal reworded, 0 unexplained" in rd.summary(found)
+    assert "reworded" in rd.terminal(found)
+    # Words that no longer open with the refusal the rules hold are a move to read: red.
+    other = _refused(144, "No valid attention backend found for cuda.", "get_attn_backend_cls")
+    found = rd.diff([_pair(old, other, arch="8.0", **FA_FP8)], OLD, NEW)
+    assert found.red and not found.moves[0].reworded

@@ -250,7 +250,7 @@ def test_a_column_that_left_without_reading_costs_no_parent_its_life(
     assert again.poll(pid, 20.0) == 0
 
 
-def test_the_parent_registers_the_model_classes_it_imported_and_no_other(
+def test_the_parent_registers_the_matrix_s_and_the_drafters_model_classes_it_can_import(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import importlib
@@ -267,7 +267,8 @@ def test_the_parent_registers_the_model_classes_it_imported_and_no_other(
     class Registry:
         models: ClassVar[dict[str, Lazy]] = {
             "GraniteMoeHybridForCausalLM": Lazy("fake_granite", "GraniteMoeHybridForCausalLM"),
-            "LlamaForCausalLM": Lazy("fake_llama_not_imported", "LlamaForCausalLM"),
+            "LlamaForCausalLM": Lazy("fake_llama_not_importable", "LlamaForCausalLM"),
+            "Qwen3NextMTP": Lazy("fake_mtp", "Qwen3NextMTP"),
         }
 
         @staticmethod
@@ -282,11 +283,18 @@ def test_the_parent_registers_the_model_classes_it_imported_and_no_other(
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "vllm.model_executor.models.registry", registry)
     monkeypatch.setitem(sys.modules, "fake_granite", granite)
+    mtp = types.ModuleType("fake_mtp")
+    mtp.Qwen3NextMTP = type("Qwen3NextMTP", (), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_mtp", mtp)
     monkeypatch.delitem(sys.modules, "kvrig.run.emulation.registered", raising=False)
     module = importlib.import_module("kvrig.run.emulation.registered")
     assert "LlamaForCausalLM" in module.architectures()  # the miniatures name it
-    assert module.REGISTERED == ["GraniteMoeHybridForCausalLM"]  # llama's module: not here
-    assert registered == {"GraniteMoeHybridForCausalLM": granite.GraniteMoeHybridForCausalLM}
+    # llama's module does not import: left to vLLM; a drafter vLLM makes is registered too.
+    assert module.REGISTERED == ["GraniteMoeHybridForCausalLM", "Qwen3NextMTP"]
+    assert registered == {
+        "GraniteMoeHybridForCausalLM": granite.GraniteMoeHybridForCausalLM,
+        "Qwen3NextMTP": mtp.Qwen3NextMTP,
+    }
     assert "?kvrig.run.emulation.registered" not in before_a_device(
         preload_for("cuda", emulated=True)
     )

@@ -9,35 +9,41 @@ it twice. An emulated parent has no CUDA to initialise and has imported those cl
 already: registering each with vLLM's own `ModelRegistry.register_model` gives the same
 inspection (`_ModelInfo.from_model_cls`, which the fresh interpreter runs too), here, once.
 
-Only classes whose module the parent has imported are registered, so nothing new is
-imported (a model module reads the device as it loads: this runs in an architecture's
-parent, kvrig.run.forkserver.DEVICE_READING); any other is left to vLLM, as before.
+The modules of the matrix's architectures and of the drafters vLLM makes for its
+speculative methods are imported here (a model module reads the device as it loads: this
+runs in an architecture's parent, kvrig.run.forkserver.DEVICE_READING); one that does not
+import is left to vLLM's inspection, as before.
 """
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import importlib
 
 from kvrig.define import models
 from kvrig.run.vllm_plugin.symbols import need
 
 USER = "kvrig's emulated parent"
+# The architectures vLLM gives the drafters of the matrix's speculative methods (MTP of
+# Qwen3-Next and DeepSeek, EAGLE and EAGLE-3 over Llama): none is in a shipped config.
+DRAFTERS = ("Qwen3NextMTP", "DeepSeekMTPModel", "EagleLlamaForCausalLM", "Eagle3LlamaForCausalLM")
 
 
 def architectures() -> list[str]:
     """The architectures the shipped miniatures name."""
     names = (models.shipped_config(n).get("architectures") or [] for n in models.shipped_names())
-    return sorted({a for arch in names for a in arch})
+    return sorted({a for arch in names for a in arch} | set(DRAFTERS))
 
 
 def register_imported() -> list[str]:
-    """Registers each of the matrix's architectures whose class is imported here; returns
-    them."""
+    """Registers each of those architectures whose module imports here; returns them."""
     registry = need("vllm.model_executor.models.registry.ModelRegistry", USER)
     done = []
     for arch in architectures():
         entry = registry.models.get(arch)
-        module = sys.modules.get(getattr(entry, "module_name", ""))
+        module = None
+        with contextlib.suppress(Exception):  # left to vLLM's own inspection
+            module = importlib.import_module(getattr(entry, "module_name", ""))
         cls = getattr(module, getattr(entry, "class_name", ""), None) if module else None
         if cls is not None:
             registry.register_model(arch, cls)
