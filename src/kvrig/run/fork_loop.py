@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
@@ -279,6 +280,10 @@ class Loop:
     def _fork(self, conn: Conn, request: dict[str, Any]) -> None:
         self.cells.forget_ended(conn)
         sys.stdout.flush()
+        # The parent's objects out of the cell's garbage collections: a collection writes
+        # to every object it scans, which copies each page of the parent's heap into the
+        # cell (copy on write) instead of sharing it.
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             child(request, self.warm, self.python, self._own_fds())
