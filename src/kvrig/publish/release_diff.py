@@ -440,7 +440,8 @@ def _reworded(
     if p_old is None or p_new is None or p_old.refusal != p_new.refusal or not p_old.refusal:
         return None
     said = f": {p_old.refusal}"
-    if not all(said in seen.error and agrees(seen, p_old) for seen in (seen_old, seen_new)):
+    sides = ((seen_old, p_old), (seen_new, p_new))
+    if not all(said in seen.error and agrees(seen, p) for seen, p in sides):
         return None
     return (
         f"the same refusal ({p_old.refusal!r}), reworded after it by vLLM: no switch needed,"
