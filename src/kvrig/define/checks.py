@@ -51,6 +51,7 @@ from kvrig.define.refusal import Refusal
 from kvrig.define.schema import Allowance, Matrix, MatrixError
 from kvrig.define.vllm_models import HYBRID_FAMILIES
 from kvrig.define.vllm_names import PLATFORM_BACKENDS
+from kvrig.facts.platforms import PLATFORMS
 from kvrig.host import isa
 
 Configs = dict[str, dict[str, Any]]
@@ -86,6 +87,7 @@ def refusals(data: Any, matrix: Matrix, configs: Configs, facts: Facts) -> Itera
     """Every mistake, names first, then numbers, patterns, expectations (and the sizes
     measured beside them) and allowances."""
     return itertools.chain(
+        _default_backends(matrix),
         _unknown_modules(matrix),
         _crafted_bases(matrix, configs),
         _knob_backends(matrix, configs),
@@ -107,6 +109,22 @@ def refusals(data: Any, matrix: Matrix, configs: Configs, facts: Facts) -> Itera
 
 
 # --- names that name nothing ------------------------------------------------------------
+
+
+def _default_backends(matrix: Matrix) -> Iterator[Refusal]:
+    """A platform's default_backend is what its selector gives these models on the device
+    a cell without an architecture stands for (kvrig.facts.platforms): another name would
+    build every crafted cell of the column over a backend vLLM does not pick."""
+    for name, spec in matrix.platforms.items():
+        fact = PLATFORMS.get(name)
+        if fact is not None and spec.default_backend != fact.default_backend:
+            yield Refusal(
+                f"platforms.{name}.default_backend",
+                f"{spec.default_backend} is not the backend vLLM's {fact.title} selector gives"
+                f" these models: it picks {fact.default_backend} ({fact.selection})",
+                f"write {fact.default_backend}; a backend a case wants is its"
+                " knobs.attention_backend,",
+            )
 
 
 def _unknown_modules(matrix: Matrix) -> Iterator[Refusal]:

@@ -1,4 +1,5 @@
-"""The GPU architectures a CUDA, XPU or ROCm cell's outcome can depend on, and their names.
+"""How the matrix names the GPU architectures a cell's outcome can depend on: columns,
+`--only` devices and `expect_by_arch` keys (the GPUs themselves: kvrig.facts.gpus).
 
 vLLM's CUDA code picks attention backends, validates them and chooses prefill kernels by
 compute capability, so one CUDA expectation can be right on an H100 and wrong on an A100.
@@ -14,81 +15,19 @@ Pure: names in, facts out.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from kvrig.facts.gpus import CUDA_GPUS, GPUS, ROCM_GPUS, XPU_GPUS, Gpu, parse_capability
+from kvrig.facts.platforms import PLATFORMS
 
+__all__ = ["CUDA_GPUS", "GPUS", "ROCM_GPUS", "XPU_GPUS", "Gpu"]  # the records, named here too
 
-@dataclass(frozen=True)
-class Gpu:
-    """One architecture as vLLM sees it: what `get_device_capability()` (or, on XPU, the
-    device name) answers, and what the emulated device reports beside it."""
-
-    platform: str
-    # "9.0" (a CUDA compute capability), "bmg" (an Intel GPU family) or "gfx942" (an AMD
-    # gfx target, as amd-smi and rocminfo print it without its features)
-    arch: str
-    label: str  # the column's part: sm90, bmg, gfx942
-    name: str  # what get_device_name() answers on the emulated device
-    memory_gib: int
-    examples: str  # the boards users run it as
-    # Streaming multiprocessors (CUDA) or compute units (ROCm), which some kernels size by
-    sm_count: int = 0
-
-    @property
-    def capability(self) -> tuple[int, int] | None:
-        if self.platform != "cuda":
-            return None
-        major, minor = self.arch.split(".")
-        return int(major), int(minor)
-
-
-CUDA_GPUS: dict[str, Gpu] = {
-    g.arch: g
-    for g in (
-        Gpu("cuda", "8.0", "sm80", "NVIDIA A100-SXM4-80GB", 80, "A100", 108),
-        Gpu("cuda", "8.6", "sm86", "NVIDIA A10G", 24, "A10G, A10, A40, RTX A6000, RTX 3090", 80),
-        Gpu("cuda", "8.9", "sm89", "NVIDIA L40S", 48, "L40S, L4", 142),
-        Gpu("cuda", "9.0", "sm90", "NVIDIA H100 80GB HBM3", 80, "H100, H200", 132),
-        Gpu("cuda", "10.0", "sm100", "NVIDIA B200", 180, "B200", 148),
-        Gpu(
-            "cuda",
-            "12.0",
-            "sm120",
-            "NVIDIA RTX PRO 6000 Blackwell",
-            96,
-            "RTX PRO 6000, RTX 5090",
-            188,
-        ),
-    )
-}
-XPU_GPUS: dict[str, Gpu] = {
-    "bmg": Gpu(
-        "xpu", "bmg", "bmg", "Intel(R) Arc(TM) Pro B60 Graphics", 24, "Arc Pro B60, Arc B580"
-    ),
-}
-# One board per gfx target whose choices vLLM's ROCm code can tell apart. `name` is what
-# RocmPlatform.get_device_name answers on the board (its _ROCM_DEVICE_ID_NAME_MAP by PCI
-# id, else amd-smi's market name); `sm_count` holds the compute units.
-ROCM_GPUS: dict[str, Gpu] = {
-    g.arch: g
-    for g in (
-        Gpu("rocm", "gfx942", "gfx942", "AMD_Instinct_MI300X", 192, "MI300X, MI325X", 304),
-        Gpu("rocm", "gfx950", "gfx950", "AMD Instinct MI355X", 288, "MI355X, MI350X", 256),
-        Gpu("rocm", "gfx1201", "gfx1201", "AMD_Radeon_R9700", 32, "Radeon AI PRO R9700", 64),
-    )
-}
-GPUS: dict[str, dict[str, Gpu]] = {"cuda": CUDA_GPUS, "xpu": XPU_GPUS, "rocm": ROCM_GPUS}
 # The platforms whose emulated columns the matrix holds.
-EMULATED_PLATFORMS = ("cuda", "xpu", "rocm")
+EMULATED_PLATFORMS = tuple(p.name for p in PLATFORMS.values() if p.emulated)
 # The architectures `nox -s emulated` runs, in order.
 EMULATED = (*((p, a) for p in EMULATED_PLATFORMS for a in GPUS[p]),)
 
 
 class GpuError(ValueError):
     """A GPU architecture kvrig does not know; one paragraph for the user."""
-
-
-_SM = re.compile(r"^sm_?(\d+?)(\d)$")
 
 
 def normalize(platform: str, arch: str) -> str:
@@ -98,11 +37,9 @@ def normalize(platform: str, arch: str) -> str:
     if platform == "rocm":
         return text.split(":", 1)[0]
     if platform == "cuda":
-        m = _SM.match(text)
-        if m:
-            text = f"{int(m.group(1))}.{m.group(2)}"
-        elif re.fullmatch(r"\d+", text):
-            text = f"{text}.0"
+        cc = parse_capability(text)
+        if cc is not None:
+            return f"{cc[0]}.{cc[1]}"
     return text
 
 
@@ -124,7 +61,7 @@ def gpu(platform: str, arch: str) -> Gpu:
 
 
 # How messages name each platform.
-TITLES = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "rocm": "ROCm"}
+TITLES = {p.name: p.title for p in PLATFORMS.values()}
 
 
 def device_parts(text: str) -> tuple[str, str]:
@@ -139,7 +76,7 @@ def device_parts(text: str) -> tuple[str, str]:
 
 # The platforms whose expectations a case refines per architecture (`expect_by_arch`):
 # CUDA by compute capability, ROCm by gfx target; XPU's code reads none.
-ARCH_KEYED = ("cuda", "rocm")
+ARCH_KEYED = tuple(p.name for p in PLATFORMS.values() if p.arch_word)
 
 
 def arch_platform(arch: str) -> str:
@@ -150,15 +87,13 @@ def arch_platform(arch: str) -> str:
 
 # The platforms whose real devices' columns carry the architecture (cuda-sm90,
 # rocm-gfx942): vLLM's XPU code reads no architecture for the choices the matrix checks.
-BY_ARCH = ("cuda", "rocm")
+BY_ARCH = ARCH_KEYED
 # Where the host's facts (kvrig.host.hardware.gpu_info, and every record's `host`) hold the
-# architecture of its GPU on each of them: nvidia-smi's compute capability, the gfx target
-# rocminfo or amd-smi names.
-HOST_ARCH_KEY = {"cuda": "gpu_compute_capability", "rocm": "gpu_gfx_target"}
-# The tools that answer it there (kvrig.host.hardware.gpu_info).
-HOST_ARCH_TOOLS = {"cuda": "nvidia-smi", "rocm": "rocminfo and amd-smi"}
-# What a device's architecture is called in messages.
-ARCH_WORD = {"cuda": "compute capability", "rocm": "gfx target"}
+# architecture of its GPU on each of them, the tools that answer it there, and what it is
+# called in messages.
+HOST_ARCH_KEY = {p.name: p.host_arch_key for p in PLATFORMS.values() if p.host_arch_key}
+HOST_ARCH_TOOLS = {p.name: p.host_arch_tools for p in PLATFORMS.values() if p.host_arch_tools}
+ARCH_WORD = {p.name: p.arch_word for p in PLATFORMS.values() if p.arch_word}
 
 
 def device_column(platform: str, arch: str) -> str:

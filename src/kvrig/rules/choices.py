@@ -11,10 +11,9 @@ Pure: settings in, a decision (or ConfigError saying what is unknown) out.
 
 from __future__ import annotations
 
-import re
-
 from kvrig.define import gpus
 from kvrig.define.vllm_models import Family
+from kvrig.facts.gpus import parse_capability
 from kvrig.rules.shapes import ConfigError, Shapes, dtype_name
 from kvrig.rules.versions import Rules, shown
 
@@ -23,7 +22,6 @@ NEMOTRON_H = ("NemotronHForCausalLM",)
 # Kimi delta attention keeps its recurrent state in float32 unless told otherwise
 # (MambaStateDtypeCalculator.kda_state_dtype).
 KDA = ("KimiLinearForCausalLM",)
-_ARCH = re.compile(r"(?:sm_?)?(\d+)(?:\.(\d+))?$")
 
 
 def ssm_dtype(
@@ -68,19 +66,14 @@ def ssm_dtype(
 
 def compute_capability(gpu_arch: str) -> tuple[int, int]:
     """A compute capability written as "9.0", "sm90", "sm_100" or "12.1", as (major, minor)."""
-    m = _ARCH.match(gpu_arch.strip().lower())
-    if not m:
+    cc = parse_capability(gpu_arch)
+    if cc is None:
         raise ConfigError(
             f"Cannot read the GPU architecture {gpu_arch!r}; give its compute capability"
             " as nvidia-smi prints it (e.g. 9.0 for H100/H200/H20, 8.0 for A100, 10.0 for"
             " B200, 12.1 for GB10) or as sm90."
         )
-    if m.group(2) is not None:
-        return int(m.group(1)), int(m.group(2))
-    digits = m.group(1)
-    if len(digits) == 1:  # "9": a major version, as nvidia-smi's 9.0; no SM label is 0.9
-        return int(digits), 0
-    return int(digits[:-1]), int(digits[-1])
+    return cc
 
 
 # The CUDA architectures kvrig keeps rules for: each GPU the emulated columns fake

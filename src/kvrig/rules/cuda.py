@@ -13,23 +13,18 @@ Pure: a compute capability and a KV-cache dtype in, a backend out.
 
 from __future__ import annotations
 
+from kvrig.facts.backends import Backend, backend
 from kvrig.rules import choices
-from kvrig.rules.backends import Backend, Kernel
 
-FLASH_ATTN = Backend("FLASH_ATTN", (Kernel(16, True),))
-# FlashInferBackend.get_supported_kernel_block_sizes: 16, 32, 64; on SM10.x with
-# trtllm-gen serving grouped-query attention it adds 128 to 1024 (not restated: the
-# emulated columns see 16, 32, 64, and the block sizes of these models do not depend on it).
-FLASHINFER = Backend("FLASHINFER", (Kernel(16), Kernel(32), Kernel(64)))
+FLASH_ATTN = backend("cuda", "FLASH_ATTN")
+FLASHINFER = backend("cuda", "FLASHINFER")
 # FlashAttention reads a quantized KV cache with FA3 on SM9.x only, and never e5m2
 # (vllm/v1/attention/backends/fa_utils.py: flash_attn_supports_kv_cache_dtype; FA4 on
 # SM10.x too, where FLASHINFER comes first anyway).
 FA3_KV_DTYPES = ("fp8", "fp8_e4m3")
 
 
-# TurboQuantAttentionBackend.get_supported_kernel_block_sizes: the only backend that
-# takes a turboquant_* KV cache (last in every list, the first valid for one).
-TURBOQUANT = Backend("TURBOQUANT", (Kernel(16), Kernel(32), Kernel(64), Kernel(128)))
+TURBOQUANT = backend("cuda", "TURBOQUANT")
 
 
 def default_backend(gpu_arch: str | None, kv_cache_dtype: str | None = None) -> Backend:
@@ -52,13 +47,12 @@ def default_backend(gpu_arch: str | None, kv_cache_dtype: str | None = None) -> 
 
 
 # The dense MLA backends CudaPlatform's selector meets for DeepSeek-V3-shaped latent
-# layers (kv_lora_rank 512, rope 64), with get_supported_kernel_block_sizes() as vLLM
-# 0.34.0 declares it, and the compute capabilities each declares valid.
-FLASHINFER_MLA = Backend("FLASHINFER_MLA", (Kernel(32), Kernel(64)))
-CUTLASS_MLA = Backend("CUTLASS_MLA", (Kernel(128),))
-FLASH_ATTN_MLA = Backend("FLASH_ATTN_MLA", (Kernel(16, True),))
-FLASHMLA = Backend("FLASHMLA", (Kernel(64),))
-TRITON_MLA = Backend("TRITON_MLA", (Kernel(16, True),))
+# layers, and the compute capabilities each declares valid.
+FLASHINFER_MLA = backend("cuda", "FLASHINFER_MLA")
+CUTLASS_MLA = backend("cuda", "CUTLASS_MLA")
+FLASH_ATTN_MLA = backend("cuda", "FLASH_ATTN_MLA")
+FLASHMLA = backend("cuda", "FLASHMLA")
+TRITON_MLA = backend("cuda", "TRITON_MLA")
 _MLA_MAJORS: dict[str, tuple[int, ...] | None] = {
     "FLASHINFER_MLA": (10,),
     "CUTLASS_MLA": (10,),
@@ -83,10 +77,10 @@ def mla_backend(gpu_arch: str | None, user_block_size: int | None = None) -> Bac
     that accepts the user's --block-size (a size a preferred backend rejects swaps in a
     later one: 16 on SM10.x runs TRITON_MLA). Without an architecture, Hopper's."""
     major = choices.compute_capability(gpu_arch)[0] if gpu_arch else 9
-    for backend in mla_order(major):
-        majors = _MLA_MAJORS[backend.name]
+    for choice in mla_order(major):
+        majors = _MLA_MAJORS[choice.name]
         if majors is not None and major not in majors:
             continue
-        if user_block_size is None or backend.supports(user_block_size):
-            return backend
+        if user_block_size is None or choice.supports(user_block_size):
+            return choice
     return TRITON_MLA

@@ -23,13 +23,14 @@ from kvrig.define.vllm_models import (
     text_config,
 )
 from kvrig.define.vllm_names import DRAFT_MODEL_METHODS
+from kvrig.facts import backends as facts
+from kvrig.facts.platforms import PLATFORMS as FACTS
 from kvrig.host import isa
 from kvrig.rules import choices, cuda, planning, refusals, rocm, shapes, versions
 from kvrig.rules.blocksize import (
     RULES,
     Backend,
     Expected,
-    Kernel,
     Pages,
     checkpoint_for,
     conv_dtype,
@@ -38,20 +39,10 @@ from kvrig.rules.blocksize import (
     skip_page_sizes,
 )
 
-_M16 = (Kernel(16, True),)
-# The stock backends `--backend` can name, with get_supported_kernel_block_sizes() as
-# vLLM 0.33.0 declares it (vllm-blocksize-facts.md, section 6).
+# The stock backends `--backend` can name. ROCm's preferences move with the release, so a
+# prediction takes them from rocm.backends at its own release; these are the newest read.
 BACKENDS: dict[str, dict[str, Backend]] = {
-    "cpu": {"CPU_ATTN": RULES["cpu"].default},
-    "cuda": {
-        "FLASH_ATTN": cuda.FLASH_ATTN,
-        "FLASHINFER": cuda.FLASHINFER,
-        "TRITON_ATTN": Backend("TRITON_ATTN", _M16),
-        "FLEX_ATTENTION": Backend("FLEX_ATTENTION", _M16),
-    },
-    "xpu": {"FLASH_ATTN": RULES["xpu"].default, "TRITON_ATTN": Backend("TRITON_ATTN", _M16)},
-    # ROCm's (kvrig.rules.rocm) at the newest release read: their preferences move with the
-    # release, so a prediction takes them from rocm.backends at its own release.
+    **{p: facts.nameable(p, "attention") for p in ("cpu", "cuda", "xpu")},
     "rocm": {
         name: b
         for name, b in rocm.backends(versions.rules("rocm", versions.NEWEST)).items()
@@ -61,7 +52,7 @@ BACKENDS: dict[str, dict[str, Backend]] = {
 PLATFORMS = tuple(BACKENDS)
 # The backend each platform picks for these models when none is asked for (on ROCm it
 # depends on the gfx target and the release: kvrig.rules.rocm.default_backend).
-DEFAULT = {"cpu": "CPU_ATTN", "cuda": "FLASH_ATTN", "xpu": "FLASH_ATTN"}
+DEFAULT = {p: platform.default_backend for p, platform in FACTS.items() if p != "rocm"}
 CACHE_MODES = ("align", "none")
 
 

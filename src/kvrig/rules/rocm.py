@@ -16,12 +16,13 @@ Pure: a gfx target, a release's rules and AITER's state in, backends out.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvrig.define.case_spec import AITER_ENV
 from kvrig.define.gpus import ROCM_GPUS
+from kvrig.facts import backends as facts
 from kvrig.rules import versions
-from kvrig.rules.backends import Backend, Kernel, PlatformRules
+from kvrig.rules.backends import Backend, PlatformRules
 from kvrig.rules.shapes import ConfigError
 
 ARCHS = tuple(ROCM_GPUS)
@@ -89,56 +90,21 @@ def aiter_mla_prefill(arch: str, aiter: Aiter) -> bool:
     return aiter.found and aiter.enabled and arch in MI3XX
 
 
-_M16 = (Kernel(16, True),)
-_ONE_OR_M16 = (Kernel(1), Kernel(16, True))
-# Where each backend's sizes and preference are read (vllm/v1/attention/backends/).
-WHERE = {
-    "ROCM_ATTN": "rocm_attn.py: RocmAttentionBackend: [MultipleOf(16)]; from 0.34.0"
-    " get_preferred_block_size returns 16, the native paged-attention kernel's size",
-    "ROCM_AITER_UNIFIED_ATTN": "rocm_aiter_unified_attn.py: RocmAiterUnifiedAttentionBackend:"
-    " [MultipleOf(16)], get_preferred_block_size 64",
-    "ROCM_AITER_FA": "rocm_aiter_fa.py: AiterFlashAttentionBackend: [16, 32]; get_name()"
-    " FLASH_ATTN, so vLLM's messages and kvrig's records name it so",
-    "TRITON_ATTN": "triton_attn.py: TritonAttentionBackend: [MultipleOf(16)]",
-    "ROCM_AITER_MLA_SPARSE": "mla/rocm_aiter_mla_sparse.py: ROCMAiterMLASparseBackend:"
-    " [1, MultipleOf(16)]",
-    "DEEPSEEK_V32_INDEXER": "mla/indexer.py: DeepseekV32IndexerBackend: [1, MultipleOf(16)]"
-    " on ROCm ([64] elsewhere)",
-}
-
-
 # The backends a decoder layer of kvrig's (non-DSA) models can get on ROCm: what
 # `kvrig predict --platform rocm --backend` may name, by AttentionBackendEnum's names.
-ATTENTION = ("ROCM_ATTN", "ROCM_AITER_UNIFIED_ATTN", "ROCM_AITER_FA", "TRITON_ATTN")
-
-
-# RocmAiterMLABackend.get_supported_kernel_block_sizes: any size (vLLM 0.34.0).
-ROCM_AITER_MLA = Backend("ROCM_AITER_MLA", (Kernel(1, True),))
+ATTENTION = tuple(facts.nameable("rocm", "attention"))
+ROCM_AITER_MLA = facts.backend("rocm", "ROCM_AITER_MLA")
 
 
 def backends(rules: versions.Rules) -> dict[str, Backend]:
     """The backends ROCm's selection reaches for kvrig's models at a release, by the name
     --attention-backend takes (AttentionBackendEnum's)."""
-    rocm_attn = 16 if rules.rocm_attn_prefers_16 else None
-    return {
-        "ROCM_ATTN": Backend("ROCM_ATTN", _M16, preferred_fixed=rocm_attn),
-        "ROCM_AITER_UNIFIED_ATTN": Backend("ROCM_AITER_UNIFIED_ATTN", _M16, preferred_fixed=64),
-        "ROCM_AITER_FA": Backend("FLASH_ATTN", (Kernel(16), Kernel(32))),
-        "TRITON_ATTN": Backend("TRITON_ATTN", _M16),
-        "ROCM_AITER_MLA_SPARSE": Backend("ROCM_AITER_MLA_SPARSE", _ONE_OR_M16),
-        "DEEPSEEK_V32_INDEXER": Backend("DEEPSEEK_V32_INDEXER", _ONE_OR_M16),
-    }
+    table = {**facts.nameable("rocm", "attention"), **facts.on("rocm", "sparse_mla", "indexer")}
+    if rules.rocm_attn_prefers_16:
+        table["ROCM_ATTN"] = replace(table["ROCM_ATTN"], preferred_fixed=16)
+    return table
 
 
-# CDNA generation per target (vllm/platforms/rocm.py: get_cdna_version), which AITER's
-# availability reads (is_aiter_found_and_supported: CDNA 3 or newer); RDNA4 targets
-# (on_rdna4), where AITER's unified attention goes first when AITER is on.
-_CDNA = {"gfx942": 3, "gfx950": 4, "gfx1201": 0}
-_RDNA4 = frozenset({"gfx1201"})
-# Targets whose selector swaps TRITON_ATTN ahead of ROCM_ATTN from 0.34.0
-# (RocmPlatform.get_valid_backends: on_gfx1201() or on_gfx1100(), unless the KV cache is
-# fp8_e5m2); gfx1100 is not a target kvrig knows.
-_TRITON_FIRST = frozenset({"gfx1201"})
 # Listed last for every layer; each takes only its own KV-cache dtypes (turboquant_*,
 # ultraquant_4bit, ROCM_OCTAVE's), so none serves these models' layers.
 _OWN_DTYPES_ONLY = ("TURBOQUANT", "ROCM_OCTAVE", "ULTRAQUANT")
@@ -189,7 +155,8 @@ def priorities(
     read_release(rules)
     if use_sparse:
         return ("ROCM_AITER_MLA_SPARSE",)
-    supported = aiter.found and _CDNA[arch] > 2  # is_aiter_found_and_supported()
+    gpu = ROCM_GPUS[arch]
+    supported = aiter.found and gpu.cdna > 2  # is_aiter_found_and_supported()
     if use_mla:
         if supported and aiter.enabled:  # rocm_aiter_ops.is_mla_enabled()
             return ("ROCM_AITER_MLA", "TRITON_MLA", "ROCM_AITER_TRITON_MLA")
@@ -199,10 +166,10 @@ def priorities(
         out.append("ROCM_AITER_FA")
     if supported:  # found on CDNA 3+, whether AITER is on or not
         out.append("ROCM_AITER_UNIFIED_ATTN")
-    elif aiter.found and aiter.enabled and arch in _RDNA4:  # is_rdna_aiter_enabled()
+    elif aiter.found and aiter.enabled and gpu.rdna4:  # is_rdna_aiter_enabled()
         out.insert(0, "ROCM_AITER_UNIFIED_ATTN")
     out += ["TRITON_ATTN", *_OWN_DTYPES_ONLY]
-    if rules.rocm_triton_first and arch in _TRITON_FIRST and kv_cache_dtype != "fp8_e5m2":
+    if rules.rocm_triton_first and gpu.triton_first and kv_cache_dtype != "fp8_e5m2":
         i, j = out.index("ROCM_ATTN"), out.index("TRITON_ATTN")
         out[i], out[j] = out[j], out[i]
     return tuple(out)

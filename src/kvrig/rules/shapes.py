@@ -24,6 +24,7 @@ from kvrig.define.vllm_models import (
     Family,
     text_config,
 )
+from kvrig.facts.architectures import ARCHITECTURES
 
 DTYPE_BYTES = {
     "float32": 4,
@@ -175,11 +176,9 @@ def _weights_dtype(name: str, key: str) -> str:
 def config_ssm_dtype(cfg: dict[str, Any], arch: str) -> str | None:
     """The state dtype a checkpoint asks for, in the field its vLLM config class reads:
     Qwen3.5's `mamba_ssm_dtype`, NemotronH's `mamba_ssm_cache_dtype`."""
-    if arch.startswith("Qwen3_5"):
-        return cfg.get("mamba_ssm_dtype")
-    if arch == "NemotronHForCausalLM":
-        return cfg.get("mamba_ssm_cache_dtype")
-    return None
+    record = ARCHITECTURES.get(arch)
+    field = record.ssm_dtype_field if record else None
+    return cfg.get(field) if field else None
 
 
 def _whole(cfg: dict[str, Any], arch: str, name: str) -> int:
@@ -406,30 +405,19 @@ def _mamba2_state(cfg: dict[str, Any], arch: str, tp: int) -> tuple[int, int, tu
     """MambaStateShapeCalculator.mamba2_state_shape, with the fields each model class
     passes it (NemotronH: heads x head_dim is the inner size; GraniteMoeHybrid: expand x
     hidden_size; FalconH1: mamba_d_ssm, else expand x hidden_size)."""
-    if arch == "Mamba2ForCausalLM":
-        heads = _field(cfg, arch, "num_heads")
-        hdim = _field(cfg, arch, "head_dim")
-        inner = _field(cfg, arch, "expand") * _field(cfg, arch, "hidden_size")
-        groups = _field(cfg, arch, "n_groups")
-        state = _field(cfg, arch, "state_size")
-        kernel = _field(cfg, arch, "conv_kernel")
-    elif arch == "NemotronHForCausalLM":
-        heads = _field(cfg, arch, "mamba_num_heads")
-        hdim = _field(cfg, arch, "mamba_head_dim")
+    fields = ARCHITECTURES[arch].mamba2
+    assert fields is not None, f"{arch} has no Mamba2 mixer"
+    heads = _field(cfg, arch, fields.heads)
+    hdim = _field(cfg, arch, fields.head_dim)
+    if fields.expand is None:
         inner = heads * hdim
-        groups = _field(cfg, arch, "n_groups")
-        state = _field(cfg, arch, "ssm_state_size")
-        kernel = _field(cfg, arch, "conv_kernel")
+    elif fields.d_ssm is not None and cfg.get(fields.d_ssm) is not None:
+        inner = _field(cfg, arch, fields.d_ssm)
     else:
-        heads = _field(cfg, arch, "mamba_n_heads")
-        hdim = _field(cfg, arch, "mamba_d_head")
-        if arch == "FalconH1ForCausalLM" and cfg.get("mamba_d_ssm") is not None:
-            inner = _field(cfg, arch, "mamba_d_ssm")
-        else:
-            inner = _field(cfg, arch, "mamba_expand") * _field(cfg, arch, "hidden_size")
-        groups = _field(cfg, arch, "mamba_n_groups")
-        state = _field(cfg, arch, "mamba_d_state")
-        kernel = _field(cfg, arch, "mamba_d_conv")
+        inner = _field(cfg, arch, fields.expand) * _field(cfg, arch, "hidden_size")
+    groups = _field(cfg, arch, fields.groups)
+    state = _field(cfg, arch, fields.state)
+    kernel = _field(cfg, arch, fields.conv)
     if groups % tp and groups != 1:
         raise ConfigError(
             f"vLLM refuses --tp {tp} for this {arch}: its {groups} Mamba groups do not split"

@@ -42,6 +42,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from kvrig.facts import architectures
+from kvrig.facts import backends as backend_facts
 from kvrig.run import fork_loop
 from kvrig.run.vllm_plugin import CRAFT_ENV, PROBE_ENV
 
@@ -83,11 +85,7 @@ PRELOAD = (
     "vllm.v1.executor.multiproc_executor",
     *CPU_PRELOAD,
     "vllm.v1.attention.backends.registry",
-    "vllm.model_executor.models.llama",
-    "vllm.model_executor.models.granitemoehybrid",
-    "vllm.model_executor.models.nemotron_h",
-    "vllm.model_executor.models.qwen3_next",
-    "vllm.model_executor.models.deepseek_v2",
+    *architectures.preloaded("every"),
     "kvrig.define.models",
     "kvrig.run.vllm_plugin.crafted",
     "kvrig.run.vllm_plugin.probe",
@@ -104,31 +102,15 @@ EMULATED_PRELOAD = (
     "vllm.model_executor.model_loader",
     "vllm.v1.worker.gpu.attn_utils",
     "vllm.v1.core.kv_cache_planning",
-    "vllm.model_executor.models.qwen3_5",
-    "vllm.model_executor.models.falcon_h1",
-    "vllm.model_executor.models.lfm2",
-    "vllm.model_executor.models.mamba2",
+    *architectures.preloaded("emulated"),
     "kvrig.run.emulation.configure",
     # The backends the selectors try (importing FlashInfer alone takes seconds): optional,
     # as a backend whose module fails to import on a platform is one vLLM skips there.
+    *(f"{OPTIONAL}vllm.v1.attention.backends.{m}" for m in backend_facts.modules("cuda", "xpu")),
+    # Sparse MLA backends CUDA's selector tries before it reaches the one kvrig restates.
     *(
-        f"{OPTIONAL}vllm.v1.attention.backends.{m}"
-        for m in (
-            "flash_attn",
-            "flashinfer",
-            "triton_attn",
-            "flex_attention",
-            "turboquant_attn",
-            "mla.flashattn_mla",
-            "mla.flashinfer_mla",
-            "mla.triton_mla",
-            "mla.flashmla_sparse",
-            "mla.flashattn_mla_sparse",
-            "mla.flashinfer_mla_sparse",
-            "mla.flashinfer_mla_sparse_sm90",
-            "mla.xpu_mla_sparse",
-            "mla.indexer",
-        )
+        f"{OPTIONAL}vllm.v1.attention.backends.mla.{m}"
+        for m in ("flashattn_mla_sparse", "flashinfer_mla_sparse", "flashinfer_mla_sparse_sm90")
     ),
     # Last: the model classes imported above registered with vLLM in this process, so no
     # cell inspects one in a fresh interpreter (optional: a release without the registry's
@@ -143,7 +125,17 @@ def preload_for(platform: str, *, emulated: bool = False) -> tuple[str, ...]:
     if platform == "cpu":
         return PRELOAD
     base = tuple(m for m in PRELOAD if m not in CPU_PRELOAD)
-    return (*base, *EMULATED_PRELOAD) if emulated else base
+    if not emulated:
+        return base
+    if platform == "rocm":  # ROCm's own backends, before the model classes' registration
+        shared = backend_facts.modules("cuda", "xpu")
+        own = tuple(
+            f"{OPTIONAL}vllm.v1.attention.backends.{m}"
+            for m in backend_facts.modules("rocm")
+            if m not in shared
+        )
+        return (*base, *EMULATED_PRELOAD[:-1], *own, EMULATED_PRELOAD[-1])
+    return (*base, *EMULATED_PRELOAD)
 
 
 # What reads the emulated device as it is imported: vllm.kernels, which every model, the

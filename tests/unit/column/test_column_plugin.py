@@ -123,7 +123,7 @@ def test_a_platform_without_cells_is_an_error_naming_it(
 ) -> None:
     data = copy.deepcopy(BASE)
     data["platforms"]["cuda"] = copy.deepcopy(data["platforms"]["cpu"])
-    data["platforms"]["cpu"]["default_backend"] = "CPU_ATTN"
+    data["platforms"]["cuda"]["default_backend"] = "FLASH_ATTN"
     for case in data["cases"]:
         case["expect"] = {"cuda": case["expect"]["cpu"]}
     done = collect(write(tmp_path, data))

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kvrig.define import column_choice, column_names, gpus
+from kvrig.facts.gpus import gfx_capability
 from kvrig.rules import rocm
 from kvrig.run import cell as cellmod
 from kvrig.run import emulation
@@ -56,7 +57,7 @@ def test_torch_s_answers_are_the_ones_vllm_derives_from_the_target(
 ) -> None:
     device = gpus.gpu("rocm", arch)
     props = rocm_answers.properties(device)
-    assert (props.major, props.minor) == rocm_answers.capability(arch) == capability
+    assert (props.major, props.minor) == gfx_capability(arch) == capability
     assert props.warp_size == warp
     # rocm.py tests substrings of gcnArchName: the target must be in it, and no other one
     assert props.gcnArchName.split(":")[0] == arch

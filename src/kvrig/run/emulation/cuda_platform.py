@@ -34,19 +34,7 @@ def properties(device: Gpu) -> SimpleNamespace:
     """What torch.cuda would say of the device (one per device: a cache keyed by it is
     never another architecture's); backends that size their work by it (FlashInfer reads
     the multiprocessor count while a layer is built) get it without a driver."""
-    major, minor = capability(device)
-    return SimpleNamespace(
-        name=device.name,
-        major=major,
-        minor=minor,
-        total_memory=device.memory_gib << 30,
-        multi_processor_count=device.sm_count,
-        warp_size=32,
-        max_threads_per_multi_processor=2048 if major in (8, 9, 10) and minor == 0 else 1536,
-        is_integrated=False,
-        is_multi_gpu_board=False,
-        uuid="kvrig-emulated",
-    )
+    return SimpleNamespace(**device.torch_properties())
 
 
 def capability(device: Gpu) -> tuple[int, int]:

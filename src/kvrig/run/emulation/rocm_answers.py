@@ -11,53 +11,15 @@ emulated columns use.
 
 from __future__ import annotations
 
-import re
 from types import SimpleNamespace
 
 from kvrig.define.case_spec import AITER_ENV
 from kvrig.define.gpus import Gpu
 
-# What HIP's torch reports as gcnArchName on each board: the target id with its
-# features, as amd-smi and rocminfo print it. vLLM tests substrings of it ("gfx942" in
-# _GCN_ARCH) and parses the digits after "gfx" for the capability.
-GCN_ARCH_NAMES = {
-    "gfx942": "gfx942:sramecc+:xnack-",
-    "gfx950": "gfx950:sramecc+:xnack-",
-    "gfx1201": "gfx1201",
-}
-_GFX = re.compile(r"gfx(\d+)")
-
-
-def capability(arch: str) -> tuple[int, int]:
-    """(major, minor) as HIP derives hipDeviceProp_t's from the target id, and as vLLM's
-    _capability_from_gcn_arch does: gfx942 -> (9, 4), gfx1201 -> (12, 0). torch's answer
-    must agree with the one vLLM derives, or the two halves of vLLM would see two GPUs."""
-    m = _GFX.match(arch)
-    if m is None:
-        raise ValueError(f"{arch!r} is not a gfx target id")
-    digits = m.group(1)
-    if len(digits) == 4:
-        return int(digits[:2]), int(digits[2])
-    return int(digits[0]), int(digits[1])
-
 
 def properties(device: Gpu) -> SimpleNamespace:
-    """What HIP's torch.cuda.get_device_properties would say of the device: CDNA (gfx9)
-    runs 64-wide wavefronts, RDNA 32-wide, which HIP reports as warp_size."""
-    major, minor = capability(device.arch)
-    return SimpleNamespace(
-        name=device.name,
-        gcnArchName=GCN_ARCH_NAMES[device.arch],
-        major=major,
-        minor=minor,
-        total_memory=device.memory_gib << 30,
-        multi_processor_count=device.sm_count,
-        warp_size=64 if device.arch.startswith("gfx9") else 32,
-        max_threads_per_multi_processor=2048,
-        is_integrated=False,
-        is_multi_gpu_board=False,
-        uuid="kvrig-emulated",
-    )
+    """What HIP's torch.cuda.get_device_properties would say of the device."""
+    return SimpleNamespace(**device.torch_properties())
 
 
 def device_lines(device: Gpu) -> list[str]:
@@ -68,7 +30,7 @@ def device_lines(device: Gpu) -> list[str]:
         " detection finds no GPU, rocm.py's amd-smi queries fail as without a driver and"
         " it reads the gfx target from torch",
         "torch.cuda.get_device_properties, get_device_capability and get_device_name:"
-        f" answered for the emulated device (gcnArchName {GCN_ARCH_NAMES[device.arch]!r},"
+        f" answered for the emulated device (gcnArchName {device.gcn_arch_name!r},"
         f" read by rocm.py into _GCN_ARCH at import; {device.sm_count} compute units);"
         " torch stays the CUDA wheel's (torch.version.hip None), torch.cuda.is_available()"
         " False",

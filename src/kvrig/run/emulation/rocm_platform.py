@@ -86,7 +86,7 @@ def _import_rocm(device: Gpu) -> Any:
     imported it first, the target it read must be this device's."""
     early = ROCM_MODULE in sys.modules
     module = need(ROCM_MODULE, USER)
-    wanted = rocm_answers.GCN_ARCH_NAMES[device.arch]
+    wanted = device.gcn_arch_name
     read = getattr(module, "_GCN_ARCH", None)
     if read != wanted:
         raise RocmEmulationError(
