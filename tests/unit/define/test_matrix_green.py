@@ -1,5 +1,5 @@
-"""Green that means green (issue 28): a matrix that would pass for the wrong reason, or
-fail whatever vLLM did, is refused at load, at the line of what is wrong.
+"""Green that means green: a matrix that would pass for the wrong reason, or fail
+whatever vLLM did, is refused at load, at the line of what is wrong.
 
 Each mistake is made the way a user makes it: in the project's own matrix.yaml (or a small
 matrix of the same form), written to a folder and loaded.
@@ -417,9 +417,9 @@ OWN_128 = "        knobs: {block_size: 128, mamba_ssm_cache_dtype: float32}\n"
 
 
 def test_a_grouped_case_s_knobs_are_added_to_the_group_s(tmp_path) -> None:
-    """user_block_size_128 restates the group's float32 state; written without it, it
-    keeps it (the knobs used to replace the group's whole, and the state went back to
-    vLLM's default, silently changing the computed size)."""
+    """user_block_size_128 written without the group's float32 state keeps it: knobs that
+    replaced the group's whole would put the state back to vLLM's default and silently
+    change the computed size."""
     assert OWN_128 in GROUPED
     shorter = load(
         written(tmp_path, GROUPED.replace(OWN_128, "        knobs: {block_size: 128}\n"))
