@@ -259,8 +259,8 @@ def test_a_pattern_that_pins_its_cell_loads(tmp_path, mutate) -> None:
 
 
 def test_every_pattern_the_project_writes_pins_its_cell() -> None:
-    """The shipped matrix's patterns and the docs' (which once showed one without the
-    size) meet the rule by themselves, not by luck of the unrelated list."""
+    """The shipped matrix's patterns and the docs' meet the rule by themselves, not by luck
+    of the unrelated list: a pattern copied from the docs must pin its size too."""
     docs = (ROOT / "docs" / "matrix.md").read_text()
     written_ = re.findall(r"match: ['\"]?([^'\"}\n]+?)['\"]?[},\n]", docs + REPO_MATRIX.read_text())
     shown = {p.strip() for p in written_ if p.strip() not in ("...", "")}
