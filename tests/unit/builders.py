@@ -1,9 +1,6 @@
-"""Builders the unit tests share: the checkout's root, a small valid matrix, its cells, a
-cell with one expectation, the matrix with a CUDA platform. A plain module, imported by
-name, so a test says where its data comes from; the fixtures built on them live in
-conftest.py. Beside it, builders of what else more than one test module needs:
-checkpoints.py (checkpoint configs), records.py (records and results rows),
-container_builders.py (the container commands' checkout and matrix)."""
+"""Builders the unit tests share: the checkout's root, a small valid matrix and its cells.
+
+A plain module, imported by name, so a test says where its data comes from."""
 
 from __future__ import annotations
 

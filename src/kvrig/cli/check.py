@@ -1,9 +1,7 @@
-"""`kvrig check WHAT`: the proofs the sessions run beside the columns.
+"""`kvrig check WHAT`: the proofs the nox sessions run beside the columns.
 
-Each is red (exit 1) when the thing it proves does not hold, and refuses (exit 2, one
-paragraph) when it cannot be proved here: a GPU host's readiness before its container,
-a container run against the host's own, the mutation the rig must notice, uv's cache of
-vLLM untouched, kvrig's backend table against vLLM's own answers.
+Each is red (exit 1) when what it proves does not hold, and refuses (exit 2, one
+paragraph) when it cannot be proved here, so a host that cannot check is never green.
 """
 
 from __future__ import annotations
@@ -28,9 +26,8 @@ BACKEND_FACTS = "backend-facts"
 
 
 def cmd_host(ns: argparse.Namespace, extra: list[str]) -> int:
-    """The host's readiness, or with --dry-run what a run would stop at, as lines of the
-    plan (exit 0: a dry run shows the plan on any host, and `kvrig container --dry-run`
-    prints the rest of it)."""
+    """The host's readiness, or with --dry-run the plan's lines (exit 0, so a dry run shows
+    the plan on any host)."""
     if ns.gpu_arch and ns.platform not in gpus.BY_ARCH:
         owner = gpus.arch_platform(ns.gpu_arch)
         raise preflight.PreflightError(
@@ -98,7 +95,6 @@ def cmd_uv_cache(ns: argparse.Namespace, extra: list[str]) -> int:
 
 
 def backend_facts_file(platform: str, given: str | None) -> Path:
-    """Where vLLM's raw answers are kept: results/backend-facts/<platform>.json."""
     return Path(given) if given else results_folder(BACKEND_FACTS) / f"{platform}.json"
 
 

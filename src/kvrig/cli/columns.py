@@ -1,9 +1,7 @@
-"""Running columns: `kvrig column` (one), `kvrig cpu-classes` (the CPU column under every
-class this host has), `kvrig emulated` (every emulated GPU's column).
+"""Running columns: `kvrig column`, `kvrig cpu-classes`, `kvrig emulated`.
 
-A column is pytest on the matrix with kvrig's plugin; this side picks the column
-(kvrig.define.column_choice, as the plugin does), refuses what cannot run before pytest
-starts, puts an overlay in force, and hands its options on under pytest's names.
+A column is pytest on the matrix with kvrig's plugin; this side refuses what cannot run
+before pytest starts, so a refusal is one paragraph rather than a red column.
 """
 
 from __future__ import annotations
@@ -108,10 +106,8 @@ def run_holds(
     manifest: overlay.Manifest | None = None,
     declared: VllmSource | None = None,
 ) -> holds_mod.Holds:
-    """What the run's folder will hold (kvrig.run.holds): an overlay the command line asks
-    for (or an image was built with, in force through its environment, when matrix.yaml
-    declares none), a release named with --vllm, or the vLLM matrix.yaml declares (its
-    pin, or the overlay it names)."""
+    """What the run's folder will hold (kvrig.run.holds): the overlay or release the command
+    line or image puts in force, else the vLLM matrix.yaml declares."""
     built_in = _in_force() if declared is None or declared.kind != "overlay" else None
     if ns.vllm_source or ns.vllm_patch or built_in:
         if manifest is None and built_in:
@@ -148,9 +144,8 @@ def refuse_folder(ns: argparse.Namespace, holds: holds_mod.Holds) -> None:
 def results_of(
     ns: argparse.Namespace, column: str, holds: holds_mod.Holds, manifest: overlay.Manifest | None
 ) -> Path:
-    """The run's results folder, checked and marked with what it holds: --results, else
-    the column's own, else for an overlay the command line asks for a folder beside the
-    release's, not over it (`kvrig compare` reads both)."""
+    """The run's results folder, checked and marked with what it holds; an overlay asked for
+    on the command line gets a folder beside the release's, so `kvrig compare` reads both."""
     folder = results_folder(column)
     if holds.kind == holds_mod.OVERLAY and manifest is not None:
         folder = results_folder(f"{column}-overlay-{manifest.digest[:8]}")
@@ -260,9 +255,8 @@ def emulated_columns(
     extra: list[str],
     vllm: str | None = None,
 ) -> list[tuple[str, list[str]]]:
-    """(column's results folder, its `kvrig column` command) for each emulated device
-    `only` names (a device, cuda:9.0, or a platform, cuda), all of them without it; for
-    the release `vllm` names, when one is."""
+    """(results folder, `kvrig column` command) for each emulated device `only` names
+    (cuda:9.0, or a platform, cuda), all of them without it."""
     try:
         chosen = gpus.chosen_devices(only)
     except gpus.GpuError as exc:

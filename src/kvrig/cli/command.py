@@ -1,9 +1,7 @@
-"""The `kvrig` command: its subcommands, gathered from the modules beside this one, and
-the one way a user's mistake ends.
+"""The `kvrig` command: its subcommands, and the one way a user's mistake ends.
 
-Every failure a user can cause (a bad matrix, an unknown platform, a missing results
-folder, a host that lacks what a step needs) ends with one paragraph on stderr and exit
-status 2, never a traceback: each layer raises its own error, and they are caught here.
+Every failure a user can cause ends with one paragraph on stderr and exit status 2, never
+a traceback: each layer raises its own error, and they are caught here.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Commands whose command line is their own module's: `kvrig container` and `kvrig bench`.
 
-The container's options are read by kvrig.containers.args (what --dry-run
-prints is what runs, and its pytest arguments pass through exactly as given), the
-benchmark's with the benchmark; kvrig hands them everything after the command's name.
+kvrig hands them everything after the command's name, so what `container --dry-run`
+prints is what runs and pytest arguments pass through exactly as given.
 """
 
 from __future__ import annotations

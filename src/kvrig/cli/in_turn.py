@@ -1,17 +1,8 @@
 """Columns run one after another (or two side by side), each in a `kvrig column` process
-of its own.
+of its own, so a column that breaks costs only itself.
 
-`kvrig cpu-classes`, `kvrig emulated` and `kvrig release diff` run several columns; one
-that breaks (a crash, a refusal) must cost only itself, and the end must say which passed,
-so each is its own process and the outcome is one line per column, red if any column is.
-An emulated column is a core's worth of cells, so two of them side by side, one worker
-each, keep both cores busy through each other's start, collection and report; their lines
-are printed as they come, each prefixed with its column.
-
-Emulated columns come in groups (a platform of a release): a group's columns share one
-warm parent (kvrig.run.platform_parent), stopped when the group's last column is done.
-They run in two lanes of groups, taken in turn, so that two imports of vLLM (one per
-lane) overlap at the start and a lane's columns follow one another on its parent.
+Two emulated columns side by side, one worker each, keep both cores busy through each
+other's start and report; lanes of groups make the two vLLM imports overlap at the start.
 """
 
 from __future__ import annotations
@@ -36,9 +27,8 @@ ONE_WORKER = ["-n", "0"]
 
 
 def declare_emulated(parser: argparse.ArgumentParser) -> None:
-    """`--only DEVICE` and `--rerun`, as every command that runs the emulated columns in
-    turn takes them (`kvrig emulated`, `kvrig release diff`): declared once, so the two
-    choose devices and resume alike and say so in the same words."""
+    """`--only DEVICE` and `--rerun`, declared once so `kvrig emulated` and `kvrig release
+    diff` choose devices and resume alike, in the same words."""
     parser.add_argument(
         "--only",
         action="append",
@@ -89,8 +79,7 @@ def run_each(
     groups: Sequence[str] | None = None,
 ) -> list[tuple[str, int]]:
     """Each (column, command) run, in turn or `at_once` side by side; each column's exit
-    code, in the order given. With `groups` (one per column) the columns side by side
-    share their group's platform parents and run in lanes (`lanes`)."""
+    code, in the order given. With `groups`, a group's columns share its platform parents."""
     if at_once <= 1:
         outcome = []
         for column, command in columns:
@@ -126,9 +115,8 @@ def run_each(
 
 
 def lanes(groups: Sequence[str], count: int = SIDE_BY_SIDE) -> list[int]:
-    """The order to run grouped columns in (indices into `groups`): the groups dealt to
-    `count` lanes, largest first onto the lane with fewest columns, then the lanes' columns
-    taken in turn, so the first columns side by side start different groups' parents."""
+    """The order to run grouped columns in (indices into `groups`), so the first columns side
+    by side start different groups' parents and the two imports overlap."""
     members: dict[str, list[int]] = {}
     for index, group in enumerate(groups):
         members.setdefault(group, []).append(index)

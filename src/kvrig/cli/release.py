@@ -1,12 +1,8 @@
 """`kvrig release diff OLD NEW`: the emulated columns of two vLLMs, and what moved.
 
-Each side is a release by name (or a wheel file), the new one optionally with a patch or a
-checkout's Python over it (`--vllm-patch`, `--vllm-source`): a vLLM kvrig has never read.
-Both sides' columns run at once, two at a time, each in the environment kvrig keeps for its
-release (kvrig.provision.release_env), into a folder of the diff's own; then the records
-are compared and every moved cell explained or not (kvrig.publish.release_diff). Exit 0:
-nothing moved that a rule switch does not explain; 1: an unexplained move, or a cell one
-side could not show; 2: refused before anything ran.
+A move no rule switch explains is red, so a new release (or a patch or checkout over one)
+cannot change a block size without kvrig's rules being read for it. Exit 0: every move
+explained; 1: an unexplained move, or a cell one side could not show; 2: refused.
 """
 
 from __future__ import annotations
@@ -60,10 +56,8 @@ def devices(only: list[str] | None) -> list[tuple[str, str]]:
 
 
 def sides(ns: argparse.Namespace, root: Path, pin: str | None) -> tuple[SideRun, SideRun]:
-    """The two sides. The pinned release itself, without a patch, runs into the release's
-    own folders (results/<column>, as `kvrig emulated` writes them), so a column the
-    `emulated` session finished with this same matrix and software is kept as it is
-    (`kvrig column --keep-finished`), not run again; other sides under `root`."""
+    """The two sides. The unpatched pin runs into the release's own folders, so a column the
+    `emulated` session finished with the same matrix and software is kept, not run again."""
     overlay: tuple[str, ...] = ()
     if ns.vllm_patch and ns.vllm_source:
         raise UsageError("Give --vllm-patch or --vllm-source, not both: the new side is one vLLM.")
@@ -121,10 +115,8 @@ def column_command(
 def run_sides(
     ns: argparse.Namespace, runs: tuple[SideRun, SideRun], chosen: list[tuple[str, str]]
 ) -> None:
-    """Both sides' columns at once, two at a time with one worker each, each side's
-    platforms sharing a warm parent per platform, in lanes that keep both cores busy
-    (kvrig.cli.in_turn); a refused column (exit 2) stops the diff: there would be nothing
-    to compare. Red cells are the diff's data, not its failure."""
+    """Both sides' columns at once (kvrig.cli.in_turn); a refused column stops the diff, as
+    there would be nothing to compare. Red cells are the diff's data, not its failure."""
     commands = [column_command(ns.matrix, side, p, a, ns.rerun) for side in runs for p, a in chosen]
     groups = [f"{side.label}: {p}" for side in runs for p, _ in chosen]
     outcome = in_turn.run_each(commands, at_once=in_turn.SIDE_BY_SIDE, groups=groups)
@@ -149,10 +141,8 @@ def side_info(matrix: Matrix, side: SideRun, platform: str) -> release_diff.Side
 
 
 def _read(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A side's records and rows: exactly one record per cell, `<cell id>.json` holding
-    that cell. Anything else in records/ (a copy such as `X.old.json`, a file that is no
-    record, a write a killed run left) is refused, named: read as a record, a copy could
-    stand for its cell and hide a move."""
+    """A side's records and rows, exactly one record per cell: anything else in records/ is
+    refused, named, since a copy read as a record could stand for its cell and hide a move."""
     records, strays = {}, []
     where = folder / "records"
     for path in sorted(where.iterdir()) if where.is_dir() else []:

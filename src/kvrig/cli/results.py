@@ -1,10 +1,7 @@
 """Reading results: `kvrig report` and `kvrig compare`.
 
-The folders named, or every column's under results/ (a tree of downloaded CI artifacts
-too), are merged into one set of rows; a command with none to read says how to make some.
-Rows judged under another matrix or by another kvrig are said to be; a row whose status
-kvrig never writes is shown, then refused in one paragraph (exit 2): the file was written
-or changed by something other than kvrig.
+The folders are merged into one set of rows, a tree of downloaded CI artifacts too; rows
+judged under another matrix or by another kvrig are marked, since they may not compare.
 """
 
 from __future__ import annotations
@@ -59,9 +56,8 @@ def in_matrix_order(merged: results_mod.Merged, matrix_path: str) -> None:
 
 
 def identities(matrix: Matrix, rows: list[dict[str, Any]]) -> dict[str, str]:
-    """Each row's cell's judged_under under the matrix, for the release the row ran (a
-    release named with --vllm stands in for the pin, as its column ran it); cells the
-    matrix does not have, or a release it cannot stand in, are left out."""
+    """Each row's cell's judged_under under the matrix, for the release the row ran, so a
+    --vllm column's rows are compared with what that release expects."""
     groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((report.column_of(r), r.get("vllm_version")), []).append(r)

@@ -1,9 +1,7 @@
-"""`kvrig setup WHAT`: what a session installs before it runs anything.
+"""`kvrig setup WHAT`: what a nox session installs before it runs anything.
 
-The README's two commands must set up a fresh machine by themselves, so every nox
-session installs what it needs through these (vLLM as matrix.yaml says, Debian packages,
-a container engine, a local base image); each refuses in one paragraph, exit 2, where it
-cannot install, naming what to install instead.
+The README's two commands must set up a fresh machine by themselves; where one of these
+cannot install, it refuses in one paragraph naming what to install instead.
 """
 
 from __future__ import annotations
@@ -33,11 +31,9 @@ from kvrig.provision import (
 
 
 def cmd_vllm(ns: argparse.Namespace, extra: list[str]) -> int:
-    """The platform's vLLM (the host's unless named) into this environment, with what its
-    engines need beside it: on CPU a C++ compiler and Python.h (torch's inductor builds
-    helpers even in eager mode); emulated, a compiler and the stand-in libcuda.so.1 built
-    with it for the wheel's extensions. The release's pins are checked against the index
-    before anything is installed (a compiler neither)."""
+    """The platform's vLLM into this environment, with what its engines need beside it: on
+    CPU a C++ compiler and Python.h, as torch's inductor builds helpers even in eager mode;
+    emulated, the stand-in libcuda.so.1. The pins are checked against the index first."""
     job = vllm_job(ns)
     if ns.dry_run:
         return vllm_install.install(job.plan(), dry_run=True)

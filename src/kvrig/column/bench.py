@@ -1,16 +1,9 @@
 """Prints kvrig's speed and memory figures against their targets (no pass/fail asserts).
 
-Measures, on this host: the cold set-up (a new environment with the CPU vLLM and kvrig),
-then the CPU column the rig's way (`kvrig column`: cells forked from a warm vLLM parent,
-side by side) once per CPU class this host can run (its own, natively, and each lesser
-one, emulated), and optionally the naive way once (a fresh interpreter per cell and
-vLLM's default multiprocess engine). For each: wall time and peak memory (PSS summed
-over every process of the run, sampled: forked cells share their parent's pages, which
-a sum of RSS would count once per process). The floor of a column is one `import vllm`
-plus the sum of the engines' own time (from the rig's records), divided by the cells run
-side by side: a serial floor would flatter a 2-wide run. Shared machines are noisy, so
-these are figures to read, not assertions; the exit status is 0 unless the run itself
-could not be made.
+Memory is PSS summed over the run's processes, since forked cells share their parent's
+pages and a sum of RSS would count them once per process. A column's floor is one
+`import vllm` plus the engines' own time, divided by the cells run side by side: a serial
+floor would flatter a 2-wide run.
 
     nox -s bench                 # kvrig bench: set-up + every class's column, uv's cache kept
     nox -s bench -- --no-cache   # a truly cold set-up (downloads everything)
@@ -60,8 +53,8 @@ def naive_cmd(py: str, results: Path, workers: int, select: list[str]) -> list[s
 
 
 def naive_run(results: Path, workers: int, select: list[str]) -> int:
-    """Body of the naive column (in the interpreter under test), through the same
-    run-and-judge path as the rig's items."""
+    """Body of the naive column, through the rig's own run-and-judge path so the two
+    columns differ only in how cells are started."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kvrig.column.one_cell import run_and_judge
@@ -125,8 +118,8 @@ def workers_of() -> int:
 
 
 def setup(venv: Path, no_cache: bool) -> tuple[int, float]:
-    """A new environment with kvrig and the CPU vLLM, as a fresh machine's first session
-    makes it (uv, the rig, then kvrig.provision.install's plan)."""
+    """A new environment with kvrig and the CPU vLLM, made as on a fresh machine (uv, the
+    rig, then kvrig.provision.install's plan)."""
     uv_exe = uv.find()
     if uv_exe is None:
         sys.exit("benchmark: uv is needed (pip install 'nox[uv]')")

@@ -1,11 +1,8 @@
-"""The emulated columns' figures: every device as `nox -s emulated` runs them, and the whole
-release diff, each against its target and its floor.
+"""The emulated columns' and the release diff's figures, each against its target and floor.
 
-A floor is what no scheduling can beat on this host: one import of vLLM per platform (per
-release, for the diff) plus the sum of the cells' own times (each cell's `cell_s`, from
-its first step to its summary), over the cells run side by side. The ratio to it says what
-the rig spends beyond that: each column's pytest start, collection and report, a parent
-per architecture, a core idle while the first parents import.
+A floor is what no scheduling can beat on this host: one import of vLLM per platform (and
+release) plus the cells' own times, over the cells run side by side; the ratio to it is
+what the rig spends beyond that.
 
     kvrig bench --skip-setup --setup-only --emulated .nox/emulated/bin/python
     kvrig bench --skip-setup --setup-only --emulated .nox/release/bin/python --release-diff
@@ -82,9 +79,8 @@ def import_seconds(py: str, platform: str) -> float:
 
 
 def measure_import(platform: str) -> float:
-    """Body of --import-seconds, in the environment under test: the emulated preload of the
-    platform's first device, imported by a fresh interpreter under that device's cells'
-    environment."""
+    """Body of --import-seconds: a fresh interpreter imports the platform's emulated preload
+    under its cells' environment, as their warm parent does."""
     from kvrig.define.cells import expand
     from kvrig.define.loader import default_matrix
     from kvrig.define.matrix import load
@@ -130,10 +126,8 @@ def emulated_figures(py: str) -> list[str]:
 
 
 def release_diff_figures(py: str, releases: list[str]) -> list[str]:
-    """The whole release diff, as `nox -s release_diff` runs it on a warm cache: both
-    releases' emulated columns on every device (each in its release's environment, made
-    before the timing starts), compared; its wall time and floor against the targets (the
-    other release's imports taken as the pin's)."""
+    """The whole release diff as `nox -s release_diff` runs it on a warm cache, its
+    environments made before the timing starts so only the diff is timed."""
     imports = {p: import_seconds(py, p) for p in platforms()}
     base = [py, "-m", "kvrig", "release", "diff", *releases]
     # Warm: each release's environment made and its wheels in uv's cache, nothing timed.

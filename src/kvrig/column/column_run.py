@@ -78,8 +78,8 @@ class ColumnRun:
         return self._pool
 
     def prestart(self) -> None:
-        """The warm parent of the process that runs cells starts importing vLLM now, while
-        pytest (and xdist) collect, rather than when the first cell asks for it."""
+        """Starts the warm parent's vLLM import while pytest (and xdist) collect, rather
+        than when the first cell asks for it."""
         done = {r.get("cell_id") for r in results_mod.read(self.results)} if self.resumed else set()
         # A resumed run whose every cell has its row (a finished run kept) starts no parent.
         to_run = (c for c in self.cells if c.expect.outcome != "skip" and c.id not in done)
@@ -99,8 +99,7 @@ COLUMN_KEY = pytest.StashKey[ColumnRun]()
 
 def column_facts(run: ColumnRun) -> dict[str, Any]:
     """What a resumed run must share with the one it resumes: the column, and which cells
-    the environment could not run (a module installed since, torchvision's CPU build, must
-    not leave the first run's skips standing)."""
+    the environment could not run, so a module installed since lifts the first run's skips."""
     lacking = sorted(
         c.id for c in run.cells if c.expect.outcome == "skip" and skipped_for_needs(c.expect.reason)
     )

@@ -1,9 +1,7 @@
 """The test items: matrix.yaml as a pytest File, each cell of the column an Item.
 
-pytest's documented pattern for tests written in YAML: the file is collected by a File
-node, each cell is an Item whose `reportinfo()` points at its case's line, and whose
-`repr_failure()` prints the cell's verdict, record, log tail and rerun lines instead of a
-Python traceback (the traceback would be the rig's, not vLLM's).
+pytest's pattern for tests written in YAML; a failure prints the cell's verdict, record,
+log tail and rerun lines instead of a traceback, which would be the rig's, not vLLM's.
 """
 
 from __future__ import annotations

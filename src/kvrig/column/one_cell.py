@@ -35,10 +35,9 @@ def run_and_judge(
     reuse: bool = False,
     env_overrides: dict[str, str] | None = None,
 ) -> Judged:
-    """Runs the cell (unless `reuse` finds its finished record), judges its record and
-    appends its row to the folder's results.jsonl (not again for a reused record); the row
-    is written with the record, under one held Ctrl-C, so a run cut short never keeps a
-    record without its row."""
+    """Runs the cell (unless `reuse` finds its finished record), judges it and appends its
+    row; the row is written with the record under one held Ctrl-C, so a run cut short
+    never keeps a record without its row."""
     done = finished_record(folder, cell.id) if reuse else None
     if done is not None:
         verdict = judge(cell, done)

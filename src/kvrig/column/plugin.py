@@ -3,15 +3,9 @@
     pytest -p kvrig matrix.yaml [--kvrig-platform cpu] [--kvrig-isa avx2] [-n 2] [-k ...]
     kvrig column [--platform cpu] [--isa avx2] [pytest args...]      # the same, set up
 
-Inert unless the command line names a matrix file: installed beside other tests it
-changes nothing. For a column run it takes the column kvrig.define.column_choice picks
-(as `kvrig column` does: the host's platform, on CPU its class or the one `--kvrig-isa`
-emulates, refusing a host that cannot run it), with the options of
-kvrig.define.column_options under their `--kvrig-` names, resumes an
-unfinished run (kvrig.column.resume), keeps one warm vLLM parent pool per pytest(-xdist)
-process, shows progress, and prints the column's summary and report at the end.
-
-The hooks alone: the run they share with the items is kvrig.column.column_run.
+Inert unless the command line names a matrix file, so installed beside other tests it
+changes nothing. The hooks alone: the run they share with the items is
+kvrig.column.column_run.
 """
 
 from __future__ import annotations
@@ -210,9 +204,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _slow_first(item: pytest.Item) -> int:
     """The longest cells start first, so two cells side by side do not end with one core
-    idle behind a long one: vLLM's multiprocess engine spawns two interpreters (40-60 s),
-    a checkpoint's real shapes take longer than a tiny model. Read off the matrix alone,
-    so every xdist worker collects the same order."""
+    idle behind a long one. Read off the matrix alone, so every xdist worker collects the
+    same order."""
     if not isinstance(item, CellItem):
         return 3
     cell = item.cell
@@ -222,10 +215,8 @@ def _slow_first(item: pytest.Item) -> int:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A real GPU's column ends at the first cell its device would fail for the rig's own
-    reason (gone, or never passed into the container), rather than recording every
-    remaining cell as vLLM's failure. The run stays unfinished: rerun it once the device
-    is back and it resumes at that cell."""
+    """A real GPU's column ends at the first cell a missing device would fail, rather than
+    recording every remaining cell as vLLM's failure; the run stays unfinished, to resume."""
     run = item.config.stash.get(COLUMN_KEY, None)
     if run is None or not isinstance(item, CellItem) or run.device is not None:
         return

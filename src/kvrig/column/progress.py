@@ -1,9 +1,7 @@
 """A column's progress: done/total, the cells running, elapsed and remaining time.
 
-On a terminal it is one status line redrawn in place under pytest's own lines; in a CI
-log (not a TTY, or CI set) it is a plain line per finished cell, so the log reads top to
-bottom. The arithmetic and formatting are pure; `ProgressPlugin` is the pytest edge, and
-uses only pytest's public hooks and terminal-reporter methods.
+In a CI log (not a TTY, or CI set) it is a plain line per finished cell instead of a
+redrawn status line, so the log reads top to bottom.
 """
 
 from __future__ import annotations
@@ -101,9 +99,8 @@ def interactive(stream: Any = None) -> bool:
 class ProgressPlugin:
     """Feeds State from pytest's hooks (also forwarded from pytest-xdist workers).
 
-    On a terminal with pytest-xdist, pytest's own per-test output is silenced (its lines
-    and the redrawn bar would overwrite each other) and this plugin writes a line per
-    finished cell above the bar; failures still get pytest's full report at the end.
+    On a terminal with xdist, pytest's own per-test lines are silenced, since they and the
+    redrawn bar would overwrite each other; failures still get pytest's full report.
     """
 
     def __init__(self, config: pytest.Config, workers: int) -> None:

@@ -1,11 +1,8 @@
 """Whether a column run resumes an unfinished one: `run.json` beside results.jsonl.
 
-A run cut short (killed, Ctrl-C, a CI time-out) is resumed by running the same command
-again: cells that already have a results row are not run again. That is only sound when
-nothing the rows depend on changed, so the state file keeps a fingerprint of it, part by
-part (the matrix, the selection, the mode, the column and CPU class, the vLLM installed,
-the rig's own code); a run whose fingerprint differs starts over and says which part
-changed, keeping the old rows as previous-results.jsonl.
+Skipping cells that have a row is only sound when nothing the rows depend on changed, so
+the state file keeps a fingerprint of it, part by part, and a run whose fingerprint
+differs starts over saying which part changed.
 """
 
 from __future__ import annotations
@@ -97,12 +94,11 @@ class Start:
 
 
 def start(results: Path, parts: dict[str, str], rerun: bool, keep_finished: bool = False) -> Start:
-    """Resumes the last run if it did not finish and its fingerprint is this one;
-    otherwise starts a new results.jsonl, keeping the previous one beside it.
+    """Resumes the last run if it did not finish and its fingerprint is this one; otherwise
+    starts a new results.jsonl, keeping the previous one beside it.
 
-    `keep_finished` also takes a finished run with this fingerprint as it is (every cell
-    judged again from its record, none run): how the release diff reuses a column the
-    `emulated` session already ran. A plain column run always starts a finished one over."""
+    `keep_finished` also takes a finished run as it is, so the release diff can reuse a
+    column the `emulated` session already ran."""
     state_file = results / RUN_FILE
     try:
         last = json.loads(state_file.read_text())

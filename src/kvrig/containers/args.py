@@ -5,11 +5,9 @@
         [--shard I/N] [--vllm-source PATH | --vllm-patch FILE] [--from-wheels]
         [--registry REG] [--push] [--build-only] [-- pytest args...]
 
-The column's own options are kvrig column's (kvrig.define.column_options): --results and
-an overlay's are the host's side, the others are handed to the `kvrig column` inside.
-Arguments it does not know (e.g. `-k qwen3_next`) go to the column's pytest, as does
-everything after `--`. A bad command line is refused here, in this command's own terms,
-before anything is read from the checkout.
+Unknown arguments (e.g. `-k qwen3_next`) and everything after `--` go to the column's
+pytest. A bad command line is refused here, in this command's own terms, before anything
+is read from the checkout.
 
     KVRIG_ENGINE=docker|podman: the engine, as --engine.
     KVRIG_REGISTRY=REG: the registry images are pulled from and pushed to, as --registry.
@@ -62,9 +60,8 @@ class Args:
 
 
 def with_gpu_arch(args: Args, arch: str) -> Args:
-    """The CUDA column on the host's GPU: named for its architecture on the host, and the
-    `kvrig column` in the container told it, so that a container seeing another GPU is
-    refused there too."""
+    """The CUDA column named for the host GPU's architecture, and the `kvrig column` inside
+    told it, so a container that sees another GPU is refused there too."""
     handed = list(args.column_args)
     if "--gpu-arch" not in handed:
         handed += ["--gpu-arch", arch]
@@ -89,7 +86,7 @@ def registry_name(text: str) -> str:
 
 
 def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
-    """Our options, with unknown ones and everything after `--` kept for pytest."""
+    """This command's options, with unknown ones and everything after `--` kept for pytest."""
     env = dict(os.environ) if env is None else env
     argv = list(argv)
     tail: list[str] = []
@@ -172,9 +169,8 @@ def parse_args(argv: Sequence[str], env: dict[str, str] | None = None) -> Args:
 
 
 def _check_gpu_arch(platform: str, gpu_arch: str | None, emulate: str | None, cls: str) -> None:
-    """--gpu-arch names the real CUDA or ROCm GPU the column runs on: refused here, in this
-    command's own terms (the platform is its first argument), beside a CPU class or an
-    emulated device, and on a platform whose columns carry no architecture."""
+    """--gpu-arch names a real CUDA or ROCm GPU, so it is refused here, in this command's own
+    terms, beside a CPU class, an emulated device or a platform without architectures."""
     if not gpu_arch:
         return
     if platform not in gpus.BY_ARCH:

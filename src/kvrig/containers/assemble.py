@@ -1,8 +1,7 @@
 """One column's Plan, put together from its command line, the checkout and the host.
 
-The decisions are kvrig.containers.plan's and the reads kvrig.containers.facts'; this is
-where they meet, so that kvrig.containers.launch has one call to make (and makes it again
-when the base image or the network setting changes) and a test one call to check.
+The decisions are kvrig.containers.plan's and the reads kvrig.containers.facts'; they meet
+here so that kvrig.containers.launch has one call to make and a test one call to check.
 
     KVRIG_BASE_IMAGE=IMAGE: build on IMAGE instead of the platform's base_image. When the
         base cannot be pulled and a local Debian image can stand in for it, that image is
@@ -61,13 +60,9 @@ def make_plan(
     pinned: ImagePins | None = None,
     get: index.Get | None = None,
 ) -> Plan:
-    """The whole column as commands; reads the checkout's files and the release's pins
-    (through `get`, from the index) but changes nothing.
-
-    `staged` and `pinned`: the overlay's inputs and the pin overrides an earlier plan of
-    the same run read already (a checkout's are every file of its package, hashed; the
-    pins a page or two of the index), so a plan made again for another base image or
-    network setting neither reads them again nor can decide them differently."""
+    """The whole column as commands; reads the checkout's files and the release's pins but
+    changes nothing. `staged` and `pinned` are an earlier plan's reads, so a plan made again
+    for another base image or network neither reads them again nor decides them otherwise."""
     spec = load_spec(args, root)
     if settings is None:
         settings = es.decide(engine, es.HostFacts(), env, cache_dir(env), args.host_settings)

@@ -2,10 +2,8 @@
 
     kvrig setup base-image [--engine podman|docker] [--suite bookworm] [--tag IMAGE]
 
-debootstrap fetches the packages from a Debian mirror (which such hosts can reach, as
-their apt-get does), and the root filesystem is imported as an image. The Dockerfiles take
-their base as a build argument, so `--build-arg BASE_IMAGE=localhost/kvrig-base:bookworm`
-(or KVRIG_BASE_IMAGE) builds on it; their public base images stay the defaults.
+debootstrap fetches the packages from a Debian mirror, which such hosts reach as their
+apt-get does; KVRIG_BASE_IMAGE then builds on the imported image.
 """
 
 from __future__ import annotations

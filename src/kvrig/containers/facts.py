@@ -1,10 +1,7 @@
-"""What a plan is made from that is read, not decided: the host's user and GPU groups,
-the checkout (its root, the files the image installs, their digest, its matrix), the
-overlay's inputs and the release's pins (for the matrix's pin_overrides).
+"""What a plan is made from that is read, not decided: host groups, checkout, overlay, pins.
 
-Kept apart from kvrig.containers.plan so that the commands stay functions of values, and
-so that what touches the file system is in one place: kvrig.containers.assemble reads
-through these, and a test hands plan's functions the values instead.
+Kept apart from kvrig.containers.plan so that the commands stay functions of values and a
+test can hand them the values instead.
 """
 
 from __future__ import annotations
@@ -40,8 +37,8 @@ def host_facts(engine: str) -> Host:
 
 
 def render_gids(dri: Path = Path("/dev/dri"), kfd: Path = Path("/dev/kfd")) -> tuple[int, ...]:
-    """The groups owning the GPU nodes (render, sometimes video; on an AMD host also ROCm's
-    compute node /dev/kfd, render or video): what --group-add needs."""
+    """The groups owning the GPU nodes (/dev/dri, and /dev/kfd on AMD): what --group-add
+    needs for the container's user to open them."""
     gids = (
         {p.stat().st_gid for p in sorted(dri.glob("*")) if not p.is_dir()}
         if dri.is_dir()
@@ -101,8 +98,7 @@ def inputs_digest(root: Path, files: Iterable[Path]) -> str:
 
 
 def load_for(args: Args, root: Path) -> tuple[Matrix, named_release.NamedRelease | None]:
-    """The matrix the column runs on (a release named with --vllm in place of the pin),
-    and that release when it is not the pin."""
+    """The matrix the column runs on, a release named with --vllm standing in for the pin."""
     matrix_path = args.matrix or root / "matrix.yaml"
     try:
         return named_release.for_column(
@@ -154,22 +150,12 @@ def image_pins(
     settings: es.EngineSettings = es.NO_SETTINGS,
     get: index.Get | None = None,
 ) -> ImagePins:
-    """The platform's pin_overrides the image's install takes, read as the host's install
-    reads them (kvrig.provision.pin_check): the release's metadata from its wheel file or
-    the index, and only the overrides whose exact pin it declares, so that an override
-    written for one release never reaches another's image. A vLLM built from git has no
-    metadata before its build: its pins are left to uv, as on a host.
+    """The platform's pin_overrides whose exact pin the release declares, read as the host's
+    install reads them, so an override written for one release never reaches another's.
 
-    Where the pins cannot be read (no index answers, UV_OFFLINE), that is said in one line
-    and the image takes the platform's pin_overrides anyway, each recorded in its stamp as
-    not checked (so the tag is not that of an image whose pins were read). A user who
-    builds the matrix's release expects the image the matrix describes: pin_overrides are
-    written for that release, and without them its build stops in uv's resolver over the
-    very pin that made someone write them (a host's install, which can run uv twice, takes
-    the override after uv names the pin; a build cannot), whereas with them it builds and
-    every record says the environment is not the release's own. The cost falls only on
-    another release (named with --vllm) that pins another version of the same package: it
-    gets the override too, and its records say so; nothing is taken silently."""
+    Where the pins cannot be read (no index, UV_OFFLINE) the image takes every override,
+    each stamped as not checked: without them the matrix's own release stops in uv's
+    resolver, which a build, unlike a host's install, cannot run twice to get past."""
     src = spec.vllm.installed
     if not spec.pin_overrides or src.kind == "image":
         return ImagePins()
@@ -192,8 +178,8 @@ def image_pins(
 def _declared(
     release: install.Release, env: Mapping[str, str], settings: es.EngineSettings, get: index.Get
 ) -> list[pins.Pin]:
-    """The release's exact pins, from the indexes the host knows of (its own, then the
-    build's further ones): the metadata is the release's wherever it is served."""
+    """The release's exact pins, from any index the host or the build knows of: the
+    metadata is the release's wherever it is served."""
     if index.offline(env) and not release.wheel:
         raise index.Unreachable("uv is offline (UV_OFFLINE), so kvrig reads no index either")
     extra = (*index.extra_indexes(env), *settings.extra_index_urls)

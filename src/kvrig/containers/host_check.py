@@ -1,19 +1,9 @@
 """What a GPU host must have before a containerised GPU column installs or builds anything.
 
-In the order a runner fails: the device (an NVIDIA GPU `nvidia-smi` lists; an Intel render
-node the user may open; an AMD GPU `amd-smi` or `rocminfo` lists, with /dev/kfd and a render
-node), the driver new enough for the image's CUDA, the NVIDIA Container Toolkit or a CDI spec
-that passes the GPU into a container, on ROCm the user's access to /dev/kfd and the render
-nodes, and on CUDA and ROCm a GPU architecture kvrig keeps expectations for (the one a
-runner's label names, if given). Each missing piece is one paragraph naming what to install,
-exit 2, before a container engine is installed or an image is built (`nox -s cuda`,
-`nox -s xpu` and `nox -s rocm` run this first). The pass-through smoke test
-in a small container and the device check inside the column's own container come after,
-once an engine answers (kvrig.containers.launch).
-
-With --dry-run (`nox -s xpu -- --dry-run` hands it on) nothing is refused: what a run
-would stop at, and what the container-engine set-up would do, are printed as comment lines
-above the plan `kvrig container --dry-run` prints, exit 0, on any host.
+Checked in the order a runner fails (device, driver, container toolkit, node access, a
+known architecture), each missing piece one paragraph, exit 2, before an engine is
+installed or an image built. With --dry-run nothing is refused: the gaps are printed as
+comment lines above the plan, so a dry run works on any host.
 
     kvrig check host cpu|cuda|xpu|rocm [--gpu-arch ARCH] [--dry-run] [the column's other
         arguments, ignored]
@@ -145,7 +135,7 @@ def check_host(
     gpu_arch: str | None = None,
 ) -> None:
     """The host's side of the platform's column, against the base image matrix.yaml names
-    (and on CUDA and ROCm the architecture `gpu_arch`, a runner's label, names)."""
+    and, on CUDA and ROCm, the architecture a runner's label names."""
     spec = load(matrix).platforms.get(platform)  # type: ignore[call-overload]
     check(platform, spec.base_image if spec else "", probe or Probe(), gpu_arch)
 
@@ -158,9 +148,7 @@ def dry_run_lines(
     engine_facts: Callable[[tuple[str, ...]], engines.Facts] | None = None,
 ) -> list[str]:
     """What a run would stop at here, as comment lines of the plan, never a refusal: a dry
-    run shows the plan on any host, and says what this host lacks for it. The probes only
-    read (nvidia-smi, amd-smi, rocminfo, /dev/dri, `docker info`, `podman info`, dpkg);
-    nothing is installed."""
+    run shows the plan on any host, and says what this host lacks for it."""
     head = f"# kvrig check host {platform}:"
     try:
         check_host(platform, probe, matrix, gpu_arch)

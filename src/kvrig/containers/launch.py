@@ -4,9 +4,8 @@
         [--matrix PATH] [--results DIR] [--podman-compat] [--registry REG] [--push]
         [--build-only] [--from-wheels] [-- pytest args...]
 
-The commands come from kvrig.containers.plan (decided from values), put together by
-kvrig.containers.assemble; this module is the edge that checks the host
-(kvrig.containers.preflight), runs them, and removes the container on Ctrl-C or SIGTERM.
+The commands are decided elsewhere (kvrig.containers.plan); this is the edge that runs
+them, so it alone removes the container on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -88,9 +87,8 @@ def _run_teed(cmd: list[str], env: dict[str, str], keep: int = 400) -> tuple[int
 
 
 def pulled(plan: Plan) -> bool:
-    """Whether the image is here, pulled from the plan's registry when it was not: then
-    neither its base nor a build is needed. A failed pull is one line, and the image is
-    built here instead."""
+    """Whether the image is here, pulled from the plan's registry when it was not, so that
+    neither its base nor a build is needed; a failed pull falls back to a build."""
     if _image_present(plan.engine, plan.image, plan.settings):
         return True
     if not plan.pull:
@@ -123,8 +121,7 @@ def resolve_base(
     platform: str | None = None,
 ) -> str | None:
     """None when `wanted` is here or can be pulled; else the local image standing in for it,
-    built first when absent. Raises when no local image can stand in; for a release's
-    vLLM image (`vllm_image`), saying how to build from the release's wheels instead."""
+    built first when absent, for hosts that reach no registry."""
     flags = es.global_flags(settings)
     try:
         preflight.check_base_image(engine, wanted, probe, flags, platform)
@@ -220,9 +217,8 @@ def _stop(plan: Plan, proc: subprocess.Popen[bytes]) -> None:
 
 
 def on_device(args: Args, probe: preflight.Probe) -> Args:
-    """A CUDA or ROCm column runs on the host's GPU, whose architecture names it
-    (cuda-sm90, rocm-gfx942) and must be the one --gpu-arch names; refused here, before
-    any image is built."""
+    """A CUDA or ROCm column is named by the host GPU's architecture, which must be the one
+    --gpu-arch names: refused here, before any image is built."""
     if args.platform not in gpus.BY_ARCH:
         return args
     try:

@@ -1,39 +1,12 @@
 """A column in its container, as commands: image tag, build, run, and the dry run's lines.
 
-Decided, not read: every function here works on what it is given (matrix.yaml's platform,
-the host's facts, the engine's settings), so what `--dry-run` prints is what runs and unit
-tests check the commands without an engine. The one look at the host is build_args' in
-the wheel folder the settings name, for torchvision's CPU build
-(kvrig.provision.install.cpu_torchvision). What is read from the host and the checkout is
-kvrig.containers.facts', the command line kvrig.containers.args', and
-kvrig.containers.assemble puts them together into a Plan.
+Decided, not read: every function works on what it is given, so what `--dry-run` prints is
+what runs and unit tests check the commands without an engine (the one look at the host is
+build_args' wheel folder, for torchvision's CPU build).
 
-Images are built once and shared through a registry (--registry REG, or KVRIG_REGISTRY):
-the image is then REG/kvrig-<platform>:<tag>, pulled when it is not here and built only
-when the pull fails; --push pushes it, and --build-only (a CPU runner's job in CI) builds
-and pushes it and runs no column, so it needs no device. The tag keys what the image
-installs, so the host that builds it and the GPU host that pulls it compute the same one.
-
-A platform whose vLLM is a release's image (vllm/vllm-openai:v0.33.0) gets that image
-with the rig layered on; --from-wheels builds the same release from the package index on
-the platform's base_image instead (where no registry serves vLLM's image).
-
-The matrix's pin_overrides reach an image as they reach a host (kvrig.provision.pin_check):
-kvrig.containers.facts reads the release's pins and keeps the overrides whose pin it
-declares; the build hands them to uv's --override and leaves the host's stamp
-(kvrig.provision.stamp) in the image's environment, so its records say the environment is
-not the release's own; they are build arguments, so they are in the tag.
-
-An overlay (--vllm-source, --vllm-patch, or matrix.yaml's kind: overlay) is checked on
-the host, its inputs staged in docker/overlay/ and built into the image over the image's
-own vLLM (kvrig.provision.overlay); their digest is part of the image's tag.
-
-The image tag is a hash of everything the image is built from, so an image is built only
-when one of its inputs changed and a record's image tag names exactly what ran.
-
-Settings for restricted hosts (sandboxed VMs: no CAP_SYS_RESOURCE, a hybrid cgroup layout,
-a TLS-intercepting proxy, no image registry) are decided per host by kvrig.containers.settings;
-the dry run prints them one line each.
+The image tag is a hash of everything the image is built from and nothing host-specific,
+so an image is built only when an input changed, the CPU runner that builds it and the GPU
+runner that pulls it name the same one, and a record's tag names exactly what ran.
 """
 
 from __future__ import annotations
@@ -75,9 +48,8 @@ class UsageError(Exception):
 
 @dataclass(frozen=True)
 class ImagePins:
-    """The matrix's pin overrides the image's vLLM install takes, as
-    kvrig.containers.facts decided them from the release's pins, and the lines that say
-    so (in the dry run, and before a build)."""
+    """The pin overrides the image's vLLM install takes (kvrig.containers.facts.image_pins),
+    with the lines that say so in the dry run and before a build."""
 
     applied: tuple[Override, ...] = ()
     lines: tuple[str, ...] = ()
@@ -145,10 +117,8 @@ def image_tag(
 ) -> str:
     """[REG/]kvrig-<platform>:<version>-<hash>, the hash over every input of the build.
 
-    The build args carry the vLLM source (kind, version, image, wheel, git ref) and the base
-    image, so a new vLLM gives a new tag even when no file of the checkout changed; nothing
-    host-specific is in it, so a CPU runner that builds and a GPU runner that pulls name
-    the same image.
+    The build args are hashed too, so a new vLLM or base image gives a new tag even when no
+    file of the checkout changed.
     """
     h = hashlib.sha256()
     h.update(dockerfile)
@@ -185,8 +155,8 @@ def push_failure(image: str, registry: str, engine: str, code: int, output: str)
 
 
 def from_wheels(spec: PlatformSpec, platform: str) -> PlatformSpec:
-    """The platform with its vLLM installed from the index on its base_image: a release's
-    image gives way to that release's wheel (kvrig.define.platform_spec.VllmSource.wheels)."""
+    """The platform with its release's wheel installed on its base_image instead of the
+    release's image, for hosts no registry serves vLLM's image to."""
     if spec.vllm.kind != "image":
         return spec  # already installed from the index, a wheel or a git ref
     wheels = spec.vllm.wheels
@@ -221,11 +191,8 @@ def _source_args(src: VllmSource) -> dict[str, str]:
 def _install_record(
     platform: str, src: VllmSource, pinned: Sequence[Override], excluded: Sequence[str]
 ) -> dict[str, str]:
-    """The overrides uv's install in the image takes (PIN_OVERRIDES: requirements,
-    space-separated, as the matrix's exact pins are written) and the stamp the build
-    leaves (VLLM_STAMP, planned here: the host knows why each override is taken, the
-    image only the version that landed). Nothing for a prebuilt vLLM image, which
-    installs no vLLM."""
+    """PIN_OVERRIDES for uv's install in the image and the VLLM_STAMP it leaves, planned here
+    because the host knows why each override is taken and the image only what landed."""
     if src.kind == "image":
         return {}
     asked = IMAGE_ASKED.format(platform=platform)
@@ -341,17 +308,9 @@ def build_env(engine: str, settings: es.EngineSettings) -> dict[str, str]:
 
 
 def user_args(engine: str, host: Host) -> list[str]:
-    """Who the column runs as, so that the bind-mounted results are writable.
-
-    - A rootless Podman user: `--userns=keep-id` maps the host's uid into the container
-      unchanged, so files in results/ belong to that user and the container's root is not
-      the host's.
-    - Any other non-root host user: `--user uid:gid`, so files in results/ belong to the
-      user who ran the session and need no chown afterwards. The image's HOME is writable
-      by any uid.
-    - A host running as root (many CI runners): the image's own unprivileged user, never
-      root; the caller hands it the results folder (chown) before the run.
-    """
+    """Who the column runs as, so that the bind-mounted results are writable and belong to
+    the host's user; a root host (many CI runners) gets the image's unprivileged user, never
+    root, and hands it the results folder first."""
     if engine == "podman" and host.rootless_podman:
         return ["--userns=keep-id", "--user", f"{host.uid}:{host.gid}"]
     if host.uid != 0:
@@ -396,9 +355,8 @@ def passthrough_command(
     host: Host,
     settings: es.EngineSettings = es.NO_SETTINGS,
 ) -> list[str] | None:
-    """The device passed into a container of the base image, as the column's container
-    gets it and as its user: a missing toolkit, CDI spec or render group fails here in
-    seconds, with its fix named, instead of after an image build."""
+    """The device passed into a small container as the column's will get it: a missing
+    toolkit, CDI spec or render group fails in seconds, not after an image build."""
     if platform not in ("cuda", "xpu", "rocm"):
         return None
     cmd = [
@@ -530,7 +488,7 @@ def passage_on(plan: Plan, image: str) -> list[str]:
 
 def image_lines(plan: Plan, passage: Sequence[str] = ()) -> list[str]:
     """The image's commands: pulled from the registry, else built; pushed with --push.
-    `passage`, the device's check, comes between the pull and the build, as in a run."""
+    `passage` comes between the pull and the build, as in a run."""
     q = shlex.join
     lines = []
     if plan.pull:

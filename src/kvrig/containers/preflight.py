@@ -1,9 +1,7 @@
 """Checks that a containerised column can start here, each failing with one paragraph.
 
-A column that dies ten minutes into a build, or inside the container with a CUDA stack
-trace, wastes a CI slot and says nothing useful; these checks run first and name the
-missing piece and what to run instead. The probes (`which`, `run`, `exists`, ...) are passed
-in so the decisions are testable without an engine or hardware.
+A column that dies ten minutes into a build or with a CUDA stack trace wastes a CI slot
+and says nothing useful; these checks run first and name the missing piece and the fix.
 """
 
 from __future__ import annotations
@@ -263,10 +261,8 @@ def _amd_gpu_unlisted(tool: str, probe: Probe) -> str | None:
 
 
 def rocm_arch(probe: Probe) -> str | None:
-    """The AMD GPU's gfx target without its features (gfx942 for gfx942:sramecc+:xnack-),
-    as the matrix keys it: read as kvrig.host.hardware.gfx_target reads it (rocminfo's
-    first GPU agent, else amd-smi's first GPU), through the probe; None if neither
-    answers one."""
+    """The AMD GPU's gfx target as the matrix keys it (gfx942), read through the probe as
+    kvrig.host.hardware.gfx_target reads it; None if no tool answers one."""
 
     def read(cmd: list[str]) -> str | None:
         if probe.which(cmd[0]) is None:
@@ -456,13 +452,9 @@ def check_engine_runs(
     may_use_host_network: bool = False,
     platform: str | None = None,
 ) -> bool:
-    """A trivial container starts, so a restricted host fails here with its fix named,
-    not minutes into a build with the runtime's raw error. Podman only: Docker's daemon
-    owns these settings.
-
-    The container gets the network the build gets. When that fails and the host's network
-    works, True says the host network is needed (if `may_use_host_network`).
-    """
+    """A trivial container starts, so a restricted host fails here with its fix named, not
+    minutes into a build. Podman only: Docker's daemon owns these settings. True when only
+    the host's network works, so the build needs it too."""
     if engine != "podman":
         return False
     base = [*_env_prefix(engine_env), engine, *global_flags, "run", "--rm"]

@@ -1,11 +1,9 @@
 """Engine settings for restricted hosts: which ones a host needs, and why.
 
-Sandboxed VMs run Podman only with a few settings an ordinary host never needs: no default
-ulimits when root lacks CAP_SYS_RESOURCE, the runc runtime with cgroupfs on a hybrid cgroup
-v1/v2 layout (crun refuses it), the host's CA bundle behind a TLS-intercepting proxy, and
-a local wheel folder where PyTorch's wheel index is out of reach. Each setting is decided
-here from facts read off the host, so a host that needs none gets none, and each can be
-forced on or off by environment variable:
+Sandboxed VMs run Podman only with settings an ordinary host never needs (no default
+ulimits without CAP_SYS_RESOURCE, runc with cgroupfs on a hybrid cgroup layout, which crun
+refuses, a proxy's CA bundle, a local wheel folder). Each is decided from the host's facts,
+so a host that needs none gets none, and each can be forced by environment variable:
 
     KVRIG_HOST_SETTINGS   auto (default): each setting when the host's facts call for it;
                           on: all of them (as KVRIG_PODMAN_COMPAT=1); off: none
@@ -18,9 +16,6 @@ forced on or off by environment variable:
     KVRIG_FIND_LINKS      a folder of wheels mounted into the build, or `none`; auto takes
                           $PIP_FIND_LINKS when it holds a torch wheel
     KVRIG_EXTRA_INDEX_URL an extra package index for the build (space-separated list)
-
-The decision is a pure function of `HostFacts` and the environment; reading the facts is
-the only side effect and sits at the edge (`read_host_facts`).
 """
 
 from __future__ import annotations
@@ -107,9 +102,8 @@ def _first_ca(env: Mapping[str, str], facts: HostFacts) -> str | None:
 
 @dataclass
 class _Picker:
-    """Decides the settings one at a time and keeps the line saying why each is in force:
-    a variable set by hand wins (a value in `off` turns the setting off), then the mode,
-    then in auto mode (on Podman only) whether the host's facts need it."""
+    """Decides the settings one at a time, keeping the line saying why each is in force: a
+    variable set by hand wins, then the mode, then (Podman, auto) the host's facts."""
 
     env: Mapping[str, str]
     mode: str
@@ -237,7 +231,6 @@ def with_host_network(settings: EngineSettings) -> EngineSettings:
 
 
 def global_flags(settings: EngineSettings) -> list[str]:
-    """Flags that go before the engine's subcommand."""
     flags: list[str] = []
     if settings.runtime:
         flags += ["--runtime", settings.runtime]

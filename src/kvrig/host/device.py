@@ -1,10 +1,8 @@
 """Whether a column's accelerator is still there, asked inside its container before each cell.
 
-A GPU that falls off the bus, a driver reset or a container started without the device
-turns every remaining cell into the same raw CUDA, HIP or Level Zero error, an hour of CI later
-and under each cell's name as if vLLM had failed it. Asked before each cell, the column
-instead stops at the first cell it would have lost and says what went (kvrig.column.plugin).
-The looks at the system are passed in, so each answer is testable without a device.
+A lost device turns every remaining cell into the same raw CUDA, HIP or Level Zero error,
+filed under each cell's name as if vLLM had failed it; asked first, the column stops at the
+first cell it would lose and says what went.
 """
 
 from __future__ import annotations

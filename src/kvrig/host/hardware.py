@@ -86,8 +86,7 @@ def has_amd_gpu() -> bool:
 
 def gfx_target(read: Callable[[list[str]], str | None] | None = None) -> str | None:
     """The AMD GPU's gfx target (gfx942), from rocminfo, else amd-smi; None without one.
-    `read` answers a command's output, None where the tool is missing or fails (the
-    preflight passes its own probe's; by default this host's)."""
+    `read` is passed in so the preflight can ask its own probe instead of this host."""
     read = read or _run
     found = parse_rocminfo(read(["rocminfo"]) or "")
     return found[0] if found else parse_amd_smi_asic(read(["amd-smi", "static", "--asic"]) or "")

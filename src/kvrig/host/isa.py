@@ -1,16 +1,9 @@
 """The x86-64 CPU classes vLLM's CPU platform tells apart, and what each one answers.
 
-vLLM reads the host's instruction set through torch's probes (`torch.cpu._is_*_supported`,
-all of which read `torch.cpu.get_capabilities()` in torch 2.13): AVX512-BF16 decides
-whether the Mamba/GDN SSM state is reset to float32 (and so the block size) and which
-kernel library loads, AMX the attention kernel and MLA backend, AVX-512 or AMX whether an
-fp8 KV cache is allowed. So a CPU cell's expectation is a function of the class, and a
-class below the host's can be emulated on it: every process of a cell then sees the
-probes answer for that class (kvrig.run.isa_boot) and torch's and oneDNN's own kernels
-capped to it. aarch64 hosts follow the non-BF16 rules in vLLM's code (no SSM reset, no
-fp8 KV cache); they are not a class kvrig can emulate.
-
-Pure: flags in, classes and answers out.
+vLLM's CPU code decides from the instruction set (AVX512-BF16: the SSM state dtype, so the
+block size, and the kernel library; AMX: attention kernel and MLA; AVX-512 or AMX: fp8 KV
+cache), so a CPU cell's expectation is a function of its class, and a lower class can be
+emulated on a higher host. aarch64 follows the non-BF16 rules and is not emulated.
 """
 
 from __future__ import annotations
@@ -126,8 +119,8 @@ def check_known(cls: str) -> None:
 
 
 def host_class(flags: Iterable[str], arch: str = "x86_64") -> str | None:
-    """The highest class whose flags the host has; None for a host below AVX2. aarch64
-    hosts are their own class (vLLM's non-BF16 rules)."""
+    """The highest class whose flags the host has; None below AVX2. aarch64 is its own
+    class because vLLM gives it the non-BF16 rules."""
     if arch in ("aarch64", "arm64"):
         return "aarch64"
     have = set(flags)
@@ -208,9 +201,8 @@ def emulation_env(cls: str) -> dict[str, str]:
 
 
 def take_arg(given: str, args: list[str]) -> tuple[str, list[str]]:
-    """The CPU class a command line asks for, also as pytest's `--kvrig-isa` (nox passes
-    its arguments on to the column), and the arguments without it: the column and its
-    results folder follow from the class, so it is read before pytest starts."""
+    """The CPU class a command line asks for (`--kvrig-isa`) and the arguments without it:
+    read before pytest starts because the column and its results folder follow from it."""
     rest: list[str] = []
     it = iter(args)
     for arg in it:

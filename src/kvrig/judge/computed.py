@@ -1,10 +1,7 @@
-"""What vLLM did against what kvrig.rules computes for the cell: the size, the outcome,
-the pages and the hybrid alignment, and whether the rules were read for the vLLM that ran.
+"""What vLLM did against what kvrig.rules computes for the cell: size, outcome, pages, alignment.
 
-Apart from the verdict because this is the one part that rests on kvrig's own rules, not
-on vLLM's outcome: a mismatch fails only where the rules must agree (confirmed by real
-engines, or an emulated device), and rules not read for the vLLM that ran turn a pass
-into UNREAD. It changes when the rules change, the verdict when the expectations do.
+Apart from the verdict because it rests on kvrig's own rules, not on vLLM's outcome: it
+changes when the rules change, the verdict when the expectations do.
 """
 
 from __future__ import annotations
@@ -60,10 +57,8 @@ def computed(cell: Cell, rec: Record) -> Computed:
 
 
 def unread(cell: Cell, rec: Record, calc: Computed) -> str | None:
-    """Why the size this cell is judged by may not be its vLLM's, or None: the rules were
-    not read for the release that ran (a newer one, or a checkout or patch over a release),
-    and the verdict rests on them (a size was computed and the cell's outcome is checked
-    against it). An overlay that changes no file is its base release."""
+    """Why the size this cell is judged by may not be its vLLM's, or None: a pass that rests
+    on rules not read for the release that ran (newer, or patched) is only UNREAD."""
     if calc.expected is None or not isinstance(cell.expect, Runs | EarlyError | LateError):
         return None
     try:
@@ -180,10 +175,8 @@ def _computed_text(exp: expected_mod.Expected) -> str:
 
 
 def rules_problem(expect: Expectation, exp: expected_mod.Expected | None) -> str | None:
-    """The outcome kvrig.rules computes must be the one the expectation states: a `runs`
-    (or `late_error`, whose size passes the early check) cell must compute no rejection,
-    an `early_error` cell a rejection by exactly the backends it names. An `unsupported`
-    refusal comes before any size, so the rules have no say there."""
+    """The outcome kvrig.rules computes must be the one the expectation states. The rules
+    have no say on `unsupported`: that refusal comes before any size."""
     if exp is None:
         return None
     kind = computed_kind(exp)
@@ -199,9 +192,8 @@ def rules_problem(expect: Expectation, exp: expected_mod.Expected | None) -> str
 
 
 def alignment_problem(exp: expected_mod.Expected, rec: Record) -> str | None:
-    """What the hybrid alignment sets besides the size must be what it computes: the
-    padded mamba page (None when the pages already match), the mamba block in align mode,
-    and the lines vLLM logs about both; a later step can mask one that went missing."""
+    """What the hybrid alignment sets besides the size must be what it computes, log lines
+    included: a later step can mask one that went missing."""
     if rec.outcome not in ("ran", "configured") or exp.page is None or not exp.page.mamba:
         return None
     padded = exp.padded if exp.padded != exp.page.mamba else None
@@ -225,9 +217,8 @@ def alignment_problem(exp: expected_mod.Expected, rec: Record) -> str | None:
 
 
 def _pages_problem(exp: expected_mod.Expected, rec: Record) -> str | None:
-    """The pages the engine laid out must be the computed ones, not only the size: each
-    attention group's page (the chosen size's), the mamba state page, and the mamba page
-    padded to exactly the attention page (what vLLM logs as "Padding mamba page size")."""
+    """The pages the engine laid out must be the computed ones, not only the size: a right
+    size with a wrongly padded mamba page still breaks the hybrid layout."""
     if exp.page is None or not exp.page.mamba or exp.padded is None:
         return None
     per_token, size = exp.page.attention_per_token, exp.block_size
@@ -252,9 +243,8 @@ def _pages_problem(exp: expected_mod.Expected, rec: Record) -> str | None:
 
 
 def _core_problem(exp: expected_mod.Expected, rec: Record) -> str | None:
-    """Past the worker's block: each pipeline stage's block, the state group's block and
-    the engine core's (the smallest of its groups', where max_model_len and the stages
-    enter) must be the computed ones, where the record has them."""
+    """Each stage's, the state group's and the engine core's block must be the computed
+    ones too, where the record has them: max_model_len and the stages enter there."""
     if rec.outcome not in ("ran", "configured"):
         return None
     if exp.stage_block_sizes and rec.stage_block_sizes != list(exp.stage_block_sizes):

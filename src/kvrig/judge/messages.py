@@ -1,10 +1,7 @@
-"""What vLLM's two block-size checks say of a size in their errors: the early alignment
-check's rejected size and the backends it names, the worker's late check's size.
+"""What vLLM's two block-size checks say of a size in their errors.
 
-Apart from the verdict because both the verdict (an early error must name the backends the
-cell expects) and the comparison with kvrig's computed size (the size an error names is
-the size vLLM chose) read these messages, and must read them the same way without either
-importing the other.
+A module of its own because the verdict and the comparison with the computed size must read
+these messages the same way without either importing the other.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ _LATE_MESSAGE = re.compile(r"No common block size for (\d+)")
 
 
 def late_error_size(message: str) -> int | None:
-    """The size the worker's late check names ("No common block size for 128"): the one
-    that passed the early check, which the computed size must be, whatever the cell's
-    pattern says (a pattern without it would pass a failure at any size)."""
+    """The size the worker's late check names ("No common block size for 128"): compared
+    with the computed size, since a pattern without it would pass a failure at any size."""
     m = _LATE_MESSAGE.search(message)
     return int(m.group(1)) if m else None

@@ -1,10 +1,7 @@
-"""Whether a record's facts are the ones its cell is about, whatever the cell expects: the
-probe installed in the process that decided, the CPU class or the emulated device vLLM
-saw, the GPU the runner holds; and why an emulated cell's record cannot decide it at all.
+"""Whether a record's facts are the ones its cell is about, whatever the cell expects.
 
 Apart from the verdict because these checks ask nothing of the expected outcome: they come
-first, for a known-defect cell too, and a record they refuse is judged no further. They
-grow with each platform's emulation and with the probe, not with the expectations.
+first, for a known-defect cell too, and grow with the emulation and the probe.
 """
 
 from __future__ import annotations
@@ -31,12 +28,9 @@ PROBE_HOOKS = (".update_block_size_for_backend", ".prepare_kernel_block_sizes")
 
 
 def _probe_problem(expect: Expectation, rec: Record) -> str | None:
-    """Where the record's facts come from must be known: each hook of the probe reported
-    installed in the process whose event it wraps (else an error that came late looks
-    early, or another process's hook vouches for a worker that had none), an early or late
-    error the word of a process whose probe was installed (`_error_source_problem`), and a
-    running engine's KV cache seen sized (else vLLM sizes it somewhere the probe no longer
-    wraps)."""
+    """Where the record's facts come from must be known: each hook installed in the process
+    whose event it wraps and a running engine's KV cache seen sized, else a late error can
+    look early or another process's hook vouch for a worker that had none."""
     outcomes = ("ran", "configured", "error")
     if not isinstance(expect, Runs | EarlyError | LateError) or rec.outcome not in outcomes:
         return None
@@ -88,12 +82,9 @@ def _source_text(source: str | None) -> str:
 
 
 def _error_source_problem(rec: Record) -> str | None:
-    """An early or late error passes on what it says of itself (who raised it, whether
-    the KV cache was sized before it), so it must be the word of a process whose probe
-    was installed: the process its source names, or for a worker's error read from the
-    log without a pid, some process besides the front end. Otherwise a front end that
-    alone reported the probe's hooks would vouch for an error the worker only printed.
-    A record without hooks per process (written before they were kept) is let be."""
+    """An error passes on what it says of itself, so it must be the word of a process whose
+    probe was installed: else the front end's hooks would vouch for a worker's printout.
+    A record that keeps no hooks per process is not checked here."""
     err, by_pid = rec.error, rec.probe_hooks_by_pid
     if rec.outcome != "error" or err is None or not by_pid:
         return None
@@ -186,10 +177,8 @@ def device_gap(cell: Cell, rec: Record) -> str | None:
 
 
 def missing_symbol(cell: Cell, rec: Record) -> str | None:
-    """Why an emulated cell cannot be judged when kvrig's own code reached for a vLLM name
-    the release lacks (kvrig.run.vllm_plugin.symbols), or None: raised by its emulation,
-    plugin or platform, or a probe hook left uninstalled. kvrig does not fit that release
-    yet; what vLLM would have done is unknown, neither its failure nor a pass."""
+    """Why an emulated cell cannot be judged, or None: kvrig's own code reached for a vLLM
+    name the release lacks, so what vLLM would have done is unknown, neither fail nor pass."""
     if not cell.device_emulated:
         return None
     fits = "kvrig does not fit this vLLM release yet, not vLLM's outcome"
@@ -204,9 +193,8 @@ def missing_symbol(cell: Cell, rec: Record) -> str | None:
 
 
 def _device_problem(cell: Cell, rec: Record) -> str | None:
-    """An emulated device's record must show vLLM ran on the faked device the cell names
-    (the plugin's platform class, the architecture), every tensor-parallel rank at one
-    size; a real cell's record must not be an emulated one."""
+    """An emulated record must show vLLM ran on the faked device the cell names, and a real
+    cell's record must not be an emulated one."""
     emulation = rec.emulation
     if not cell.device_emulated:
         if emulation or rec.device_emulated:
@@ -253,10 +241,8 @@ def _ranks_problem(ranks: list[dict[str, Any]]) -> str | None:
 
 
 def _architecture_problem(cell: Cell, rec: Record) -> str | None:
-    """A real GPU cell follows its architecture's expectations (its column is cuda-sm90,
-    rocm-gfx942), so the device the cell's process saw must be that architecture: a runner
-    labelled for one GPU that holds another would otherwise file its results under the
-    wrong column."""
+    """The device the cell's process saw must be its column's architecture: a runner
+    labelled for one GPU that holds another would file results under the wrong column."""
     if cell.gpu_arch is None or cell.platform not in gpus.BY_ARCH or rec.outcome == "skipped":
         return None
     seen = (rec.host or {}).get(gpus.HOST_ARCH_KEY[cell.platform])

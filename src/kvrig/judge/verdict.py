@@ -2,12 +2,6 @@
 
 A failed verdict is one line saying what was expected and what happened, because that
 line is what a maintainer reads first in a red CI job.
-
-This module holds the verdict and what each expectation asks of the record. Whether the
-record can be trusted at all (kvrig.judge.trust) and how vLLM's choice compares with the
-size kvrig computes (kvrig.judge.computed) are modules of their own: each answers a
-question of its own, with checks that grow for reasons of their own (a platform's
-emulation, a rule), and the verdict only orders their answers.
 """
 
 from __future__ import annotations
@@ -84,7 +78,6 @@ class Verdict:
 
 
 def happened(rec: Record) -> str:
-    """What the record shows, in a phrase."""
     if rec.outcome == "skipped":
         return f"skipped ({rec.skip_reason})"
     if rec.outcome in ("timeout", "memory", "crashed"):
@@ -113,11 +106,8 @@ def matches(pattern: str, message: str) -> bool:
 
 
 def judge(cell: Cell, rec: Record) -> Verdict:
-    """Whether the record meets the cell's expectation. Every cell, a known-defect one too,
-    first gets the checks that make its record trustworthy (the probe in the process that
-    decided, the CPU class or emulated device vLLM saw); then the expectation's own checks
-    and kvrig.rules' computed outcome; a defect cell that misses its expectation is held
-    to the defect by the same checks."""
+    """Whether the record meets the cell's expectation. The trust checks come first for
+    every cell, a known-defect one too: an untrusted record proves nothing either way."""
     expect = cell.expect
     if isinstance(expect, Skip):
         return Verdict(cell.id, Status.SKIP, expect.reason)
@@ -170,9 +160,8 @@ def judge(cell: Cell, rec: Record) -> Verdict:
 def _against(
     cell: Cell, expect: Expectation, rec: Record, calc: Computed
 ) -> tuple[str | None, str]:
-    """(problem or None, note) of the record against one expectation: what it asks, the
-    size and pages vLLM chose against the computed ones, the computed outcome against
-    what it asks, and what the alignment set."""
+    """(problem or None, note) of the record against one expectation: one function, so a
+    defect cell is held to its defect by the same checks as to its expectation."""
     problem = _problem(expect, rec, cell.model.family, cell.device_emulated, cell.pinned_instead)
     if problem is not None:
         return problem, ""
@@ -333,9 +322,8 @@ def _invariants_problem(expect: Runs, rec: Record, sizes: bool = True) -> str | 
 
 
 def _sizes_problem(inv: Invariants, rec: Record, sizes: bool) -> str | None:
-    """The worker's size (or the sizes it may be), the engine core's and the stages'. The
-    numbers are the pinned release's (`sizes` False for another release: its computed sizes
-    are checked exactly instead); an engine core at the worker's block holds for any."""
+    """The sizes the matrix states; `sizes` is False for a release other than the pinned
+    one, whose numbers are checked against its computed sizes instead."""
     if inv.engine_block_size == "worker" and rec.engine_block_size != rec.worker_block_size:
         return (
             f"engine core block {rec.engine_block_size}, expected the worker's"

@@ -1,11 +1,8 @@
 """What CPU engines need to compile: a C++ compiler and this interpreter's headers.
 
 vLLM compiles a few helpers even in eager mode (the vocab-parallel embedding's mask, with
-tensor parallelism), and on CPU torch's inductor builds them as C++ against Python.h. A
-host without either fails those cells mid-run with a compile error, so the sessions that
-start CPU engines make sure of both first (installed from Debian's packages as root, else
-one paragraph naming them: kvrig.provision.system_packages); `kvrig setup vllm cpu`
-does.
+tensor parallelism), and on CPU torch's inductor builds them as C++ against Python.h; a
+host without either fails those cells mid-run with a compile error.
 """
 
 from __future__ import annotations

@@ -2,12 +2,9 @@
 
     kvrig setup container-engine [EXTRA_PACKAGE...]
 
-A `docker` binary on PATH says nothing: the common CI runner and desk have the client
-and no daemon. So the set-up asks each engine (`docker info`, `podman info`) and uses the
-first that answers; when none does it installs Podman and what Podman needs here from
-Debian's packages (as root), exactly as on a host with neither binary, or stops with one
-paragraph naming the packages. The decision is pure (`decide`); probing and installing
-are the edges.
+A `docker` binary on PATH says nothing: the common CI runner and desk have the client and
+no daemon. So each engine is asked (`docker info`, `podman info`), and Podman is installed
+when none answers.
 """
 
 from __future__ import annotations

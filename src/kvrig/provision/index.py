@@ -1,13 +1,10 @@
 """What a package index serves, read the way uv reads it (the network edge of the pin check).
 
-The pin check (kvrig.provision.pin_check) needs two things before uv runs: a release's
-metadata, and the versions of each package it pins. Both come from the index uv will
-use, through its simple API (PEP 691 JSON, or PEP 503 HTML from an index that has no
-JSON): the metadata from the wheel's PEP 658 `.metadata` file where the index declares
-one, else from the wheel itself, reading only its zip directory and METADATA with HTTP
-range requests (a vLLM wheel is 240 MB; the two reads are about 1 MB). Every failure is
-an `Unreachable` with a few words on why, so the caller says so on one line and leaves
-the last word to uv.
+The pin check needs a release's metadata and the versions of each package it pins, from
+the index uv will use. Without a PEP 658 `.metadata` file, the wheel's zip directory and
+METADATA are read with HTTP range requests: a vLLM wheel is 240 MB, the two reads about
+1 MB. Every failure is an `Unreachable`, so the caller says one line and leaves uv the
+last word.
 """
 
 from __future__ import annotations
@@ -141,8 +138,7 @@ def name_of(filename: str) -> str:
 
 
 def project(index: str, name: str, get: Get = http_get) -> Project:
-    """The versions and files of a project on an index; none where the index has no page
-    for it (HTTP 404)."""
+    """The versions and files of a project on an index; none where it has no page (404)."""
     url = f"{index.rstrip('/')}/{package_key(name)}/"
     try:
         resp = get(url, {"Accept": ACCEPT})

@@ -1,8 +1,7 @@
 """How a platform's vLLM is installed into a local environment (the plan, not the doing).
 
-The plan is the `uv pip install` arguments and environment, decided from matrix.yaml and
-the host's wheel folder alone, so it is tested without installing anything;
-kvrig.provision.vllm_install runs it (`kvrig setup vllm`, which the nox sessions call).
+The plan is decided from matrix.yaml and the host's wheel folder alone, so it is tested
+without installing anything.
 """
 
 from __future__ import annotations
@@ -58,9 +57,7 @@ def cpu_torchvision(
     torch_version: str | None, local_folder: str | None, index: str | None
 ) -> str | None:
     """The requirement that takes torchvision's CPU build for the pinned torch, or None
-    where it cannot be had: from the wheel folder torch comes from, when that folder holds
-    it, else from the torch index. Pinned with its +cpu label, so that no other build (PyPI
-    serves only CUDA ones) can satisfy it."""
+    where it cannot be had. Pinned with its +cpu label, since PyPI serves only CUDA ones."""
     want = torchvision_for(torch_version)
     if want is None:
         return None
@@ -151,9 +148,8 @@ def cpu_torch_folder(spec: PlatformSpec, find_links: str | None) -> str | None:
 
 
 def emulated_plan(cuda: PlatformSpec) -> list[str]:
-    """The emulated GPU columns' environment: the CUDA platform's PyPI wheel with PyPI's
-    torch (which imports on a CPU host; the matrix's CUDA index would cost the same and
-    add nothing a configuration reads), with the pins that keep it importable."""
+    """The emulated GPU columns' environment: the CUDA wheel with PyPI's torch, which
+    imports on a CPU host, and the pins that keep it importable."""
     src = cuda.vllm.wheels or cuda.vllm.installed  # an image's: its release's wheel
     if src.kind == "wheel" and src.wheel:  # a wheel file named with --vllm (a nightly's)
         return [str(src.wheel), *CUDA_PINS]
@@ -201,9 +197,8 @@ def release_of(src: VllmSource) -> Release | None:
 
 @dataclass(frozen=True)
 class Plan:
-    """What `uv pip install` is given: its arguments and the environment they need; and,
-    for the pin check and the stamp, the release it installs, the overrides asked for and
-    the packages the plan keeps out (kvrig.provision.pins)."""
+    """What `uv pip install` is given, and what the pin check and the stamp need to know of
+    it: the release, the overrides asked for and the packages kept out."""
 
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
@@ -235,8 +230,8 @@ def platform_spec(matrix: Matrix, platform: str, *, emulated: bool = False) -> P
 
 
 def default_overrides_file() -> Path:
-    """One file per environment installed into: sessions side by side (a CPU one, an
-    emulated one with its own overrides) must not hand each other's overrides to uv."""
+    """One file per environment installed into: nox sessions side by side must not hand
+    each other's overrides to uv."""
     env = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"kvrig-overrides-{env}.txt"
 
@@ -255,8 +250,8 @@ def plan_for(
     overrides: Path | None = None,
     pinned: Sequence[Override] = (),
 ) -> Plan:
-    """The platform's install as matrix.yaml says (or the emulated GPU columns' one), with
-    the overrides asked for (`pinned`) in the one file uv's --override reads."""
+    """The platform's install as matrix.yaml says, with the overrides asked for in the one
+    file uv's --override reads."""
     environ = os.environ if environ is None else environ
     spec = platform_spec(matrix, platform, emulated=emulated)
     overrides = overrides or default_overrides_file()

@@ -1,13 +1,10 @@
 """A stand-in for the CUDA driver library, so the CUDA wheel's extensions load on a CPU host.
 
-Several compiled modules of vLLM's CUDA wheel (its custom ops, FlashMLA, the cuMem
-allocator) link `libcuda.so.1`, which only an NVIDIA driver installs; without it
-`import vllm.platforms.cuda` fails and none of vLLM's CUDA platform code can run. The stub
-defines exactly the driver symbols those modules need, read from their ELF dynamic
-sections (so a new release that needs another symbol gets it), each answering
-CUDA_ERROR_NO_DEVICE: anything that really reaches for a GPU fails as on a host without
-one. It is built with the host's C compiler into kvrig's cache, keyed by its source, and
-put on LD_LIBRARY_PATH of emulated cells only.
+Compiled modules of vLLM's CUDA wheel (custom ops, FlashMLA, the cuMem allocator) link
+`libcuda.so.1`, which only an NVIDIA driver installs, and vLLM's CUDA platform cannot import
+without it. The symbols are read from their ELF sections, so a release that needs another
+gets it; each answers CUDA_ERROR_NO_DEVICE, so a real reach for a GPU fails as it would on
+a host without one.
 
     kvrig setup vllm --emulated      # installs the CUDA wheel, then builds it
 """

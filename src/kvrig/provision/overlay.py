@@ -1,18 +1,9 @@
 """A vLLM overlay: a checkout's or a patch's Python over a released wheel's compiled files.
 
-Most block-size changes touch only Python, and building vLLM's kernels takes hours; vLLM's
-own developers test such changes on a released wheel's compiled extensions. The overlay
-does the same, built apart and never in place: uv installs by hard-linking files from its
-cache, so a write through the installed vLLM would change uv's cache and every
-environment linked to it (for good, if the run is killed midway). The installed package
-is only read: the overlay is a copy of it (new files, never links) under kvrig's cache,
-with the checkout's files copied in or the patch applied to the copy, and a column puts
-the copy first on PYTHONPATH. The copy mirrors the source: a module the checkout deleted
-(or the patch removes) is removed from it, so the base's stale copy is not importable.
-Everything refusable (not a vLLM tree, a patch that does not apply, a change to compiled
-code) is refused before the copy is made: the inputs are read and checked by
-kvrig.provision.overlay_inputs; an image's overlay is staged and built by
-kvrig.provision.overlay_image.
+Most block-size changes touch only Python, and building vLLM's kernels takes hours. The
+overlay is a copy, never written in place: uv installs by hard-linking from its cache, so a
+write through the installed vLLM would change every environment linked to it. A module the
+source deletes is removed from the copy, so the base's stale one is not importable.
 """
 
 from __future__ import annotations
@@ -150,10 +141,8 @@ def requested(
     patch: str | None,
     on_host: bool = False,
 ) -> VllmSource:
-    """The vLLM a column runs: matrix.yaml's, or an overlay of its base the command line
-    asks for (--vllm-source / --vllm-patch replace a declared overlay's source or patch).
-    `on_host`: a host runs a release image's vLLM from the release's wheel (kvrig setup
-    vllm installs it), so that wheel is the base there."""
+    """The vLLM a column runs: matrix.yaml's, or an overlay the command line asks for.
+    `on_host`: a host runs a release image's vLLM from the release's wheel, the base there."""
     if source is None and patch is None:
         return declared
     if source is not None and patch is not None:
@@ -190,9 +179,7 @@ def prepare(
     identity: Mapping[str, Any] | None = None,
 ) -> Manifest:
     """The overlay a source of kind overlay names, built once and kept under `cache`.
-
-    `identity` names a staged copy by what it was copied from (an image's build has the
-    checkout's files, not its git history: kvrig.provision.overlay_image)."""
+    `identity` is passed in because an image's build has the checkout's files, not its git."""
     assert source.kind == "overlay", source.kind
     base_pkg = installed_package(cache)
     base = installed_distribution()
@@ -366,8 +353,8 @@ def prune(cache: Path, keep: int) -> list[Path]:
 
 
 def run_file(manifest: Manifest, where: Path | None = None) -> Path:
-    """This run's manifest, as cells read and records name it (an overlay's content is
-    shared by every run of the same files; its asker is not)."""
+    """This run's manifest, kept per run because an overlay's content is shared by every
+    run of the same files and its asker is not."""
     text = json.dumps(asdict(manifest), indent=2, sort_keys=True) + "\n"
     path = (
         where

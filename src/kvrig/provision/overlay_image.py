@@ -1,10 +1,7 @@
 """An overlay in an image: its inputs staged on the host, built over the image's vLLM.
 
-The host of an image build need not have vLLM, but it has the checkout and its git
-history: so the inputs are read and checked there (kvrig.provision.overlay_inputs) and
-copied into the build context with the names they had, and the image's build makes the
-overlay over the vLLM it installed (kvrig.provision.overlay.prepare), at a fixed path its
-environment names (docker/Dockerfile.*).
+The host of an image build need not have vLLM but has the checkout and its git history,
+so the inputs are checked there and the image's build makes the overlay over its own vLLM.
 
     python -m kvrig.provision.overlay_image build-staged INPUTS TARGET
 """
@@ -37,8 +34,7 @@ REQUEST = "request.json"
 
 @dataclass(frozen=True)
 class Staged:
-    """An overlay's inputs as an image build takes them: read and checked on the host,
-    where the checkout (and its git history) is; built over the image's own vLLM."""
+    """An overlay's inputs as an image build takes them, read and checked on the host."""
 
     kind: str  # "patch" or "source"
     identity: dict[str, Any]  # what the manifest names: the host's paths, commit, dirty
@@ -55,9 +51,8 @@ class Staged:
 
 
 def staged_inputs(source: VllmSource, *, relative_to: Path, base_version: str) -> Staged:
-    """Reads and checks an overlay's inputs without the base installed (the host of an
-    image build need not have vLLM); refuses what prepare() would, but a patch that does
-    not apply, which only the image's vLLM can tell."""
+    """Reads and checks an overlay's inputs without the base installed; refuses what
+    prepare() would, but a patch that does not apply, which only the image's vLLM can tell."""
     base = source.installed.describe()
     if source.patch is not None:
         patch, diffs = checked_patch(resolve(source.patch, relative_to), base)

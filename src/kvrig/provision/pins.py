@@ -1,12 +1,9 @@
 """A release's exact pins against what the package index serves, and overrides (pure).
 
-A vLLM release pins many of its dependencies exactly (`flashinfer-python==0.7.3`), and an
-index may not serve one of them: uv then stops deep in its resolver with a message about
-`vllm>=0.34.0`. kvrig reads the pins first, so the refusal names the package, the
-versions the index has and how to take another one; a pin replaced that way (uv's
-`--override`) makes the environment not the release's own, so every override carries
-where it came from and why, for the stamp that records say it from
-(kvrig.provision.stamp). The network is kvrig.provision.index's; nothing here reads it.
+A vLLM release pins dependencies exactly (`flashinfer-python==0.7.3`); an index that lacks
+one makes uv stop with a message about `vllm>=0.34.0`, so the refusal here names the
+package. An override makes the environment not the release's own, so each carries where it
+came from and why, for the stamp.
 """
 
 from __future__ import annotations
@@ -74,9 +71,8 @@ def same_version(a: str, b: str) -> bool:
 
 @dataclass(frozen=True)
 class Override:
-    """A requirement handed to uv's --override: what it says, which package it replaces,
-    where it came from (`--override`, a file, matrix.yaml) and the release's pin it stands
-    in for, when known."""
+    """A requirement handed to uv's --override, with where it came from and the pin it
+    replaces, so the stamp can say why the environment is not the release's own."""
 
     requirement: str
     key: str
@@ -215,9 +211,8 @@ def _sorted(versions: Iterable[str]) -> list[Any]:
 
 
 def nearest(pin: Pin, versions: Sequence[str], limit: int = LISTED) -> list[str]:
-    """The versions nearest the pin, newest first: up to half the list above it, the rest
-    below, so a refusal shows what one could take instead. Pre-releases only for a
-    pre-release pin."""
+    """The versions nearest the pin, newest first, so a refusal shows what one could take
+    instead; pre-releases only for a pre-release pin."""
     ordered = _sorted(versions)
     if not ordered:
         return list(versions)[-limit:][::-1]
@@ -289,8 +284,8 @@ def unserved(
 def from_matrix(
     pin_overrides: Mapping[str, str], declared: Sequence[Pin], platform: str, release: str
 ) -> list[Override]:
-    """The matrix's pin overrides this release calls for: only those whose pin it declares
-    (a pin override written for one release must not reach another's environment)."""
+    """The matrix's pin overrides whose pin this release declares: one written for one
+    release must not reach another's environment."""
     out = []
     for old, new in pin_overrides.items():
         was, now = parse_pin(old), parse_pin(new)
@@ -346,9 +341,8 @@ def refusal(
     platform: str,
     done: str = "Nothing was installed.",
 ) -> str:
-    """One paragraph: the pins that do not resolve, what the index has, and the two ways
-    to take another version, with what that costs (the environment is not the release's).
-    `where` is the sources with their verb: "the package index (URL) does"."""
+    """One paragraph: the pins that do not resolve, what the index has, and the ways to take
+    another version, with their cost. `where`: "the package index (URL) does"."""
     pins = _and([str(g.pin) for g in gaps])
     if len(gaps) == 1:
         has = _has(gaps[0])
@@ -377,8 +371,7 @@ _DEPENDS = re.compile(
 
 def resolver_gap(output: str, package: str) -> Pin | None:
     """The release's own pin uv found no version of, read from its resolver message; None
-    unless the message says exactly that (another package's pin, or anything else, is
-    left to uv's own words)."""
+    for anything else, which is left to uv's own words."""
     text = " ".join(output.split())
     missing = {m["pin"] for m in _NO_VERSION.finditer(text)}
     for m in _DEPENDS.finditer(text + " "):

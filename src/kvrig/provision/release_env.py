@@ -1,14 +1,7 @@
 """An environment of kvrig's own for a vLLM release named on the command line.
 
-A column for another release than the one installed (`kvrig column --vllm 0.33.0`, each
-side of `kvrig release diff`) needs that release's vLLM, and installing it over the
-session's would leave the session judging the wrong one. So each named release gets an
-environment of its own under kvrig's cache, made once with uv (which hard-links from its
-cache: a second release costs its own wheels only) and reused while what it was made
-from is unchanged: this checkout of kvrig, installed editable, and `kvrig setup vllm`
-for that release, with the overrides it was given. The column then runs in it.
-
-Side effects at the edge: uv and the new environment's `kvrig setup vllm` are run here.
+Installing another release over the nox session's vLLM would leave the session judging the
+wrong one. uv hard-links from its cache, so a second environment costs its own wheels only.
 """
 
 from __future__ import annotations
@@ -49,9 +42,8 @@ def envs_root(environ: Mapping[str, str] | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Wanted:
-    """What a release's environment is made of: the column kind it serves (`emulated`:
-    the CUDA wheel every emulated device runs; else a platform), the release and the
-    overrides its install was given."""
+    """What a release's environment is made of: the column kind (`emulated`: the CUDA
+    wheel), the release and the overrides its install was given."""
 
     kind: str
     named: NamedRelease
@@ -105,8 +97,8 @@ def ensure(
     environ: Mapping[str, str] | None = None,
     run: Run = subprocess.run,
 ) -> Path:
-    """The environment's folder, made (or brought up to date) when it has to be; by one
-    column at a time, when a release diff starts several of the release's columns at once."""
+    """The environment's folder, made or brought up to date by one column at a time, as a
+    release diff starts several of a release's columns at once."""
     environ = os.environ if environ is None else environ
     folder = wanted.folder(root or envs_root(environ))
     if reusable(folder, wanted):

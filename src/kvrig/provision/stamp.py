@@ -1,15 +1,9 @@
 """What `kvrig setup vllm` installed into an environment, kept in the environment.
 
-An override (kvrig.provision.pins) makes the environment not the release's own, and only
-the install knows it: a cell's process, a record, the report and the gate see vLLM's
-version and nothing of flashinfer's. So the install leaves a small stamp in the
-environment's prefix, and every cell reads it (kvrig.run.identity). A stamp counts only
-while the release it names is still the one installed: a vLLM installed over it by
-other means makes it stale, and a stale stamp says nothing.
-
-An image's build leaves the same stamp (docker/Dockerfile.*): `kvrig container` plans it on
-the host with the overrides it decided (kvrig.containers.plan.build_args), and the build
-finishes it once vLLM and the rig are installed:
+An override makes the environment not the release's own, and only the install knows it:
+a record sees vLLM's version and nothing of flashinfer's. A stamp counts only while its
+release is the one installed, so a vLLM installed over it by other means makes it stale.
+An image's build finishes a stamp planned on the host:
 
     python -m kvrig.provision.stamp write PLANNED
 """
@@ -44,9 +38,8 @@ def content(plan: Plan, installed: str | None, asked: str, now: dt.datetime) -> 
 def planned(
     release: Release | None, overrides: Sequence[Override], excluded: Sequence[str], asked: str
 ) -> dict[str, Any]:
-    """What a stamp says that is known before the install (pure): an image's build is
-    planned on the host, which knows the overrides and why, and finished in the image,
-    which alone knows the version that landed."""
+    """What a stamp says that is known before the install (pure): the host knows the
+    overrides and why, the image alone the version that landed."""
     return {
         "asked": asked,
         "package": release.package if release else None,
@@ -108,10 +101,8 @@ def overrides_in_force(
 
 
 def write_planned(text: str, prefix: str | None = None) -> Path:
-    """Finishes a stamp planned on the host (its JSON) with the version now installed, and
-    writes it into this interpreter's prefix. Refused (ValueError) when it is not a
-    planned stamp or its package is not installed: a stamp naming no installed version
-    would say nothing, so the overrides it carries would go unrecorded."""
+    """Finishes a stamp planned on the host with the installed version, into this prefix.
+    ValueError without one: a stamp naming no installed version would record nothing."""
     try:
         data = json.loads(text)
     except ValueError:
@@ -126,8 +117,8 @@ def write_planned(text: str, prefix: str | None = None) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m kvrig.provision.stamp write PLANNED`, in an image's build after vLLM and
-    the rig are installed (the rig is what runs it, so it comes after both)."""
+    """`python -m kvrig.provision.stamp write PLANNED`, in an image's build once vLLM and
+    the rig (which runs it) are installed."""
     p = argparse.ArgumentParser(prog="python -m kvrig.provision.stamp")
     p.add_argument("action", choices=["write"])
     p.add_argument("planned", help="the stamp as kvrig.containers planned it (JSON)")

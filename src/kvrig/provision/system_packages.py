@@ -1,8 +1,7 @@
-"""Debian packages some sessions need beyond Python (a browser, a container engine).
+"""Debian packages some nox sessions need beyond Python (a browser, a container engine).
 
-The README's commands must do all the set-up on a fresh machine, so a session that needs
-Chromium or Podman installs it from Debian's packages when it is missing and it can (root
-with apt-get); anywhere else it stops with one paragraph that names the packages to install.
+The README's commands must do all the set-up on a fresh machine; without root and apt-get
+the refusal is one paragraph naming the packages.
 
     kvrig setup packages chromium chromium-driver
 """
@@ -16,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 
 class SystemPackageError(Exception):
-    """One paragraph for the user; the session stops with it."""
+    """One paragraph for the user; the nox session stops with it."""
 
 
 def installed(package: str) -> bool:

@@ -1,8 +1,7 @@
 """Which uv kvrig runs: the one nox names in $UV, else uv on PATH.
 
-nox may run its own uv from outside PATH (`pipx install nox[uv]` keeps it in nox's
-environment) and names it in $UV to the sessions; every uv kvrig starts (the vLLM
-install, the look into uv's cache) is found the same way, so they all read one cache.
+nox may run its own uv from outside PATH (`pipx install nox[uv]`) and names it in $UV;
+every uv kvrig starts is found the same way, so they all read one cache.
 """
 
 from __future__ import annotations

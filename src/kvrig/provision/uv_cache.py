@@ -1,10 +1,8 @@
 """The proof that nothing the rig does writes into uv's cache of vLLM.
 
-uv installs by hard-linking files from its cache: a write through an installed vLLM file
-changes the cached file, and with it every environment made from it afterwards. The rig
-never writes there (overlays are copies, kvrig.provision.overlay); this takes the sha256
-of every file of every vLLM package in uv's cache, before and after, so a run that did
-would fail instead of passing on silently corrupted installs.
+uv installs by hard-linking files from its cache, so a write through an installed vLLM
+file changes every environment made from it; digests before and after make such a run fail
+instead of passing on silently corrupted installs.
 
 `kvrig check uv-cache snapshot FILE` writes the digests; `kvrig check uv-cache compare
 FILE` compares and exits 1 on any change (files added since are fine: a new install).
@@ -61,7 +59,7 @@ def digests(cache: Path) -> dict[str, str]:
 
 
 def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    """The files that were there before and are not byte-identical now (or are gone)."""
+    """The files that were there before and differ or are gone; new files are a new install."""
     return sorted(p for p, digest in before.items() if after.get(p) != digest)
 
 
@@ -76,7 +74,7 @@ def snapshot(file: Path) -> int:
 
 
 def compare(file: Path) -> int:
-    """1 when a cached vLLM file recorded in `file` is no longer byte-identical."""
+    """1 when a cached vLLM file recorded in `file` differs from its digest."""
     cache = cache_dir()
     if not file.is_file():
         raise UvCacheError(

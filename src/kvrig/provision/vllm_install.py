@@ -1,15 +1,8 @@
 """The platform's vLLM installed into this interpreter's environment, as its plan says.
 
-`kvrig setup vllm` runs in the environment it installs into (a nox session's), so the
-plan (kvrig.provision.install) is run with uv against this interpreter. uv, not pip: the
-CPU plan keeps CUDA builds of torchvision and friends out with `--override`, which only
-uv has. Where no uv is found (nox's virtualenv backend), it is first installed into the
-environment with pip, which such environments have.
-
-Around the install (`setup`): the release's pins are checked against the index first
-(kvrig.provision.pin_check), a resolver failure of uv's over one of them is said the same
-way, and a finished install leaves its stamp in the environment (kvrig.provision.stamp),
-so that records say when the environment is not the release's own.
+uv, not pip: the CPU plan keeps CUDA builds of torchvision and friends out with
+`--override`, which only uv has; where none is found (nox's virtualenv backend), pip
+installs it first.
 """
 
 from __future__ import annotations
@@ -118,9 +111,8 @@ def install(
 
 @dataclass(frozen=True)
 class Job:
-    """One `kvrig setup vllm`: the platform whose vLLM is installed (cuda's for the
-    emulated columns), the overrides asked for, and the command as a user would rerun it
-    (the refusal names it with an --override added)."""
+    """One `kvrig setup vllm`, with the command as a user would rerun it, so a refusal can
+    name it with an --override added."""
 
     matrix: Matrix
     platform: str
@@ -145,9 +137,8 @@ class Job:
 
 
 def checked_plan(job: Job, get: index.Get | None = None) -> Plan:
-    """The plan once the release's pins are checked: refused (pins.PinError) where one is
-    served nowhere and not overridden, with the matrix's pin overrides the release calls
-    for, and each override naming the pin it replaces."""
+    """The plan once the release's pins are checked (pins.PinError where one is served
+    nowhere and not overridden), with the matrix's overrides the release calls for."""
     plan = job.plan()
     request = pin_check.Request(plan, job.platform, job.spec.pin_overrides, job.command)
     found = pin_check.check(request, job.environ, get or index.http_get)
@@ -162,9 +153,8 @@ def checked_plan(job: Job, get: index.Get | None = None) -> Plan:
 
 
 def setup(job: Job, plan: Plan, run: Run = tee, get: index.Get | None = None) -> int:
-    """Installs the checked plan; uv's failure over a release pin is said as the check
-    says it (or, where the matrix overrides that pin, the install is run again with the
-    override); a finished install leaves its stamp. uv's exit status."""
+    """Installs the checked plan and leaves its stamp; uv's exit status. uv's failure over a
+    release pin is said as the check says it, or retried where the matrix overrides it."""
     done = run_plan(plan, environ=job.environ, run=run)
     if done.returncode != 0:
         retry = _after_failure(job, plan, str(done.stderr or ""), get or index.http_get)
@@ -183,9 +173,8 @@ def setup(job: Job, plan: Plan, run: Run = tee, get: index.Get | None = None) ->
 
 
 def _after_failure(job: Job, plan: Plan, output: str, get: index.Get) -> Plan | None:
-    """What follows a failed install: the plan to run again (uv named a pin the matrix
-    overrides), or None after a line of advice; raises the paragraph when uv could not
-    resolve one of the release's own pins."""
+    """The plan to run again when uv named a pin the matrix overrides, else None after a
+    line of advice; raises the paragraph for a release pin uv could not resolve."""
     release = plan.release
     gap = pins.resolver_gap(output, release.package) if release else None
     if gap is None or release is None:

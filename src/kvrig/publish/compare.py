@@ -1,15 +1,9 @@
 """Two runs side by side: every cell whose verdict, outcome, chosen size or error differs.
 
-A branch is judged against the release it sits on: the same cells, run on two vLLMs (a
-release and an overlay of a checkout on it, say). What matters is what changed, and
-above all a cell that passed on the first and is red on the second, no longer shown there
-(skipped, undecided), now only a known defect (a cell that stopped working is excused as
-one, xfail, no better for it), or not on the second at all (a run cut short is no evidence
-that the cell still passes): `kvrig compare` exits 1 for any of them. A cell unread on the
-second did what it should as far as vLLM's outcome shows, so it is no regression, and
-the table says it is no pass either. Two runs judged under different matrices or by
-different kvrigs are said to be, cell by cell: a verdict may then differ by the matrix or
-by kvrig, not by vLLM. Pure: rows in, changes and a table out.
+A branch is judged against the release it sits on, so what matters is what changed. A
+cell that passed on the first run counts as regressed when the second shows it red,
+skipped, undecided, only as a known defect, or not at all: none of those is evidence that
+it still passes.
 """
 
 from __future__ import annotations
@@ -64,10 +58,8 @@ class Change:
 
     @property
     def turned_red(self) -> bool:
-        """Shown on A (passed, showed a known defect as recorded, or did as expected on
-        rules not read for A's vLLM); on B failed, a status kvrig does not know, no
-        longer shown (skipped, undecided: nothing was proved), or, where A did as the cell
-        expects, showing a known defect instead (xfail)."""
+        """Shown on A; on B failed, unknown, not shown (skipped, undecided: nothing was
+        proved), or a known defect where A did as the cell expects."""
         if self.a is None or self.b is None or not _shown(self.a):
             return False
         now = status(self.b)
@@ -110,7 +102,7 @@ def _passed(row: Row) -> bool:
 
 def _shown(row: Row) -> bool:
     """What a regression is measured from: vLLM's outcome as the cell expects, whichever
-    rules checked its size (an unread run against its patch is a regression all the same)."""
+    rules checked its size, so an unread run that broke is a regression all the same."""
     return _passed(row) or status(row) is Status.UNREAD
 
 
@@ -148,10 +140,8 @@ class Comparison:
 
 
 def compare(rows_a: list[Row], rows_b: list[Row]) -> Comparison:
-    """Cells matched by id; two runs of different columns (a CPU class against another)
-    share no id and are matched by model and case instead. A cell only one run has (a
-    run cut short, or narrowed with -k) is listed apart: it has nothing to differ from, and
-    one that passed on A and is missing on B is lost."""
+    """Cells matched by id, or by model and case across columns, which share no id. A cell
+    only one run has is listed apart; one that passed on A and is missing on B is lost."""
     ids_a, ids_b = {r["cell_id"] for r in rows_a}, {r["cell_id"] for r in rows_b}
     by_id = bool(ids_a & ids_b) or not (rows_a and rows_b)
     a, b = _keys(rows_a, by_id), _keys(rows_b, by_id)
@@ -206,9 +196,8 @@ def names(keys: Sequence[str], limit: int = 6) -> str:
 
 
 def table(result: Comparison, label_a: str, label_b: str, width: int = 70) -> str:
-    """The changes as an aligned text table, A's facts over B's for each cell, then what
-    the table cannot show: cells one run lacks, unread and differently judged cells, and
-    the outcome in a line."""
+    """The changes as an aligned text table, A's facts over B's, then what the table cannot
+    show: cells one run lacks, unread and differently judged cells, and the outcome."""
     found = result.changed
     tail = [
         f"{len(found)} cell(s) differ between A ({label_a}) and B ({label_b}), {result.same}"

@@ -5,10 +5,8 @@
 
 A container run can fail quietly in ways a host run cannot: results that never reach the
 host's folder, a column that stopped early, an image that is not the one the records name.
-So the container's results must hold a row for every cell of the platform, each passing
-(a known vLLM defect showing as recorded counts, as does a skip the matrix expects), each
-record naming the image it ran in and that image's digest; and where the host ran the same
-column, each cell must have judged the same way with the same block sizes.
+So every cell must have a passing row naming its image and digest, and judge as the host's
+own run did.
 """
 
 from __future__ import annotations
@@ -116,8 +114,7 @@ def check_folder(
     emulate: str | None = None,
 ) -> int:
     """Prints the problems of a container run's results folder; 1 when there are any.
-    `partial`: only the cells that ran are held to it (pytest arguments chose them);
-    `emulate`: the GPU architecture an emulated column in the image faked."""
+    `partial`: only the cells that ran are held to it, as pytest arguments chose them."""
     if emulate:
         cells = expand(matrix, platform, gpu_arch=emulate, device_emulated=True)
     else:
@@ -154,11 +151,9 @@ def in_container(
     run: Launch = launch.main,
     emulate: str | None = None,
 ) -> int:
-    """A column in its container, into results/<column>-container, then checked: against
-    the host's own run where results/<column> holds one, and (when pytest arguments chose
-    cells, so that only those ran) on the cells that ran. The CPU column by default;
-    `emulate` an emulated CUDA device's, in the CUDA image built from the release's wheels
-    with no device passed in (the image's vLLM, torch and pins proven without a GPU)."""
+    """A column in its container, then checked against the host's own run where there is
+    one. `emulate` runs an emulated CUDA device's column in the CUDA image with no device,
+    so the image's vLLM, torch and pins are proven without a GPU."""
     platform = "cuda" if emulate else "cpu"
     column = emulated_column(platform, emulate) if emulate else "cpu"
     folder = results_folder(f"{column}-container" if emulate else CONTAINER).resolve()

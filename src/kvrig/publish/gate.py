@@ -1,20 +1,11 @@
 """The release gate: every required cell of the gated platforms ran and passed.
 
-Required cells are the `gate: true` cases. A required cell that is missing from the
-results, failed, or was skipped fails the gate, so a column that crashed halfway or
-skipped its hard cells cannot pass by omission; so does a row judged under another
-expectation or by another kvrig (its rules, judge or matrix code) than this one, a row
-that ran another vLLM than the release's own (another version, an overlay, overrides
-matrix.yaml does not declare), a row whose status kvrig never writes, and a column that
-ran no cell at all. Only the release columns are read: side runs (overlays, the mutation
-check, the container check) use the same cell ids, and a red-by-design mutation row or a
-green overlay row must not stand for the release; a release folder whose record says it
-holds a side run (kvrig.run.holds) fails the gate. An allowance in
-matrix.yaml excuses one cell until its expiry date, at most ALLOWANCE_DAYS ahead; an
-expired allowance fails the gate by itself, so excuses cannot quietly become permanent.
-Against a previous run the gate also names new failures, fixes and every cell whose
-chosen block size moved: a block size that changes silently is what this rig exists to
-catch, so that fails the gate unless the change is accepted explicitly.
+A required cell (`gate: true`) that is missing, failed or skipped fails the gate, so a
+column that crashed halfway cannot pass by omission; so does a row that does not stand
+for this matrix, this kvrig or the release's own vLLM. Side runs share cell ids, so only
+release columns are read. An expired allowance fails the gate by itself, so excuses
+cannot quietly become permanent, and a moved block size fails it unless accepted: a size
+that changes silently is what this rig exists to catch.
 """
 
 from __future__ import annotations
@@ -46,9 +37,8 @@ Repro = Callable[[str, str, str | None, dict[str, Any] | None], list[str]]
 
 
 def column_cells(matrix: Matrix, column: str, rows: list[Row]) -> list[Cell]:
-    """The cells of a column: a platform's, a CPU class's (`cpu-<class>`), or a CUDA
-    architecture's (`cuda-sm90`); a host's own CPU column follows the class its rows ran
-    under."""
+    """The cells of a column (`cpu`, `cpu-avx2`, `cuda-sm90`); a host's own CPU column
+    follows the class its rows ran under."""
     named = column_names.parse(column)
     if named is None:
         return []
@@ -88,10 +78,8 @@ def known(row: Row) -> bool:
 
 
 def stale(row: Row, cell: Cell, judged_by: str | None = None) -> str | None:
-    """Why a row does not stand for this matrix's cell: judged under another expectation,
-    model or platform spec, judged by another kvrig than this one (`judged_by`: its
-    digest, kvrig.publish.results), or run on another vLLM than the matrix pins; None
-    when it does."""
+    """Why a row does not stand for this matrix's cell (judged under another spec or by
+    another kvrig, or run on another vLLM than the pin); None when it does."""
     if row.get("judged_under") != judged_under(cell):
         was = "names none" if not row.get("judged_under") else "differs"
         return f"judged under another expectation (the row's matrix identity {was}): {RERUN}"
@@ -134,9 +122,7 @@ def _version_problem(row: Row, cell: Cell) -> str | None:
 @dataclass(frozen=True)
 class Standing:
     """What a row must have been judged by and run on to stand for its cell, besides the
-    cell itself: this kvrig's digest, where matrix.yaml is (an overlay it declares is
-    named relative to it), and the cells read from side runs named with --side (gated as
-    named: their overlay is what they are about)."""
+    cell: this kvrig, matrix.yaml's folder (for its overlay) and the side runs named."""
 
     judged_by: str
     matrix_dir: Path | None = None
@@ -175,9 +161,8 @@ def _problem(row: Row | None, cell: Cell, standing: Standing | None = None) -> s
 
 
 def other_vllm(row: Row, cell: Cell, standing: Standing) -> str | None:
-    """Why the row ran on another vLLM than the release's own, though of its version: an
-    overlay matrix.yaml does not declare (unless the row is a side run's, named), or an
-    environment with overrides it does not declare; None when it did not."""
+    """Why the row ran on another vLLM than the release's own though of its version (an
+    overlay or overrides matrix.yaml does not declare); None when it did not."""
     if row.get("cell_id") not in standing.side_cells:
         problem = _overlay_problem(row, cell.platform_spec.vllm, standing.matrix_dir)
         if problem is not None:
@@ -194,10 +179,8 @@ def other_vllm(row: Row, cell: Cell, standing: Standing) -> str | None:
 
 
 def other_device(row: Row, cell: Cell) -> str | None:
-    """Why a row of a real GPU's column does not stand for that GPU, or None: the device
-    it names (its `gpu_arch`) or the one its host saw is another architecture, or a row
-    that counts as passed names none its host saw. The judge refuses such a record; a row
-    is taken as written, so the gate asks again."""
+    """Why a row of a real GPU's column does not stand for that GPU, or None. The judge
+    refuses such a record, but a row is taken as written, so the gate asks again."""
     if cell.gpu_arch is None or cell.device_emulated or cell.platform not in gpus.BY_ARCH:
         return None
     word = gpus.ARCH_WORD[cell.platform]
@@ -288,10 +271,8 @@ class Selection:
 def select(
     sources: list[tuple[Path, list[Row]]], columns: list[str], side: Collection[Path] = ()
 ) -> Selection:
-    """The release columns' results files among `sources` (pure): a file in a folder named
-    as a column (or a shard of it, or either as a CI artifact), and a side run's only when
-    it was named (`side`: the files of folders given as side runs); in each, the rows of
-    that folder's column."""
+    """The release columns' results files among `sources` (pure), and a side run's only
+    when named, so a side run's rows never stand for the release unasked."""
     kept: list[tuple[Path, list[Row]]] = []
     seen: list[str] = []
     ignored: list[str] = []
@@ -393,9 +374,8 @@ def _ran_nothing(column: str, rows: list[Row]) -> str | None:
 
 
 def required_columns(matrix: Matrix, found: list[str]) -> list[str]:
-    """The columns the gate requires: those of the platforms matrix.yaml's release names
-    (on CUDA one per CI architecture), and any other column found of a required platform
-    (`cpu-avx2` when cpu is required, a CUDA architecture CI does not list)."""
+    """The columns of the platforms matrix.yaml's release names, and any other column found
+    of a required platform (`cpu-avx2`), which is held to the same cells."""
     required = matrix.required_columns
     platforms = set(matrix.required_platforms)
     for c in found:
@@ -427,10 +407,8 @@ def evaluate(
     standing: Standing | None = None,
     refused: list[str] | None = None,
 ) -> GateResult:
-    """The gate over `rows` for `columns` (pure but for reading a patch matrix.yaml's
-    overlay names); `ignored` names what the caller left out (side runs), `refused` the
-    release folders that hold a side run (`side_folders`), and rows of other columns are
-    left out here and named. `standing` defaults to this kvrig and no side run."""
+    """The gate over `rows` for `columns` (pure but for reading matrix.yaml's overlay
+    patch); whatever is left out is named, so no row is silently taken or dropped."""
     tally = _Tally(lines=[f"IGNORED {x}" for x in ignored or []])
     tally.standing = standing or Standing.of(matrix)
     for x in refused or []:
@@ -456,9 +434,7 @@ def evaluate(
 
 @dataclass
 class _Tally:
-    """What the gate has said so far, in the order it is printed: its lines, the problems
-    that fail it, the required cells it saw and how many of them passed, were allowed or
-    failed."""
+    """What the gate has said so far, in the order it is printed, and its counts."""
 
     lines: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -536,8 +512,8 @@ def _gate_cell(
 
 
 def _excused(row: Row | None, allowance: Allowance, today: dt.date) -> bool:
-    """Whether the allowance excuses the cell today: in force and no longer than an
-    allowance may run. An unreadable row is no failure an allowance was written for."""
+    """Whether the allowance excuses the cell today: in force and within ALLOWANCE_DAYS. An
+    unreadable row is no failure an allowance was written for."""
     return (
         (row is None or known(row))
         and _state(row) in allowance.excuses

@@ -1,11 +1,9 @@
 """Proves the rig notices when vLLM's early check is gone.
 
-Runs every early_error cell of the CPU column on an overlay of the installed vLLM with
-patches/no_early_check.diff applied (kvrig.provision.overlay: a copy, never the installed
-files, so uv's cache and other environments are never touched), and requires every one
-of them to fail with a record showing the error came late (after the KV cache was sized)
-or not at all, and each to have run on that overlay. The count must be the matrix's.
-Every cached vLLM file in uv's cache is hashed before and after: any change fails it.
+Every early_error cell must fail on an overlay with patches/no_early_check.diff, its
+record showing the error late or absent: otherwise the cells would pass whether or not
+vLLM checks early. uv's cache is hashed before and after, since an overlay must never
+write through to it.
 
     kvrig check mutation [--container | --emulate ARCH] [--patch FILE] [-- pytest args]
 """
@@ -42,8 +40,7 @@ def emulated_device(emulate: str) -> tuple[str, str]:
 def expected_cells(
     matrix: Path | None, emulate: str | None = None, vllm: str | None = None
 ) -> set[str]:
-    """The early_error cells of the host's CPU column (their ids as a native run has them),
-    or of the emulated device's column (for a release named instead of the pin)."""
+    """The early_error cells of the host's CPU column, or of the emulated device's column."""
     if emulate:
         platform, arch = emulated_device(emulate)
         named, _ = named_release.for_column(load(matrix), platform, True, vllm)
@@ -120,9 +117,8 @@ EARLY_ERROR_CELLS = ("-m", "expect_early_error")
 def column_command(
     opts: Options, results: Path, cells: tuple[str, ...] = EARLY_ERROR_CELLS
 ) -> list[str]:
-    """The chosen cells (pytest's selection) on the mutated overlay: on this host, or built
-    into the CPU image (--container: the overlay goes into the image, the column runs in
-    it)."""
+    """The chosen cells on the mutated overlay: on this host, or with --container built into
+    the CPU image."""
     matrix = ["--matrix", opts.matrix] if opts.matrix else []
     select = [*cells, "-q", "--tb=no", *opts.pytest_args]
     kvrig = [sys.executable, "-m", "kvrig", *matrix]

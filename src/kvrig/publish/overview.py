@@ -2,9 +2,7 @@
 small square per cell, coloured by its verdict.
 
 A release manager reads the colours before any word: which columns are red, and whether
-the red gathers under one model. The cells keep the grids' order (grouped by family and
-model, a gap between models), so a square sits under the same model on every column; each
-opens the cell's details, as a grid cell does. Pure: plain facts in, HTML out.
+the red gathers under one model, so a square sits under the same model on every column.
 """
 
 from __future__ import annotations

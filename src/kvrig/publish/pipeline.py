@@ -1,29 +1,12 @@
 """CI pipelines generated from matrix.yaml (`kvrig pipeline --format github|buildkite`).
 
 The matrix already knows the columns; writing the same list again by hand in a workflow
-file is how a platform ends up never run. So the pipelines are generated: one job per
-column (or per shard of it) on the agents its platform's `ci:` block names, each
-uploading its results folder, then a gate job that downloads them all, writes the report
-and runs the release gate over the release's columns, plus a nightly schedule. On CUDA a
-cell's outcome depends on the GPU's architecture, so each architecture of `ci.archs` is a
-job of its own on runners labelled with it (`sm90`), into its own column (`cuda-sm90`);
-the column refuses to run on a GPU of another architecture. A unit test keeps the
-committed files equal to what this module generates.
-
-Two signals, on purpose: a column job is red when any cell of its column fails (the
-nightly health of that platform, gate cell or not), while the gate job, which runs after
-the columns whatever their status, is the release decision over the `gate: true` cells
-with their allowances. CPU jobs first record the runner's x86 ISA class, since the CPU
-column's expectations follow it and two runners of one label can differ.
-
-Shards split a column deterministically: cell k (in matrix order) belongs to shard
-k mod n + 1, so n jobs together run every cell exactly once.
-
-A device platform's image is built once, on a CPU runner, and pushed to a registry
-(`kvrig container PLATFORM --build-only --push`); its device jobs wait for it and pull it
-(KVRIG_REGISTRY), so no GPU runner spends its time building, and every architecture's
-column runs the same image. Only that job may write to the registry, and it runs only
-where the device jobs do: never a fork's pull request.
+file is how a platform ends up never run. On CUDA a cell's outcome depends on the GPU's
+architecture, so each architecture is a job of its own. Two signals, on purpose: a column
+job is red when any of its cells fails (the platform's health), the gate job is the
+release decision. A device platform's image is built once on a CPU runner, so no GPU
+runner spends its time building; only that job may write to the registry, never on a
+fork's pull request.
 """
 
 from __future__ import annotations
@@ -251,10 +234,8 @@ _FREE_DISK = {
 
 
 def _login(engine_auto: bool) -> dict[str, Any]:
-    """Logs the job's engine in to the registry with the job's own token (its
-    `permissions:` say what the token may do): Docker on GitHub's runners, on a device
-    runner the engine `kvrig container` will take (KVRIG_ENGINE, else Docker when its
-    daemon answers, else Podman)."""
+    """Logs in to the registry with the job's own token the engine `kvrig container` will
+    take, so the pull or push uses the login."""
     engine = (
         'engine="${KVRIG_ENGINE:-auto}"; if [ "$engine" = auto ]; then engine=$(docker info'
         " >/dev/null 2>&1 && echo docker || echo podman); fi\n"
@@ -416,8 +397,8 @@ BUILDKITE_DEVICE_IF = (
 
 def _buildkite_isa(key: str) -> list[str]:
     """Lines that annotate the build with the agent's CPU class, one context per step so
-    shards on different hosts do not overwrite each other. An agent's system Python may
-    refuse pip installs (PEP 668), hence a venv in the checkout's ignored .venv."""
+    shards on different hosts do not overwrite each other; a venv, as PEP 668 may refuse
+    pip on the system Python."""
     return [
         "python3 -m venv .venv && .venv/bin/python -m pip install -q .",
         f".venv/bin/{ISA_MARKDOWN} | buildkite-agent annotate --style info"

@@ -1,19 +1,9 @@
 """What moved between two vLLMs, cell by cell, and whether kvrig's rules say why.
 
-On the day a release ships, the question a release manager has is not "is it green" but
-"what did it change, and do we understand it". Both releases run the same emulated
-columns (vLLM's own code deciding every cell); this compares their records, not their
-verdicts: the outcome, the block size, the backends chosen, the kernel block sizes and
-the error. A cell that moved is explained when each release's own rules compute what that
-release did and a switch of kvrig.define.releases (reverted alone) accounts for the
-difference; any other move is unexplained, and red, because it is what someone must read.
-The kernel sizes each backend declares are part of what a release moves: a change is
-listed once, with the cells it touches, and is red where kvrig's backend table (which every
-size it computes reads) does not hold the new sizes. An early error whose text no
-longer reads as the check's is said so, quoted. It ends with the changes to matrix.yaml the
-moves imply, for review: nothing is applied.
-
-Pure: cells, records and results rows in; a Diff and its texts out.
+On the day a release ships, the question is not "is it green" but "what did it change,
+and do we understand it". So records are compared, not verdicts, and a move is explained
+only when each release's rules compute what it did and a switch of kvrig.define.releases
+accounts for the difference; any other move is red, because someone must read it.
 """
 
 from __future__ import annotations
@@ -56,9 +46,8 @@ class Side:
 
 @dataclass(frozen=True)
 class Observed:
-    """What one record shows, in the terms the rules speak (kind, block, rejecting) and
-    beyond them; the kernel sizes and error text with the block size written as N, so a
-    size that moves is one move, not three."""
+    """What one record shows, with the block size written as N in the kernel sizes and
+    error text, so a size that moves is one move, not three."""
 
     kind: str
     block: int | None = None
@@ -179,8 +168,8 @@ def _as_n(text: str, block: int | None) -> str:
 
 
 def _with_backends_as_b(text: str, names: Sequence[str]) -> str:
-    """An error's text with the backends that moved written as B: the same error about
-    the backend the selector now picks is the backends' move, not another."""
+    """An error's text with the backends that moved written as B: the same error about the
+    backend the new selector picks is the backends' move, not another."""
     for name in names:
         text = re.sub(rf"\b{re.escape(name)}\b", "B", text)
     return text
@@ -304,9 +293,9 @@ class MatrixChange:
 
 @dataclass(frozen=True)
 class DeclaredChange:
-    """A backend whose declared kernel sizes moved between the releases on a platform,
-    once, with the cells whose records show it, and what kvrig's backend table (which
-    every computed size reads) says of the new ones: None where it holds them."""
+    """A backend whose declared kernel sizes moved between the releases on a platform, once,
+    with its cells; red where kvrig's backend table, which every computed size reads, lacks
+    the new sizes."""
 
     platform: str
     backend: str
@@ -339,8 +328,7 @@ def _table_says(platform: str, backend: str, new: tuple[str, ...]) -> str | None
 
 def declared_changes(pairs: Sequence[CellPair]) -> list[DeclaredChange]:
     """Each vLLM backend's declared kernel sizes that differ between a cell's two records,
-    one change per backend and pair of sizes, with every cell it touches; a crafted
-    backend's follow the cell (`aligned`), not the release."""
+    one change per backend and pair; a crafted backend's follow the cell, not the release."""
     found: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], list[str]] = {}
     for pair in pairs:
         crafted = pair.old_cell.case.crafted
@@ -378,8 +366,8 @@ class Diff:
 
     @property
     def red(self) -> bool:
-        """An unexplained move, a backend's declared kernel sizes that moved to ones kvrig's
-        table does not hold, or a cell one side could not show: a release manager's."""
+        """Whether a release manager must read something: an unexplained move, kernel sizes
+        kvrig's table lacks, or a cell one side could not show."""
         return bool(self.unexplained or self.missing or any(c.red for c in self.declared))
 
 
@@ -428,9 +416,8 @@ def explain(pair: CellPair, old: Side, new: Side) -> Move | None:
 def _reworded(
     pair: CellPair, moved: tuple[str, ...], seen_old: Observed, seen_new: Observed
 ) -> str | None:
-    """Why a move is only vLLM's words: the error's text alone moved, both releases refused
-    the cell as their rules compute, with the refusal the rules hold (and the matrix
-    expects) opening both messages; what follows it (the selector's reasons) is vLLM's."""
+    """Why a move is only vLLM's words: both releases refused as their rules compute, and
+    the refusal the rules hold opens both messages; what follows it is vLLM's wording."""
     if moved != ("error",) or not seen_old.kind == seen_new.kind == "unsupported":
         return None
     rules_old, rules_new = _rules(pair.old_cell), _rules(pair.new_cell)
@@ -519,8 +506,7 @@ def _stages_computed(sides: tuple[tuple[Observed, Predicted | None], ...]) -> bo
 def _beyond_rules(
     moved: tuple[str, ...], seen_old: Observed, seen_new: Observed, staged: bool = False
 ) -> str | None:
-    """Why no switch can say why: something moved that kvrig's rules do not speak of (a
-    state group's kernel block only where the rules compute each pipeline stage's)."""
+    """Why no switch can say why: something moved that kvrig's rules do not speak of."""
     # A refusal that came or went with the kind moves its error and the state groups with
     # it: the kind is what the rules speak of.
     with_kind = "kind" in moved and not (seen_old.error and seen_new.error)
@@ -538,8 +524,8 @@ def _beyond_rules(
 
 
 def _unread_early(sides: tuple[tuple[str, Observed], ...]) -> str | None:
-    """Why a side's early error cannot be compared: its text no longer reads as the
-    check's, so neither the size nor the backends can be read from it; quoted."""
+    """Why a side's early error cannot be compared: its text does not read as the check's,
+    so neither the size nor the backends can be read from it; quoted."""
     for label, seen in sides:
         if seen.unread_early is not None:
             return (
@@ -591,8 +577,8 @@ def _explaining(
 
 
 def implied_changes(pair: CellPair, seen_new: Observed) -> list[MatrixChange]:
-    """Where matrix.yaml states what the new release no longer does: a size written out,
-    or an outcome (an expectation the new release's record contradicts)."""
+    """Where matrix.yaml states what the new release's record contradicts (a size or an
+    outcome), for review: nothing is applied."""
     cell, where = pair.new_cell, pair.new_cell.source or "matrix.yaml"
     expect = cell.expect
     key = f"{cell.platform}" + (f" ({cell.gpu_arch})" if cell.gpu_arch else "")

@@ -1,15 +1,8 @@
 """Summaries of results: a terminal table, Markdown and a self-contained HTML grid.
 
-The renderers are pure (rows and details in, text out); `gather` and `write` are the only
-parts that read records and logs from disk. The Markdown suits $GITHUB_STEP_SUMMARY and
-Buildkite annotations; the HTML page is one file a person can open anywhere: the whole
-matrix as one picture first (kvrig.publish.overview), then the grids (case rows grouped by
-family and model, platform columns) whose cells open their record, the tail of their log
-and the commands that rerun them. A cell says what was shown (a size, a refusal as
-expected), and a row judged under another matrix or by another kvrig is marked as such
-wherever it appears. A row kvrig did not write as it writes rows
-(a status it never writes, a field missing) is shown as such, never a traceback; the
-command that reads rows (`kvrig report`) counts it as a problem.
+The HTML page is one file a person can open anywhere. A row judged under another matrix
+or by another kvrig is marked wherever it appears, and a row kvrig did not write as it
+writes rows is shown as such, never a traceback.
 """
 
 from __future__ import annotations
@@ -97,9 +90,8 @@ _STOPPED = {
 
 
 def shown(row: Row) -> str:
-    """What the cell showed, in a few words: its block size, else (a cell that stopped as
-    it expects) the refusal and its error's type, else its outcome; "PASS -" says
-    nothing of a refusal."""
+    """What the cell showed, in a few words: its block size, else the refusal it expected,
+    since "PASS -" says nothing of a refusal."""
     block = results_mod.block_text(row)
     if block != "-":
         return block
@@ -202,9 +194,8 @@ def _key(row: Row) -> tuple[str, str, str]:
 
 
 def grid(rows: list[Row]) -> list[tuple[tuple[str, str, str], dict[str, Row]]]:
-    """Case rows (family, model, case), each with its columns' rows, grouped by family
-    and then model (each in first-seen order), a model's cases in first-seen order: rows
-    arrive as cells finish, and a model's cases scattered down the page read as unrelated."""
+    """Case rows grouped by family and then model, in first-seen order: rows arrive as cells
+    finish, and a model's cases scattered down the page read as unrelated."""
     out: dict[tuple[str, str, str], dict[str, Row]] = {}
     for r in rows:
         out.setdefault(_key(r), {})[column_of(r)] = r
@@ -264,9 +255,8 @@ OTHER_KVRIG = "judged by another kvrig"
 
 
 def judged_apart(rows: list[Row], identity: dict[str, str], mine: str) -> dict[str, str]:
-    """The rows judged under another matrix than this one (`identity`: each cell's
-    judged_under under it, for the release its row ran) or by another kvrig (`mine`), each
-    with which: what the report marks beside their verdicts."""
+    """The rows judged under another matrix or by another kvrig, each with which, for the
+    report to mark beside their verdicts."""
     out = {}
     for r in rows:
         if r.get("judged_by") != mine:
@@ -277,9 +267,8 @@ def judged_apart(rows: list[Row], identity: dict[str, str], mine: str) -> dict[s
 
 
 def judged_notes(rows: list[Row], identity: dict[str, str], mine: str, matrix: str) -> list[str]:
-    """What the rows were judged under and by, against the matrix and this kvrig
-    (`judged_apart`): a row of another matrix or kvrig is not a verdict this one would
-    give, and merged with others it would pass for one."""
+    """What the rows were judged under and by: a row of another matrix or kvrig is not a
+    verdict this one would give, and merged with others it would pass for one."""
     other_matrix = [
         r["cell_id"]
         for r in rows

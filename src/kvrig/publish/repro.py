@@ -1,9 +1,8 @@
 """The commands that rerun one cell alone: on the host, and in its platform's container.
 
-A failing cell is only actionable when whoever reads the report can rerun exactly it, so
-report, gate and the failing test all print these lines. They are built from the cell's
-id, column and image alone (no checkout is read): the `docker run` line is the one
-kvrig.containers runs, on the image the cell ran in, or the platform's latest build.
+A failing cell is only actionable when whoever reads the report can rerun exactly it.
+They are built from the cell's id, column and image alone, so they work where no
+checkout is read.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """A platform's results folder: one JSON line per judged cell, appended as each ends.
 
-The file is append-only so a crash loses nothing already judged and concurrent pytest
-workers can share it; readers take the newest row per cell by the time it ended (the later
-line where the times tie or one names none), so a rerun supersedes, and a file whose
-lines were moved or joined out of order cannot put an older verdict over a newer one.
-
-Each row carries what is needed to trust it away from the machine that wrote it (the
-host's fingerprint, vLLM's version and commit, the rig's version, start and end times,
-what the matrix said of the cell and a digest of the kvrig code that judged it),
-because report and gate merge folders from several machines: cell ids start with the
-platform, so columns never clash, and a cell found in two folders keeps its newest row.
+Append-only, so a crash loses nothing already judged and concurrent pytest workers can
+share it; readers take the newest row per cell by its end time, so lines joined out of
+order cannot put an older verdict over a newer one. Each row carries what is needed to
+trust it away from the machine that wrote it, as report and gate merge several machines'.
 """
 
 from __future__ import annotations
@@ -49,9 +43,8 @@ JUDGING_CODE = ("define", "rules", "judge", "run/record.py", "run/collect.py", "
 
 
 def code_digest(root: Path, parts: Iterable[str] = JUDGING_CODE) -> str:
-    """A sha256 of the Python files of `parts` under `root` (kvrig's package folder), by
-    their paths there and contents: the same source installed anywhere (a host, an image)
-    gives the same digest, and any change to a rule or the judge gives another."""
+    """A sha256 of the Python files of `parts` under `root`, by relative path and content:
+    the same source installed anywhere gives the same digest, any change another."""
     h = hashlib.sha256()
     for part in parts:
         base = root / part
@@ -66,9 +59,8 @@ def code_digest(root: Path, parts: Iterable[str] = JUDGING_CODE) -> str:
 
 @functools.lru_cache(maxsize=1)
 def judged_by() -> str:
-    """This kvrig's digest of its judging code (`code_digest`), as results rows carry it:
-    a verdict written by another kvrig (before a fix of a rule or of the judge, say) is
-    not this one's, and the gate refuses it as it refuses a row of another matrix."""
+    """This kvrig's digest of its judging code, as results rows carry it: a verdict written
+    by other rules or another judge is not this one's, and the gate refuses it."""
     return code_digest(Path(__file__).resolve().parents[1])
 
 
@@ -263,11 +255,8 @@ def undeclared(overrides: Iterable[str], declared: Collection[str]) -> list[str]
 
 def overrides_text(rows: list[dict[str, Any]], declared: Collection[str] = ()) -> str:
     """What follows "vLLM 0.34.0" for rows whose environment overrode the release's
-    requirements (kvrig.provision.stamp): " with overrides X (not the release's own
-    environment)", with how many cells when only some, and whether matrix.yaml's
-    pin_overrides (`declared`) chose them; "" when none did. A report that said only the
-    version would pass the environment off as the release's. Rows that ran no vLLM
-    (skips) are not counted."""
+    requirements; "" when none did. A report that said only the version would pass the
+    environment off as the release's."""
     ran = [r for r in rows if r.get("vllm_version")]
     marked = [r for r in ran if r.get("vllm_overrides")]
     if not marked:

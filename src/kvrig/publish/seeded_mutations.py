@@ -2,10 +2,7 @@
 turn red the cells that stand for its branch.
 
 A cell that reaches a branch proves little unless its expectation depends on what the
-branch computes. So each branch the knobs reach is changed once, in a copy of the installed
-vLLM (an overlay, as the early-check mutation runs: never an installed file), and the
-cells named for it run there and must fail. A change no cell notices is a branch the
-matrix only passes through.
+branch computes; a change no cell notices is a branch the matrix only passes through.
 
     kvrig check mutation --seeded [--emulate DEVICE]
 """
@@ -33,9 +30,8 @@ EVERY_PLATFORM = ("cpu", "cuda", "xpu", "rocm")
 
 @dataclass(frozen=True)
 class Seeded:
-    """One changed branch, the vLLM code it changes, and the cases whose cells must fail
-    with it (on the platforms named: a cell whose expectation there does not read the
-    branch, such as a known defect that fails first, is left out)."""
+    """One changed branch and the cases whose cells must fail with it, on the platforms
+    named: a cell whose expectation there does not read the branch is left out."""
 
     name: str
     branch: str

@@ -1,7 +1,6 @@
-"""Advice that works when followed (issue 28, item 12): every refusal of the container
-commands is one paragraph, each `kvrig ...` it advises parses with kvrig's own parser, and
-each `nox -s NAME -- ARGS` names a session that hands ARGS to its kvrig commands; and a
-dry run shows the plan on any host, saying what a run would stop at, exit 0."""
+"""Advice that works when followed: each command a refusal of the container commands
+advises parses with kvrig's own parser or names a nox session that hands it on, and a dry
+run shows the plan on any host."""
 
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ from ..builders import ROOT
 
 
 class FakeSession:
-    """What a session does, recorded: the commands it runs, nothing run."""
+    """What a nox session does, recorded: the commands it runs, nothing run."""
 
     def __init__(self, posargs: Sequence[str] = ()) -> None:
         self.posargs = list(posargs)
@@ -359,7 +358,7 @@ def test_a_sessions_dry_run_reaches_the_host_check_and_installs_no_engine(
 
 
 def _no_gpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This sandbox's host as the issue met it: no GPU, no render node, no engine."""
+    """A sandboxed host: no GPU, no render node, no engine."""
     monkeypatch.setattr(host_check, "Probe", lambda: probe(NO_DOCKER))
     absent = engines.Answer(installed=False)
     facts = engines.Facts(absent, absent, root=False, apt=True, have=frozenset())

@@ -1,8 +1,5 @@
-"""The matrix's pin overrides in an image, as on a host: the plan reads the release's pins
-(from an index in memory, provision/fake_index.py, or the wheel file) and hands the build
-only the overrides whose pin the release declares; the dry run names them, the tag keys
-them, and the stamp the Dockerfile writes is the one every record reads
-(kvrig.provision.stamp)."""
+"""The matrix's pin overrides in an image, as on a host: only the overrides whose pin the
+release declares reach the build, and its stamp is the one every record reads."""
 
 from __future__ import annotations
 

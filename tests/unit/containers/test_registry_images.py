@@ -294,7 +294,7 @@ def test_an_image_tagged_with_one_release_and_given_another_is_refused() -> None
 
 def test_the_shipped_cuda_platform_is_vllms_image_and_its_wheel_is_the_same_release() -> None:
     """The emulated GPU columns (PyPI's vllm on the host) and the release's rules must know
-    the release from the matrix, now that the CUDA column's vLLM is an image."""
+    the release from the matrix, though the CUDA column's vLLM is an image."""
     matrix = load(ROOT / "matrix.yaml")
     cuda = matrix.platforms["cuda"]
     release = releases.shown(releases.newest_read("cuda"))  # the matrix pins the newest read

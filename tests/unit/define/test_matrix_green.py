@@ -1,5 +1,5 @@
-"""Green that means green (issue 28): a matrix that would pass for the wrong reason, or
-fail whatever vLLM did, is refused at load, at the line of what is wrong.
+"""Green that means green: a matrix that would pass for the wrong reason, or fail
+whatever vLLM did, is refused at load, at the line of what is wrong.
 
 Each mistake is made the way a user makes it: in the project's own matrix.yaml (or a small
 matrix of the same form), written to a folder and loaded.
@@ -259,8 +259,8 @@ def test_a_pattern_that_pins_its_cell_loads(tmp_path, mutate) -> None:
 
 
 def test_every_pattern_the_project_writes_pins_its_cell() -> None:
-    """The shipped matrix's patterns and the docs' (which once showed one without the
-    size) meet the rule by themselves, not by luck of the unrelated list."""
+    """The shipped matrix's patterns and the docs' meet the rule by themselves, not by luck
+    of the unrelated list: a pattern copied from the docs must pin its size too."""
     docs = (ROOT / "docs" / "matrix.md").read_text()
     written_ = re.findall(r"match: ['\"]?([^'\"}\n]+?)['\"]?[},\n]", docs + REPO_MATRIX.read_text())
     shown = {p.strip() for p in written_ if p.strip() not in ("...", "")}
@@ -417,9 +417,9 @@ OWN_128 = "        knobs: {block_size: 128, mamba_ssm_cache_dtype: float32}\n"
 
 
 def test_a_grouped_case_s_knobs_are_added_to_the_group_s(tmp_path) -> None:
-    """user_block_size_128 restates the group's float32 state; written without it, it
-    keeps it (the knobs used to replace the group's whole, and the state went back to
-    vLLM's default, silently changing the computed size)."""
+    """user_block_size_128 written without the group's float32 state keeps it: knobs that
+    replaced the group's whole would put the state back to vLLM's default and silently
+    change the computed size."""
     assert OWN_128 in GROUPED
     shorter = load(
         written(tmp_path, GROUPED.replace(OWN_128, "        knobs: {block_size: 128}\n"))

@@ -1,9 +1,8 @@
-"""A worker's error is trusted only from the worker (GitHub issue 28, item 10).
+"""A worker's error is trusted only from the worker.
 
-Records are built as a cell leaves them: the probe's events, the front end's summary and
-the log, assembled by kvrig.run.collect, then judged. In a multiprocess engine the front
-end (pid 10) sees only "Engine core initialization failed"; the worker (pid 20) either
-reports its own probe and its own error, or only prints the error in the log.
+In a multiprocess engine the front end (pid 10) sees only "Engine core initialization
+failed"; the worker (pid 20) either reports its own probe and error, or only prints the
+error in the log, which the front end must not vouch for.
 """
 
 from __future__ import annotations

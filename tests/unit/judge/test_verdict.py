@@ -667,8 +667,8 @@ def _late_at(size: int) -> Record:
 
 
 def test_a_late_error_at_another_size_than_the_computed_one_fails_whatever_the_pattern() -> None:
-    """A pattern without the size (the form the docs once showed) passed "No common block
-    size for 4096" on a 128 cell; the verdict now checks the size the message names."""
+    """A pattern without the size would pass "No common block size for 4096" on a 128 cell,
+    so the verdict checks the size the message names."""
     loose = {"outcome": "late_error", "match": "No common block size"}
     cell = cell_with(loose, family="dense", crafted=SIBLING_48)
     v = judge(cell, _late_at(4096))

@@ -1,5 +1,5 @@
 """Patches read and applied in memory: exactly where they say (or, for a hunk naming its
-function, where that function now is), or refused with the reason."""
+function, where the base has that function), or refused with the reason."""
 
 from __future__ import annotations
 

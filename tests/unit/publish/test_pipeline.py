@@ -78,7 +78,7 @@ def test_buildkite_has_a_step_per_shard_then_the_gate() -> None:
         None,
         "gate",
     ]
-    steps = steps[1:]  # the column steps, as before the image was built once
+    steps = steps[1:]  # the column steps, past the image step
     assert steps[1]["command"].splitlines() == [
         "python3 -m venv .venv && .venv/bin/python -m pip install -q .",
         ".venv/bin/kvrig isa --markdown | buildkite-agent annotate --style info"

@@ -1121,7 +1121,7 @@ def test_a_release_folder_that_holds_a_side_run_fails_the_gate(
 
 
 def test_a_row_judged_by_another_kvrig_is_refused() -> None:
-    """A verdict written before a fix of kvrig's rules or judge is not this kvrig's."""
+    """A verdict written by other rules or another judge is not this kvrig's."""
     assert row(REQUIRED, "pass")["judged_by"] == results.judged_by()  # as a column writes it
     older = [row(REQUIRED, "pass", judged_by="0" * 16), row(OTHER, "pass")]
     res = gate.evaluate(matrix(), older, ["cpu"], TODAY)

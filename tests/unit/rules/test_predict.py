@@ -223,7 +223,7 @@ def test_a_gdn_model_whose_layers_are_all_linear_attention_has_no_aligned_size()
         predict.predict({**QWEN36_35B, "text_config": text}, predict.Settings("cuda", "0.33.0"))
 
 
-# --- issue 28, item 13: what no engine starts with, or no rule of kvrig's answers ---------
+# --- what no engine starts with, or no rule of kvrig's answers ---------------------------
 
 GRANITE4 = {**TINY, "num_hidden_layers": 4}  # TINY with its layer count stated
 
@@ -237,7 +237,7 @@ def _mamba(**fields: int) -> dict:
 
 
 REFUSED = {
-    # the kinds the issue lists
+    # configs no engine starts with
     "head_dim 0": ({**LLAMA, "head_dim": 0}, [], "'head_dim' is 0"),
     "KV heads that do not divide the heads": (
         {**LLAMA, "num_attention_heads": 8, "num_key_value_heads": 3},

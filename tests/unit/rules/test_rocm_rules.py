@@ -220,7 +220,7 @@ def test_the_worker_s_kernel_block_is_the_one_vllm_chose(seen: Seen) -> None:
     assert backends.kernel_block_size(seen.size, [chosen]) == seen.kernel
 
 
-# --- the sizes real engines logged on MI300X-class GPUs (issue 30) -----------------------
+# --- the sizes real engines logged on MI300X-class GPUs ----------------------------------
 
 PUBLISHED = [
     (QWEN35, predict.Settings("rocm", "", dtype="float16", prefix_caching=False), 1056),

@@ -218,7 +218,7 @@ def test_emulated_cells_are_their_own_column_and_say_so() -> None:
 
 
 def test_the_shipped_matrix_has_no_block_size_sets_left_for_cuda() -> None:
-    # Each CUDA expectation is exact per architecture now: sizes come from kvrig.rules.
+    # Each CUDA expectation is exact per architecture: sizes come from kvrig.rules.
     m = load(ROOT / "matrix.yaml")
     for case in m.cases:
         exp = case.expect.get("cuda")

@@ -1,6 +1,5 @@
 """A results folder records the vLLM its rows are of, and a column run refuses a folder
-that is another kind of run's: a side run cannot write into a release column's folder
-(GitHub issue 28, item 7), refused before any engine starts."""
+that is another kind of run's, so a side run's rows never stand for the release."""
 
 from __future__ import annotations
 
@@ -75,7 +74,8 @@ def _no_pytest(monkeypatch) -> None:
 def test_kvrig_column_refuses_an_overlay_into_the_release_folder_before_pytest(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    """`kvrig column --vllm-patch X --results results/cpu`, the issue's own command."""
+    """`kvrig column --vllm-patch X --results results/cpu`: an overlay into the release's
+    folder."""
     _no_pytest(monkeypatch)
     monkeypatch.setattr(columns, "use_overlay", lambda *a: MANIFEST)
     release = tmp_path / "results" / "cpu"

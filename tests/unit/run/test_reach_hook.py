@@ -1,7 +1,6 @@
-"""The coverage a reach run starts in a cell's process: nothing unless KVRIG_REACH is
-set; then the table's vLLM files measured in the cell, in a child it forks that ends in
-os._exit, and in a Python process it spawns, each saved under the cell's id (real
-coverage.py, in a process of its own, on a small stand-in vllm package)."""
+"""The coverage a reach run starts in a cell's process: nothing unless KVRIG_REACH is set,
+then the cell, a child that ends in os._exit and a spawned process all measured, since a
+branch may be taken in any of them."""
 
 from __future__ import annotations
 

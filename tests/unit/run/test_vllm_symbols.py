@@ -1,7 +1,5 @@
 """kvrig reaching for vLLM's internals on a release that moved one: the missing name is
-said once, in the record and the verdict, never a traceback in every cell. vLLM is
-simulated: a package tree named `vllm` written for each test (imported through Python's
-own machinery), with what a future release might have removed left out."""
+said once, in the record and the verdict, never a traceback in every cell."""
 
 from __future__ import annotations
 

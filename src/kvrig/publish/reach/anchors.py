@@ -1,12 +1,8 @@
 """An arm of the branch table found in one vLLM's source: the lines whose running takes it.
 
 A row names its arm by function and a fragment of one line, never by line number, so the
-same row finds its arm in vLLM 0.32.0 and 0.34.0 wherever the lines moved. What counts
-as taking it is said in lines and arcs, as coverage.py records them with branch=True:
-each line that runs, and each (from, to) pair of lines run one after the other in a frame,
-a negative `to` being the exit of the code object that starts on that line.
-
-Pure: source text and an arm in, a Located arm or the reason it is not there out.
+same row finds its arm in every release wherever the lines moved. Taking it is said in
+lines and arcs, as coverage.py records them with branch=True.
 """
 
 from __future__ import annotations
@@ -97,10 +93,8 @@ def _first_line(node: Defs) -> int:
 
 
 def _matching_lines(lines: list[str], defs: list[Defs], at: str) -> list[int]:
-    """Line numbers in the definitions where the fragment starts. A fragment of one line
-    matches the lines equal to it (spaces aside) if any, else those containing it; one of
-    several lines matches a line containing its first, whose next lines of code (blank and
-    comment lines skipped) contain the rest, in order."""
+    """Line numbers in the definitions where the fragment starts: equal lines (spaces aside)
+    before containing ones, so a short fragment does not match a longer line by accident."""
     want = [" ".join(part.split()) for part in at.splitlines() if part.strip()]
     span = sorted({n for d in defs for n in range(_first_line(d), (d.end_lineno or 0) + 1)})
     text = {n: " ".join(lines[n - 1].split()) for n in span if n <= len(lines)}
@@ -148,10 +142,8 @@ def _branch(tree: ast.Module, line: int, true: bool) -> Located | Missing:
 
 
 def _expression_arm(expr: ast.IfExp, line: int, true: bool) -> Located | Missing:
-    """An arm of `body if test else orelse`. Its else runs only when false. Its body's
-    line is not enough: the compiler may put the test's jump on it, so it runs either
-    way; the true arm is the value leaving the body for what takes it, outside the
-    expression's other lines."""
+    """An arm of `body if test else orelse`. The body's line is not enough for the true
+    arm: the compiler may put the test's jump on it, so it runs either way."""
     body, test, orelse = _lines(expr.body), _lines(expr.test), _lines(expr.orelse)
     if body & test or orelse & test or body & orelse:
         return Missing(f"line {line}: the conditional's arms share lines with its condition")

@@ -1,11 +1,7 @@
 """Whether one process's coverage takes a located arm: lines and arcs in, yes or no out.
 
-The arcs are coverage.py's raw ones for one file (branch=True): (from, to) line pairs in
-one frame, a negative `to` being the exit of the code object starting on line -to. Raw,
-not mapped to statements, so a line inside a multi-line statement (a conditional
-expression's arm, an assertion's message) is seen when it runs.
-
-Pure.
+coverage.py's raw arcs, not mapped to statements, so a line inside a multi-line statement
+(a conditional expression's arm, an assertion's message) is seen when it runs.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The reach report of a run's folder: read what the cells left, judge every branch, print
-the table and the figure, write reach.md and reach.json, and decide the exit status.
+"""The reach report of a run's folder, written and printed, with its exit status.
 
-Exit status: 1 when a column's cells left no coverage at all (the instrument did not
-measure, and says so) or when the figure is below the minimum asked for (`--min`);
-else 0. Branches that are not reached are listed, never a failure by themselves: the
-figure is what the minimum guards.
+1 when a column left no coverage (the instrument did not measure) or the figure is below
+`--min`. An unreached branch is listed, never a failure by itself: the figure is what the
+minimum guards.
 """
 
 from __future__ import annotations
@@ -49,8 +47,8 @@ def evaluate(
 
 
 def _sources_gone(columns: list[measured.Column], roots: list[str]) -> list[str]:
-    """A vLLM a column ran that is no longer on disk (its environment was removed): its
-    arms cannot be found, so its cells would count as reaching nothing."""
+    """A vLLM a column ran whose environment is gone: its arms cannot be found, so its cells
+    would count as reaching nothing."""
     out = []
     for root in roots:
         if Path(root).is_dir():

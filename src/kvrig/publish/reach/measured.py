@@ -1,8 +1,5 @@
 """What a reach run's cells left: per cell, the vLLM it ran and the arcs it took in each
-of the table's files, read from coverage.py's data files (kvrig.run.reach wrote them).
-
-Side effects at the edge: reads the data files and the vLLM sources they name.
-"""
+of the table's files, read from coverage.py's data files."""
 
 from __future__ import annotations
 

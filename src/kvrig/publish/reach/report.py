@@ -1,12 +1,8 @@
 """The reach report: for each branch of the table, a cell that takes it, or why none can.
 
-The figure is the share of the reachable branches some cell takes. Branches that need
-hardware, dead code and other platforms or models are listed apart, each with its reason;
-one of them that a cell takes all the same is said to contradict its class. An arm the
-measured vLLM does not have is named with that vLLM's version, so a release that moved
-the code shows, never silently.
-
-Pure: the table, the sources and the cells' arcs in, verdicts and text out.
+The figure is the share of the reachable branches some cell takes; the rest are listed
+apart with their reasons. An arm the measured vLLM lacks is named with its version, so a
+release that moved the code shows, never silently.
 """
 
 from __future__ import annotations
@@ -45,8 +41,6 @@ def locate_all(table: Table, sources: Mapping[str, str | None]) -> dict[ArmKey, 
 
 @dataclass(frozen=True)
 class Verdict:
-    """One row as measured."""
-
     branch: Branch
     reached: bool
     by: tuple[str, ...]  # cells that take it, labelled with their vLLM when not the table's
