@@ -59,7 +59,9 @@ def alive(pid: int | None) -> bool:
         return False
 
 
-def gone_within(pids: list[int | None], seconds: float = 20.0) -> list[int | None]:
+def gone_within(pids: list[int | None], seconds: float = 60.0) -> list[int | None]:
+    """The pids still alive after `seconds`: a bound generous enough for a loaded 2-core
+    host, where a parent's exit has been seen to take over 20 s."""
     deadline = time.monotonic() + seconds
     while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)
