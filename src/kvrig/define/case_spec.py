@@ -305,7 +305,7 @@ class KnownDefect(Strict):
     @classmethod
     def _shows_something(cls, shows: dict[str, Any]) -> dict[str, Any]:
         """A defect that shows nowhere would make no cell an expected failure, and hide
-        that the marker no longer stands for anything."""
+        that the marker stands for nothing."""
         if not shows:
             raise ValueError("a known defect must say what it shows on at least one platform")
         return shows

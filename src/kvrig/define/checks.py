@@ -1,16 +1,10 @@
 """What a schema-valid matrix can still get wrong, refused at load at the line it is on.
 
-Each check here finds a mistake that would otherwise show only after engines ran, as a
-red cell, or never: a name that names nothing (a module no distribution provides, a
-replacement's target the platform never selects, a skip layer that is no attention
-layer), a number no engine of the model can take (a --tp that does not split its heads,
-a max_model_len past its positions, a prompt that leaves no room), a pattern that would
-pass a cell failing for an unrelated reason, and an expectation no record can meet (a
-known defect that shows what the case expects, a late error from the early check, an
-early error where nothing aligns, an allowance the gate never reads or whose excuse
-cannot happen). They need the matrix validated and the model configs read, so they run
-after the schema, in kvrig.define.loader; a matrix built in code (a unit test's) is not
-held to them.
+Each mistake here would otherwise show only after engines ran, as a red cell, or never:
+a name that names nothing, a number no engine of the model can take, a pattern that would
+pass a cell failing for an unrelated reason, an expectation no record can meet. They need
+the model configs read, so they run after the schema, in kvrig.define.loader; a matrix
+built in code (a unit test's) is not held to them.
 
 Pure: a parsed and validated matrix in, the first refusal (or none) out.
 """

@@ -1,11 +1,10 @@
 """A column's name, made and read in one place.
 
-A results column is a platform, and on the CPU a class the rig emulates (`cpu-avx2`); on
-CUDA the GPU architecture is part of it (`cuda-sm90`), since vLLM's CUDA code picks
-backends and prefill kernels by compute capability, so two architectures' runs of one
-case are two different cells; an emulated device's column says so (`cuda-sm90-emulated`).
 Cell ids, results folders, the gate's required columns and the report's headings are all
-built on these names, so they are parsed here and nowhere else.
+built on these names (`cpu-avx2`, `cuda-sm90`, `cuda-sm90-emulated`), so they are parsed
+here and nowhere else. A CUDA column carries the architecture because vLLM's CUDA code
+picks backends and prefill kernels by compute capability: two architectures' runs of one
+case are two cells.
 
 Pure: names in, names out.
 """

@@ -42,10 +42,9 @@ def check_expected_backends(
     path: Path, data: Any, matrix: Matrix, configs: dict[str, dict[str, Any]] | None = None
 ) -> None:
     """The backends an expectation names must be ones its cell can have: a misspelt or a
-    foreign name (a crafted backend of another case, a CUDA backend on CPU) is otherwise
-    found only when the engines have run, as a red cell, or never, where a rejection
-    list names a backend the model does not have. (At load, not in the schema: a matrix
-    built in code for a unit test may name what it likes.)"""
+    foreign name (another case's crafted backend, a CUDA backend on CPU) otherwise shows
+    only after the engines ran, or never, in a rejection list. At load, not in the schema,
+    so a matrix built in code may name what it likes."""
     for i, case in enumerate(matrix.cases):
         config = (configs or {}).get(case.model)
         mla = None if config is None else vllm_models.mla(config)
@@ -89,10 +88,9 @@ def check_expected_backends(
 
 
 def check_model_configs(path: Path, data: Any, matrix: Matrix) -> dict[str, dict[str, Any]]:
-    """Every model's config file exists (beside the matrix or shipped with kvrig), and is
-    one kvrig can read and its family's rules apply to; else no cell of it could start,
-    or its verdicts would follow another family, which would show only in each cell's
-    log, a minute later, or as a traceback. Returns the rendered configs."""
+    """Every model's config file exists and is one kvrig can read and its family's rules
+    apply to; else no cell of it could start, or its verdicts would follow another family.
+    Returns the rendered configs."""
     configs = {}
     for name, spec in matrix.models.items():
         if not models.findable(spec.config, path.parent):
@@ -120,9 +118,9 @@ def check_sibling_layers(
     path: Path, data: Any, matrix: Matrix, configs: dict[str, dict[str, Any]]
 ) -> None:
     """Every sibling reaches an attention module of its model the way kvrig's plugin
-    routes siblings (its `layers` a prefix of the module's name, a base it names an MLA
-    backend on MLA layers); else the cell would run without the sibling it exists to test, and
-    could even pass."""
+    routes siblings (its `layers` a prefix of the module's name, an MLA backend on MLA
+    layers); else the cell would run without the sibling it exists to test, and could
+    pass."""
     for i, case in enumerate(matrix.cases):
         if not case.crafted.siblings:
             continue

@@ -1,14 +1,11 @@
 """How the matrix names the GPU architectures a cell's outcome can depend on: columns,
 `--only` devices and `expect_by_arch` keys (the GPUs themselves: kvrig.facts.gpus).
 
-vLLM's CUDA code picks attention backends, validates them and chooses prefill kernels by
-compute capability, so one CUDA expectation can be right on an H100 and wrong on an A100.
-The matrix therefore keys per-architecture expectations by these names, the emulated
-columns fake exactly these devices, and a real CUDA runner reads its own capability into
-the same key. XPU code reads no architecture for these choices (only the device name,
-for an A770's bfloat16 refusal), so it has one emulated device. vLLM's ROCm code reads
-the gfx target (`_GCN_ARCH`): its backend order differs on RDNA4 (gfx1201) from the
-Instinct boards (gfx942, gfx950), and AITER's kernels need CDNA 3 or newer.
+vLLM's CUDA code picks and validates attention backends and prefill kernels by compute
+capability, and its ROCm code reads the gfx target (`_GCN_ARCH`), so one expectation can
+be right on one GPU and wrong on another. Per-architecture expectations, the emulated
+columns and a real runner's column all key by these names. XPU's code reads only the
+device name, so it has one emulated device.
 
 Pure: names in, facts out.
 """

@@ -1,11 +1,9 @@
 """The engine arguments a case sets, held against the model and the platforms it runs on.
 
-A knob vLLM never reads for a model or on a platform would make a cell that tests
-nothing it says (a state dtype on a model without state, decode context parallelism on
-the CPU); one that names what the model lacks (MTP on a checkpoint with no next-token
-layers, more pipeline stages than layers, a context past the model's positions) stops
-every engine of the case in vLLM's own error, a minute later. Each is refused at its
-line, with what to do, before any engine starts.
+A knob vLLM never reads for the model or platform makes a cell that tests nothing it says
+(a state dtype without state); one naming what the model lacks (MTP layers, more pipeline
+stages than layers) stops every engine of the case a minute later. Each is refused at its
+line before any engine starts.
 
 Pure: a parsed and validated matrix and the rendered model configs in, refusals out.
 """

@@ -1,15 +1,10 @@
 """Where in matrix.yaml a field is written: the line a refusal names.
 
-The loader keeps each mapping key's line beside the key (`__lines__`, kvrig.define.loader),
-and every refusal names a field by its path ("cases.3.expect.cpu.match"). A path is not
-always cut at its dots: an `expect_by_arch` key is "8.0, 8.9", so cutting it there would
-lose the key and report the refusal at the top of the file; and a refusal about a list
-item (a group inside a group, an allowance) belongs at that item's own line, not at the
-line of the list that holds it.
-
-`parse` reads YAML so: each mapping with its keys' lines, a key written twice in one mapping
-refused (YAML would keep the last without a word). `kvrig cells --show` reads with it, so
-a line it shows is the line a refusal names.
+Every refusal names a field by its path ("cases.3.expect.cpu.match"), and a path is not
+always cut at its dots: an `expect_by_arch` key is "8.0, 8.9", and a refusal about a list
+item belongs at the item's own line, not the list's. `parse` keeps each mapping key's
+line and refuses a key written twice (YAML would keep the last without a word); `kvrig
+cells --show` reads with it, so a line it shows is the line a refusal names.
 
 Pure: text or parsed data in, parsed data or a line out.
 """

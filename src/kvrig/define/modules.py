@@ -1,12 +1,9 @@
 """The modules a vLLM model's code may import beyond vLLM's own, and who provides each.
 
-A model's `needs:` names such modules, and a column whose environment lacks one skips the
-model's cells (kvrig.define.cells.with_needs_met). A misspelt name is lacking everywhere:
-every cell of the model would be skipped on every column, and an allowance that excuses
-the skip would let the gate pass. Whether a module exists cannot be asked of the
-environment that loads the matrix (the column's is another, and the unit tests have no
-vLLM), so the names are checked against this list: the import names vLLM's model files
-and their multimodal processors reach for, each with the distribution that installs it.
+A misspelt name in a model's `needs:` is lacking everywhere: every cell of the model
+would skip on every column (kvrig.define.cells.with_needs_met), and an allowance could
+let the gate pass. The environment that loads the matrix cannot be asked (the column's
+is another), so names are checked against this list of what vLLM's model files import.
 
 Pure: names in, names out.
 """

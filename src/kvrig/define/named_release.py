@@ -1,13 +1,10 @@
 """A vLLM release named on the command line (`--vllm 0.33.0`, `--vllm ./vllm-...whl`), put
 in place of what matrix.yaml pins, without copying the matrix.
 
-A release gate is asked about another release on the day it ships, and a release diff
-runs two side by side: both need a column whose cells, rules and results folder follow
-the named release while every case, model and expectation stays the matrix's. The
-matrix is changed in memory only, each platform's source replaced by the same kind of
-source for the named release (vLLM's image of it, its PyPI wheel, its git tag), and the
-result is checked as the loader checks a pin: a release between two that a rule was seen
-in is refused, a newer one than any read is run and said to be so.
+A release gate asked on the day a release ships, and a release diff, both need a column
+that follows the named release while every case and expectation stays the matrix's. The
+pins are replaced in memory and checked as the loader checks a pin: a release between two
+that a rule was seen in is refused, a newer one than any read is run and said to be so.
 
 Pure: a string and a matrix in, a matrix (or one paragraph) out.
 """

@@ -1,11 +1,9 @@
 """Where a column's results live: `results/<column>`, `results/<column>-shard<i>`.
 
-A column is a platform, or `cpu-<class>` for a CPU class the rig emulates. Report and
-gate read these folders by default, so the names are decided here once; side runs kept
-under results/ (the mutation check's `cpu-mutation` and `cpu-mutation-container`, the
-container check's `cpu-container`, an overlay's `<column>-overlay-<digest>`) match none of
-them and never mix in. A CI job uploads its column's folder as the artifact
-`kvrig-<column>[-shard<i>]`, which is a release folder too once downloaded.
+Report and gate read these folders by default, so the names are decided here once; side
+runs kept under results/ (`cpu-mutation`, `cpu-container`, `<column>-overlay-<digest>`)
+match none of them and never mix in. A CI job's artifact `kvrig-<column>[-shard<i>]` is a
+release folder too once downloaded.
 """
 
 from __future__ import annotations

@@ -41,8 +41,6 @@ class Arm(_Strict):
 
 
 class Branch(_Strict):
-    """One row of the table."""
-
     n: int = Field(ge=1)
     file: str = Field(min_length=1, description="relative to the vllm package")
     function: str = Field(min_length=1, description="dotted path of classes and functions")

@@ -17,6 +17,6 @@ class Refusal:
     field: str
     what: str
     fix: str
-    # Where the field is no longer in the parsed data (a case's `measured:`, taken out
+    # Where the field is not in the parsed data (a case's `measured:`, taken out
     # before validation): its line as written.
     line: int | None = None

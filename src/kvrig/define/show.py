@@ -1,16 +1,11 @@
 """A case or a cell as matrix.yaml expands it, each value after the line it comes from:
 `kvrig cells --show ID`.
 
-The short form says each thing once (a group's shared keys, one case for several models,
-one expectation for several platforms, an anchor from `presets:`), so the line a value
-is written on is often not the case's own, and what a cell expects on one CPU class or
-GPU is spread over `expect`, `expect_by_isa` and `expect_by_arch`. This prints what the
-validated case holds, field by field, and every cell it makes on every column with the
-expectation that cell follows, each beside the line that says so ("default" where the
-file writes nothing and the schema's default stands).
-
-An ID is a case's id (every model's case of that name), `<model>-<case>`, or a cell id
-(`cpu-granite_hybrid-default`, `cpu-avx2-...`, `cuda-sm90-...`, `xpu-...`).
+The short form says each thing once, so the line a value is written on is often not the
+case's own, and what a cell expects on one CPU class or GPU is spread over `expect`,
+`expect_by_isa` and `expect_by_arch`. This prints the validated case field by field and
+every cell it makes, each beside the line that says so ("default" where the schema's
+default stands). An ID is a case's id, `<model>-<case>`, or a cell id.
 """
 
 from __future__ import annotations

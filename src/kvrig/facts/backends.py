@@ -296,7 +296,6 @@ class UnknownBackend(KeyError):
 
 
 def record(platform: str, key: str) -> Record:
-    """The record of `key` on `platform`."""
     for r in RECORDS:
         if r.key == key and platform in r.platforms:
             return r

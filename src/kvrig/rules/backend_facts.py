@@ -1,11 +1,9 @@
 """kvrig's table of backend kernel block sizes, held against what vLLM itself answers.
 
-The predictor and the verdicts restate each backend's get_supported_kernel_block_sizes()
-from reading vLLM's sources; a release that changes one (FLASH_ATTN's MultipleOf(16), say)
-would silently change every GPU prediction. Where vLLM imports (its CPU wheel here, its
-CUDA wheel in a side environment), kvrig.run.backend_answers asks every
-AttentionBackendEnum member and this module compares the answers with the table, saying
-which backends could not be read and why.
+The predictor and the verdicts restate each backend's get_supported_kernel_block_sizes();
+a release that changes one (FLASH_ATTN's MultipleOf(16), say) would otherwise silently
+change every GPU prediction. kvrig.run.backend_answers asks vLLM where it imports; this
+module compares the answers with the table and says which backends could not be read.
 
 Pure: vLLM's answers (as JSON-able values) in, a list of findings out.
 """
@@ -109,8 +107,7 @@ def parse_declared(sizes: list[str]) -> tuple[Kernel, ...] | None:
 
 def disagreements(platform: str, declared: Mapping[str, list[str]]) -> list[str]:
     """The backends an engine declared other kernel sizes for than kvrig's table holds,
-    each naming both (pure): what a cell's record shows of vLLM's answers, on the GPU
-    architecture the cell ran on, checked against the table every prediction uses."""
+    each naming both: a cell's record held to the table every prediction uses."""
     mine = table(platform)
     out = []
     for name, sizes in sorted(declared.items()):

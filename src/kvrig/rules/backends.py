@@ -20,8 +20,8 @@ __all__ = ["Backend", "Kernel", "NoCommonKernelBlock", "PlatformRules", "kernel_
 
 @dataclass(frozen=True)
 class PlatformRules:
-    """The per-platform backends the size depends on (vllm-blocksize-facts.md, section 6);
-    what changed between releases is in kvrig.rules.versions."""
+    """The per-platform backends the size depends on; what changed between releases is in
+    kvrig.rules.versions."""
 
     default: Backend  # the attention backend the platform picks for these models
     # Whether these rules were confirmed by real engines (on CPU by the column itself, on

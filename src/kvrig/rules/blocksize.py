@@ -1,13 +1,10 @@
 """The block size a cell should get, computed from its model config without vLLM.
 
-vLLM's own arithmetic decides which size an engine runs at; if the rig only checked that
-the engine ran, a silent change in that arithmetic (a different rounding, a lost page
-term) would pass unseen. So every cell's size is derived a second time here, from the
-per-rank shapes in the model's config (kvrig.rules.shapes), the rules of the release the
-platform installs (kvrig.rules.versions) and the backends' declared sizes, following the
-steps vLLM documents (phase 1, hybrid alignment, the XPU GDN rounding, the early check).
-The verdict compares the two; `kvrig predict` runs the same steps (`decide`) for a real
-checkpoint.
+If the rig only checked that the engine ran, a silent change in vLLM's arithmetic (a
+different rounding, a lost page term) would pass unseen. So every cell's size is derived
+a second time here, following vLLM's steps (phase 1, hybrid alignment, the XPU GDN
+rounding, the early check) at the release the platform installs; `kvrig predict` runs the
+same steps (`decide`) for a real checkpoint.
 
 Everything here is pure: a config dict and a few facts in, an `Expected` out.
 """

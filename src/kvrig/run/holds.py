@@ -1,13 +1,10 @@
 """What a results folder holds: the vLLM its rows are of, in `holds.json` beside them.
 
-A folder named as a column (`results/cpu`, a CI artifact `kvrig-cpu-shard2`) is what the
-release gate reads as that column's run on the vLLM matrix.yaml pins. A side run (an
-overlay asked for on the command line, a release named with `--vllm`) writes rows with
-the same cell ids, so written into such a folder they would stand for the release; and
-two kinds of run sharing any folder would mix their rows. So each column run records
-what its folder holds, refuses a folder that holds another kind of run, and refuses to
-put a side run in a release column's folder; the gate refuses a release folder whose
-record says it holds a side run.
+The release gate reads a folder named as a column as that column's run on the pinned
+vLLM, and a side run (an overlay, a release named with `--vllm`) writes rows with the same
+cell ids. So each column run records what its folder holds and refuses a folder of another
+kind of run, a side run never lands in a release column's folder, and the gate refuses a
+release folder whose record says it holds a side run.
 """
 
 from __future__ import annotations

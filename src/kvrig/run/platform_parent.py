@@ -1,31 +1,21 @@
 """One warm parent per emulated platform and release, shared by that platform's columns.
 
 Six emulated CUDA columns run the same vLLM platform code with another compute capability,
-so a run of several columns (kvrig emulated, kvrig release diff) imports vLLM once per
-platform instead of once per column. The platform's parent imports vLLM with no device
-chosen (KVRIG_EMULATE names the platform alone): whatever vLLM makes of a device answer
-at import would otherwise reach every architecture. Every device answer is read when asked
-(kvrig.run.emulation.chosen) and refused there, so a parent whose imports asked one says
-where and serves nobody: its columns fall back to a parent of their own, as a lone column
-has. The modules that do read the device as they load (kvrig.run.forkserver's
-DEVICE_READING) are imported by an architecture's parent, forked from the platform's once
-per architecture with its device chosen; cells fork from that one, never from each other.
+so a run of several columns imports vLLM once per platform, not once per column. The
+platform's parent imports vLLM with no device chosen, since whatever vLLM makes of a
+device answer at import would reach every architecture; a device read there is refused
+(kvrig.run.emulation.chosen), and that parent serves nobody. The modules that read the
+device as they load (kvrig.run.forkserver's DEVICE_READING) are imported by an
+architecture's parent, forked from the platform's once its device is chosen:
 
     column --socket--> platform parent (per platform, release and environment)
                          `-- fork --> architecture parent (cuda:9.0) <--socket-- column
                                         `-- fork --> cell, cell, ...
 
-The parents live in a folder the orchestrating command makes (KVRIG_PARENTS, one per
-group of columns, stopped when the group is done) and go when that command does
-(KVRIG_PARENTS_OWNER, even a SIGKILLed one): the platform's parent watches it, the
-architectures' parents their platform's parent, and each kills the sessions of its cells
-on the way out. The first column that needs a parent starts it, under a lock, so two
-columns starting at once share one.
-
-ROCm is not shared: vLLM's rocm.py reads the gfx target once, as it is imported, into
-`_GCN_ARCH` and a score of module constants derived from it, and vLLM resolves its
-platform (importing rocm.py) before nearly any of its modules loads; so each gfx target
-keeps a parent of its own (docs/emulated.md).
+The parents go when the orchestrating command does (KVRIG_PARENTS_OWNER, even a SIGKILLed
+one), each killing its cells' sessions on the way out. ROCm is not shared: vLLM's rocm.py
+reads the gfx target once at import into `_GCN_ARCH` and module constants, before nearly
+any other module loads, so each gfx target keeps a parent of its own (docs/emulated.md).
 """
 
 from __future__ import annotations

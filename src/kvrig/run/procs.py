@@ -27,7 +27,6 @@ def _live(procs: Iterable[psutil.Process]) -> Iterator[psutil.Process]:
 
 
 def session_pids(sid: int) -> list[int]:
-    """Every live process of a session."""
     pids = []
     for proc in _live(psutil.process_iter()):
         try:
@@ -39,7 +38,6 @@ def session_pids(sid: int) -> list[int]:
 
 
 def tree_pids(pid: int) -> list[int]:
-    """A process and all its live descendants."""
     try:
         root = psutil.Process(pid)
         return [p.pid for p in _live([root, *root.children(recursive=True)])]

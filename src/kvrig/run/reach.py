@@ -1,17 +1,10 @@
 """Coverage of vLLM's block-size code in a cell's processes, when `kvrig check reach` asks.
 
-Off unless KVRIG_REACH names coverage.py's settings file (the reach command sets it for
-the columns it runs; nothing else does), and then only coverage.py is started, in the
-cell's own process (forked from its warm parent), measuring only the vLLM files of the
-branch table
-(kvrig.define.reach_table) with raw arcs. coverage.py's own patches carry it on: a
-process the cell forks (an emulated tensor-parallel rank) gets data of its own, a
-process ending in os._exit saves first, and a Python process vLLM spawns (the engine core
-and workers of a multiprocess CPU cell) starts measuring from the same settings and
-saves at its exit, which the cell asks of it (SIGTERM, which vLLM's processes turn into
-a normal exit) before it saves its own data. The data go to the column's results folder
-(`coverage/`, beside `cells/`), each file named by its cell id, so the report can name a
-cell that took an arm; a small file beside them says which vLLM the cell ran.
+Off unless KVRIG_REACH names coverage.py's settings file; then coverage.py measures only
+the branch table's vLLM files (kvrig.define.reach_table) with raw arcs, in the cell's
+process and in every process it forks or vLLM spawns, each asked to exit normally so that
+it saves. The data go to the column's results folder (`coverage/`), named by cell id, so
+the report can name a cell that took an arm.
 """
 
 from __future__ import annotations
@@ -62,7 +55,6 @@ def data_name(cell_id: str) -> str:
 
 
 def data_folder(results: Path) -> Path:
-    """Where a column's cells leave their coverage data."""
     return results / DATA_FOLDER
 
 

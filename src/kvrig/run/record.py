@@ -32,7 +32,7 @@ class ErrorInfo(BaseModel):
     # that process; "log" or "log:<pid>", text a child printed (the pid its line names);
     # "summary:<pid>", the front end's summary. A worker's word is only the first: log text
     # says nothing of whether the worker's probe saw the KV cache sized before it. None in
-    # records written before sources were kept.
+    # a record that keeps no sources.
     source: str | None = None
     frames: list[str] = Field(default_factory=list)
     # The vLLM name kvrig's own code reached for and the release lacks (a MissingVllmSymbol,

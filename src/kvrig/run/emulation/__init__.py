@@ -1,16 +1,14 @@
 """Emulated GPU columns: vLLM's own CUDA, XPU or ROCm platform code, run on a CPU host.
 
-A cell of an emulated column runs vLLM's configuration phase for one GPU architecture:
-the engine config, the attention selector with its validation, the block-size steps with
-the early check, and the KV-cache config with the worker's kernel block sizes. The
-device is faked only through hooks vLLM offers (a platform plugin, an empty device list
-for Triton, a stub driver library, stub XPU kernel modules, the gfx target a ROCm host
-would report); nothing of vLLM is edited.
-Every record names what was faked (`fakes()`), and no emulated result counts as hardware.
+A cell of an emulated column runs vLLM's configuration phase for one GPU architecture, up
+to the worker's kernel block sizes. The device is faked only through hooks vLLM offers (a
+platform plugin, an empty device list for Triton, a stub driver library, stub kernel
+modules, the gfx target), so nothing of vLLM is edited; every record names what was faked
+(`fakes()`), and no emulated result counts as hardware.
 
-This module is what vLLM loads as kvrig's platform plugin (entry point group
-`vllm.platform_plugins`), in every process: it answers only when a cell sets
-KVRIG_EMULATE, so installing kvrig beside vLLM changes no real engine's platform.
+This module is kvrig's platform plugin (entry point group `vllm.platform_plugins`), loaded
+in every process: it answers only when a cell sets KVRIG_EMULATE, so installing kvrig
+beside vLLM changes no real engine's platform.
 """
 
 from __future__ import annotations

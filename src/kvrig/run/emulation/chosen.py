@@ -1,16 +1,11 @@
 """The device this process emulates, read from its environment each time vLLM asks.
 
-A platform's warm parent serves every architecture of its platform: it imports vLLM with
-no device chosen (KVRIG_EMULATE names the platform alone, `cuda`), and each process forked
-from it takes on the architecture its own KVRIG_EMULATE names (`cuda:9.0`). So no answer
-is fixed at import: every device answer the emulated platforms give (capability, name,
-memory, multiprocessors, torch's device properties) is read here when asked.
-
-A question asked before a device is chosen is how one architecture's answer would leak
-into another's cells: whatever vLLM computed from it (a module constant, a functools
-cache) would be inherited by every process forked after. Such a read is noted with the
-code that made it and refused with an exception `except Exception` cannot swallow into a
-cached fallback; a parent that noted one is unfit to serve (kvrig.run.forkserver).
+A platform's warm parent imports vLLM with no device chosen (KVRIG_EMULATE `cuda`), and
+each process forked from it takes on its own architecture (`cuda:9.0`), so no device
+answer may be fixed at import. A question asked before a device is chosen would leak one
+architecture's answer into another's cells through whatever vLLM cached from it; such a
+read is noted and refused with an exception `except Exception` cannot swallow, and a
+parent that noted one is unfit to serve (kvrig.run.forkserver).
 """
 
 from __future__ import annotations

@@ -3,26 +3,20 @@
 What a real engine does before its first forward pass, as far as it goes without a
 device, each step vLLM's own function:
 
-1. `EngineArgs(**engine_kwargs).create_engine_config()`: the model config from the
-   miniature's config.json, the platform's `check_and_update_config`, the hybrid model
-   configs' updates (mamba cache mode, the SSM state dtype); kvrig's general plugin is
-   loaded here as in any engine, with the cell's crafted backends and the probe;
+1. `EngineArgs(**engine_kwargs).create_engine_config()`: the platform's
+   `check_and_update_config` and the hybrid model configs' updates, with kvrig's general
+   plugin loaded as in any engine;
 2. the model built on the meta device by vLLM's loader: every layer asks the selector for
-   its backend (the arch's priority list and `validate_configuration`) and registers;
+   its backend;
 3. `current_platform.update_block_size_for_backend`: phase 1, the hybrid alignment, the
-   early check (and XPU's GDN rounding with its second check);
-4. the KV-cache specs of the real layers; then the engine core's own step,
-   `EngineCore._initialize_kv_caches`, over every worker's specs (the layout, the global
-   groups, `get_kv_cache_configs`, the engine core's block: the smallest over its
-   prefix-cacheable groups, the hash and scheduler block sizes), with an executor that
-   hands it what the workers found; and rank 0's worker `init_attn_backend` up to
-   `prepare_kernel_block_sizes` (where the late check lives); what follows needs a device.
+   early check (and XPU's GDN rounding);
+4. the KV-cache specs, the engine core's `EngineCore._initialize_kv_caches` over every
+   worker's specs, and rank 0's `init_attn_backend` up to `prepare_kernel_block_sizes`
+   (the late check); what follows needs a device.
 
-With tensor or pipeline parallelism each rank is a forked process of its own on a gloo
-group, as vLLM's multiprocess executor gives each rank a worker: each builds its own
-stage's layers and sizes its block from them, and hands its specs to the engine core.
-Nothing here generates: a `runs` cell passes when configuration completes at the size
-it should (kvrig.judge.verdict).
+Each tensor- or pipeline-parallel rank is a forked process on a gloo group, as vLLM's
+multiprocess executor gives each rank a worker. Nothing generates: a `runs` cell passes
+when configuration completes at the size it should (kvrig.judge.verdict).
 """
 
 from __future__ import annotations

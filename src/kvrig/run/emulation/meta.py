@@ -1,14 +1,11 @@
 """The meta device for a model built without a GPU, including what it asks of the GPU by name.
 
-`with torch.device("meta")` places every tensor a layer creates without naming a device;
-some of vLLM's layers name one (a GDN layer's gated norm on
-`current_platform.current_device()`, DeepSeek-V3.2's shared top-k buffer on
-`current_platform.device_type`), which would initialise CUDA and fail on a host without a
-driver. While the model is built, this mode sends every tensor asked for on the GPU to
-the meta device too: nothing is allocated anywhere, shapes and dtypes stay what vLLM asked
-for, and the KV-cache specs read from the layers are unchanged. Tensors asked for on the
-CPU stay there. (vLLM's own loader uses the same `torch.device` context; only the named
-GPU device is new.)
+`with torch.device("meta")` places every tensor a layer creates without naming a device,
+but some of vLLM's layers name one (a GDN layer's gated norm on
+`current_platform.current_device()`, DeepSeek-V3.2's top-k buffer on
+`current_platform.device_type`), which would initialise CUDA. While the model is built,
+tensors asked for on the GPU go to the meta device too: shapes, dtypes and the KV-cache
+specs stay what vLLM asked for. Tensors asked for on the CPU stay there.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """vLLM's model registry told of the model classes an emulated parent has imported.
 
-vLLM registers most model classes lazily, by module name, and inspects one (is it hybrid,
-does it keep a state, ...) in a fresh interpreter the first time an engine resolves it, so
-that the inspection cannot initialise CUDA; the answer is cached under the environment's
-vLLM cache root (kvrig.run.cell.device_env). In a new environment every model the matrix
-uses therefore costs a cell one more import of vLLM, and two columns starting together pay
-it twice. An emulated parent has no CUDA to initialise and has imported those classes
-already: registering each with vLLM's own `ModelRegistry.register_model` gives the same
-inspection (`_ModelInfo.from_model_cls`, which the fresh interpreter runs too), here, once.
-
-The modules of the matrix's architectures and of the drafters vLLM makes for its
-speculative methods are imported here (a model module reads the device as it loads: this
-runs in an architecture's parent, kvrig.run.forkserver.DEVICE_READING); one that does not
-import is left to vLLM's inspection, as before.
+vLLM inspects a lazily registered model class in a fresh interpreter, so that the
+inspection cannot initialise CUDA, and caches the answer per environment
+(kvrig.run.cell.device_env): in a new environment each model costs a cell one more import
+of vLLM. An emulated parent has no CUDA and has imported the classes already, so
+registering each with `ModelRegistry.register_model` runs the same inspection
+(`_ModelInfo.from_model_cls`) here, once. A module that does not import is left to vLLM's
+own inspection.
 """
 
 from __future__ import annotations

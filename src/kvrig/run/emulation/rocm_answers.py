@@ -1,12 +1,10 @@
 """What an emulated ROCm device answers, and what its record says was faked.
 
-vLLM's ROCm platform (`vllm/platforms/rocm.py`, in the same PyPI wheel as its CUDA code)
-asks for the device's gfx target once, at import, into `_GCN_ARCH` (amd-smi first, then
-`torch.cuda.get_device_properties("cuda").gcnArchName`); every `on_gfx*`/`on_mi3xx`
-helper, the CDNA generation AITER's checks read and the device capability follow from
-that one string. These are the answers kvrig.run.emulation.rocm_platform gives, kept apart
-from it (no torch, no vLLM here) so that the unit tests read the same values the
-emulated columns use.
+vLLM's ROCm platform (`vllm/platforms/rocm.py`) reads the gfx target once, at import, into
+`_GCN_ARCH` (amd-smi first, then torch's `gcnArchName`); every `on_gfx*`/`on_mi3xx` helper,
+the CDNA generation and the capability follow from that one string. The answers live apart
+from kvrig.run.emulation.rocm_platform (no torch, no vLLM here) so that the unit tests read
+the values the emulated columns use.
 """
 
 from __future__ import annotations

@@ -1,29 +1,19 @@
 """The ROCm platform of an emulated column: vLLM's own RocmPlatform, with its GPU answered.
 
-vLLM's ROCm code ships in the same PyPI wheel as its CUDA code (`vllm/platforms/rocm.py`
-and the ROCm attention backends), so it runs in the emulated columns' environment: the
-selector's priority list for the gfx target, each backend's validate_configuration, the
-backends' preferred and kernel block sizes, and the block-size steps (RocmPlatform
-overrides none of them: they are the base Platform's) all stay vLLM's code. What an AMD
-host would answer is answered through hooks vLLM itself reads, fixed for the process as a
-GPU is (kvrig.run.emulation.rocm_answers):
+vLLM's ROCm code ships in the same PyPI wheel as its CUDA code, so its selector, backends
+and block-size steps run here unchanged. What an AMD host would answer is answered through
+hooks vLLM reads, fixed for the process (kvrig.run.emulation.rocm_answers):
 
-- the gfx target. rocm.py reads it once, at import, into `_GCN_ARCH`: amd-smi first, then
-  torch's device properties. amdsmi is made unimportable (a host that had it would answer
-  its own GPU, or fail for lack of one) and torch's device queries answer the emulated
-  device's `gcnArchName`, both before this module imports rocm.py. vLLM resolves its
-  platform (through kvrig's platform plugin, to this module) before any model or backend
-  module imports rocm.py, and this module refuses to go on if rocm.py was imported
-  earlier with another device's target;
-- the device queries RocmPlatform sends to amd-smi (name, memory, count, topology, uuid,
-  NUMA nodes): the emulated device's answers, as on the CUDA and XPU columns;
+- the gfx target, which rocm.py reads once at import into `_GCN_ARCH` (amd-smi first,
+  then torch): amdsmi is made unimportable and torch answers the device's `gcnArchName`
+  before rocm.py is imported, and a rocm.py imported earlier with another target is
+  refused;
+- RocmPlatform's amd-smi queries (name, memory, count, topology, uuid, NUMA nodes);
 - AITER, only where the cell says AMD's aiter is installed (kvrig.define.case_spec.AITER_ENV):
-  an `aiter` of empty stand-ins, so that vLLM finds it as on its ROCm image;
-  VLLM_ROCM_USE_AITER stays vLLM's switch.
+  empty stand-ins, so that vLLM finds it as on its ROCm image.
 
-torch stays the CUDA wheel's (`torch.version.hip` None, no device): nothing of the
-configuration phase needs a HIP runtime, and claiming one would send vLLM's RCCL and
-Triton code after a runtime that is not there.
+torch stays the CUDA wheel's (`torch.version.hip` None): claiming a HIP runtime would send
+vLLM's RCCL and Triton code after one that is not there.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Inert CUDA objects for a model built on an emulated CUDA (or ROCm) device.
 
-Some of vLLM's layers take CUDA objects as they are built, for kernels they would
-overlap at run time: Qwen3.5's GDN layers on CUDA (vLLM 0.34.0,
-`models/qwen3_5/nvidia/model.py`) open the process's auxiliary stream
-(`vllm.utils.torch_utils.aux_stream()`) and two events; DeepSeek-V3.2's sparse MLA
-implementation reads the multiprocessor count of `torch.accelerator.current_device_index()`.
-Each of those initialises the driver and fails on a host without one, though nothing of
-the cell's outcome depends on them. While the model is built (and only then) torch.cuda's
-Stream and Event are stand-ins that hold nothing and refuse every use, saying they are
-kvrig's, and the current accelerator is device 0, whose properties the emulated platform
-answers (kvrig.run.emulation.cuda_platform). A layer that went on to use a stream or an
-event would need the device; its cell is then undecided (kvrig.judge.trust's
-DEVICE_GAPS), never passed.
+Some of vLLM's layers take CUDA objects as they are built: Qwen3.5's GDN layers
+(`models/qwen3_5/nvidia/model.py`) open `aux_stream()` and two events, and DeepSeek-V3.2's
+sparse MLA reads the multiprocessor count of the current accelerator. Each would
+initialise a driver, though the cell's outcome depends on none. While the model is built,
+torch.cuda's Stream and Event are stand-ins that refuse every use, naming themselves, and
+the current accelerator is device 0 (kvrig.run.emulation.cuda_platform); a layer that uses
+one leaves its cell undecided (kvrig.judge.trust's DEVICE_GAPS), never passed.
 """
 
 from __future__ import annotations

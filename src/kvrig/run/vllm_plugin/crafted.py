@@ -108,11 +108,10 @@ def make_backend(base: type, spec: BackendSpec) -> type:
 
 def _declared_sizes_rule() -> Any:
     """vLLM's own reading of declared kernel sizes (AttentionBackend.supports_block_size:
-    a size any declared one divides), for a plain crafted backend. Its base may override
-    the rule with its own kernels' (TRITON_ATTN and ROCm's AITER unified attention accept
-    any multiple of 16, whatever is declared), which would make the crafted sizes say
-    nothing; a release without the base rule is a missing symbol, named, not a crafted
-    backend that quietly declares its base's sizes."""
+    a size any declared one divides), for a plain crafted backend: its base may override
+    the rule (TRITON_ATTN and ROCm's AITER unified attention accept any multiple of 16),
+    which would make the crafted sizes say nothing. A release without the base rule is a
+    missing symbol, named."""
     rule = need(f"{BACKEND_BASE}.supports_block_size", USER)
     return rule.__func__
 

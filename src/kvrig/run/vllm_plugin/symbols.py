@@ -1,15 +1,10 @@
-"""vLLM's names as kvrig reaches for them: a name a release no longer has is a fact, said once.
+"""vLLM's names as kvrig reaches for them: a name a release lacks is a fact, said once.
 
-kvrig's emulation, its plugin and its probe import vLLM's internals by name (a worker's
-helper, a platform class, a registry). A release that removes or moves one would
-otherwise end every cell with the same AttributeError or ImportError, a traceback that
-reads as vLLM's outcome. Reached for through `need`, a missing name ends the cell with a
-`MissingVllmSymbol` that names it in full and the release it is missing from, which the
-record keeps (ErrorInfo.missing_vllm_symbol) and the verdict reads as "kvrig does not fit
-this release yet", not as a failure of vLLM's. `optional` is for a name kvrig can do
-without, which the caller then records as a fact of the release.
-
-Nothing here imports vLLM until a name is asked for, so the module loads without vLLM.
+A release that removes or moves an internal kvrig imports would otherwise end every cell
+with an AttributeError or ImportError that reads as vLLM's outcome. Reached for through
+`need`, a missing name ends the cell with a `MissingVllmSymbol` naming it and the release,
+which the verdict reads as "kvrig does not fit this release yet". `optional` is for a name
+kvrig can do without. Nothing here imports vLLM until a name is asked for.
 """
 
 from __future__ import annotations
