@@ -199,7 +199,7 @@ def _device_problem(cell: Cell, rec: Record) -> str | None:
     if not cell.device_emulated:
         if emulation or rec.device_emulated:
             return "the record comes from an emulated device, and the cell is real hardware's"
-        return _architecture_problem(cell, rec)
+        return _architecture_problem(cell.platform, cell.gpu_arch, rec)
     if rec.outcome == "skipped":
         return None
     if not emulation:
@@ -240,23 +240,23 @@ def _ranks_problem(ranks: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _architecture_problem(cell: Cell, rec: Record) -> str | None:
+def _architecture_problem(platform: str, gpu_arch: str | None, rec: Record) -> str | None:
     """The device the cell's process saw must be its column's architecture: a runner
     labelled for one GPU that holds another would file results under the wrong column."""
-    if cell.gpu_arch is None or cell.platform not in gpus.BY_ARCH or rec.outcome == "skipped":
+    if gpu_arch is None or platform not in gpus.BY_ARCH or rec.outcome == "skipped":
         return None
-    seen = (rec.host or {}).get(gpus.HOST_ARCH_KEY[cell.platform])
-    word = gpus.ARCH_WORD[cell.platform]
+    seen = (rec.host or {}).get(gpus.HOST_ARCH_KEY[platform])
+    word = gpus.ARCH_WORD[platform]
     if not seen:
-        tool = gpus.HOST_ARCH_TOOLS[cell.platform]
+        tool = gpus.HOST_ARCH_TOOLS[platform]
         return (
             f"the record names no GPU {word} ({tool} in the cell's process answered none),"
-            f" so the device cannot be shown to be the {cell.gpu_arch} the cell's"
+            f" so the device cannot be shown to be the {gpu_arch} the cell's"
             " expectations are for"
         )
-    if gpus.normalize(cell.platform, str(seen)) != cell.gpu_arch:
+    if gpus.normalize(platform, str(seen)) != gpu_arch:
         return (
             f"the cell's process saw a {word} {seen} GPU, and the cell is for"
-            f" {cell.gpu_arch}: the runner's labels name another GPU than it holds"
+            f" {gpu_arch}: the runner's labels name another GPU than it holds"
         )
     return None

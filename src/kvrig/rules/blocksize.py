@@ -17,7 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvrig.define.case_spec import BATCH_INVARIANT_ENV, KV_CACHE_LAYOUT_ENV, CraftedBackend
+from kvrig.define.case_spec import (
+    BATCH_INVARIANT_ENV,
+    KV_CACHE_LAYOUT_ENV,
+    Crafted,
+    CraftedBackend,
+)
 from kvrig.define.cells import Cell
 from kvrig.define.models import prefix_matches
 from kvrig.define.vllm_models import (
@@ -355,8 +360,8 @@ def cpu_of(cell: Cell) -> isa.Facts | None:
     return isa.facts(cell.isa) if cell.platform == "cpu" and cell.isa else None
 
 
-def uses_aligned(cell: Cell) -> bool:
-    crafted = cell.case.crafted
+def uses_aligned(crafted: Crafted) -> bool:
+    """Whether a crafted backend declares the size alignment lands on (ALIGNED)."""
     specs = [*crafted.siblings, *([crafted.replace] if crafted.replace else [])]
     return any(ALIGNED in s.sizes for s in specs)
 
@@ -387,7 +392,7 @@ def expected(
         return Expected(None, steps=[refusal], unsupported=refusal)
     aligned = (
         _expected(cell, config, cpu, None, gpu_arch, rules).block_size
-        if uses_aligned(cell)
+        if uses_aligned(cell.case.crafted)
         else None
     )
     return _expected(cell, config, cpu, aligned, gpu_arch, rules)
@@ -490,7 +495,7 @@ def _expected(
 
     if family == Family.MAMBA:  # nothing to choose a size for, nothing to align
         return with_core_blocks(cell, unaligned_stage(cell, rules, None), [], rules)
-    split = pipeline_stages(cell, config)
+    split = pipeline_stages(cell.case.knobs.pipeline_parallel_size, config)
     if split is None:
         return held(cell, with_core_blocks(cell, stage(None), [], rules), rules)
     own = [set(attention_layers(config, family)) & set(layers) for layers in split]
@@ -591,9 +596,9 @@ def held(cell: Cell, exp: Expected, rules: versions.Rules) -> Expected:
     return exp
 
 
-def pipeline_stages(cell: Cell, config: dict[str, Any]) -> list[range] | None:
-    """The cell's pipeline stages, or None without pipeline parallelism."""
-    pp = cell.case.knobs.pipeline_parallel_size or 1
+def pipeline_stages(pp: int | None, config: dict[str, Any]) -> list[range] | None:
+    """The layers of each of `pp` pipeline stages, or None without pipeline parallelism."""
+    pp = pp or 1
     return pipeline_split(layer_count(config), pp) if pp > 1 else None
 
 

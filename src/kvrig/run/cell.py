@@ -111,7 +111,7 @@ def craft_spec(cell: Cell) -> CraftSpec | None:
     # TRITON_ATTN when the case selects that backend).
     default = cell.case.knobs.attention_backend or selected_backend(cell)
     aligned = None
-    if blocksize.uses_aligned(cell):
+    if blocksize.uses_aligned(crafted):
         aligned = blocksize.aligned_size(cell, cell.config, blocksize.cpu_of(cell))
     replace = None
     if crafted.replace is not None:
