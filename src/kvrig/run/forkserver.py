@@ -112,6 +112,22 @@ EMULATED_PRELOAD = (
     "vllm.model_executor.models.lfm2",
     "vllm.model_executor.models.mamba2",
     "kvrig.run.emulation.configure",
+    "kvrig.run.emulation.meta",
+    # What vLLM's configuration and model loader import as they run, in every cell
+    # otherwise: the online quantization and expert-substitution modules and what they
+    # import (optional: a release may not have them).
+    *(
+        f"{OPTIONAL}vllm.model_executor.{m}"
+        for m in (
+            "layers.quantization.online.base",
+            "layers.quantization.online.fp8",
+            "layers.quantization.online.moe_base",
+            "layers.quantization.input_hadamard",
+            "layers.fused_moe.oracle.mxfp4",
+            "layers.fused_moe.oracle.int8",
+            "models.expert_substitution",
+        )
+    ),
     # The backends the selectors try (importing FlashInfer alone takes seconds): optional,
     # as a backend whose module fails to import on a platform is one vLLM skips there.
     *(
@@ -161,11 +177,14 @@ def preload_for(platform: str, *, emulated: bool = False) -> tuple[str, ...]:
 # model loader and most attention backends import, sets oink_ops.OINK_AVAILABLE from the
 # compute capability; the FlashAttention backend's metadata builder fixes its CUDA-graph
 # support by the FlashAttention version the capability allows (and kvrig's registration of
-# the model classes needs them imported). A parent that serves every architecture of a
+# the model classes needs them imported). The modules a cell would import as it runs (the
+# optional vllm.model_executor ones) are left to the device's parent too, so each is
+# imported under the device its cells were. A parent that serves every architecture of a
 # platform (kvrig.run.platform_parent) imports the rest of its preload and leaves these to
 # each architecture's parent, forked from it once a device is chosen.
 DEVICE_READING = (
     f"{OPTIONAL}kvrig.run.emulation.registered",
+    f"{OPTIONAL}vllm.model_executor.",
     "vllm.model_executor.models.",
     "vllm.model_executor.model_loader",
     "vllm.v1.worker.gpu.attn_utils",
