@@ -149,11 +149,17 @@ EMULATED_PRELOAD = (
             "mla.indexer",
         )
     ),
-    # Last: the model classes imported above registered with vLLM in this process, so no
-    # cell inspects one in a fresh interpreter (optional: a release without the registry's
-    # names leaves the inspection to vLLM).
-    f"{OPTIONAL}kvrig.run.emulation.registered",
 )
+# Last: the model classes imported above registered with vLLM in this process, so no cell
+# inspects one in a fresh interpreter (optional: a release without the registry's names
+# leaves the inspection to vLLM).
+REGISTERED = f"{OPTIONAL}kvrig.run.emulation.registered"
+# The backends a platform's selector tries beyond the ones above, which each of its cells
+# imported as it ran otherwise (about 70 ms a ROCm cell); only there, as another platform's
+# backend module may ask for the device as it loads.
+PLATFORM_BACKENDS = {
+    "rocm": ("rocm_attn", "ultraquant_attn", "rocm_octave_attn"),
+}
 
 
 # Not imported for an emulated device: its cells build no vllm.LLM (they call the engine's
@@ -170,7 +176,13 @@ def preload_for(platform: str, *, emulated: bool = False) -> tuple[str, ...]:
     base = tuple(m for m in PRELOAD if m not in CPU_PRELOAD)
     if not emulated:
         return base
-    return (*(m for m in base if m != FRONT_END), *EMULATED_PRELOAD)
+    backends = PLATFORM_BACKENDS.get(platform, ())
+    return (
+        *(m for m in base if m != FRONT_END),
+        *EMULATED_PRELOAD,
+        *(f"{OPTIONAL}vllm.v1.attention.backends.{m}" for m in backends),
+        REGISTERED,
+    )
 
 
 # What reads the emulated device as it is imported: vllm.kernels, which every model, the
@@ -183,7 +195,7 @@ def preload_for(platform: str, *, emulated: bool = False) -> tuple[str, ...]:
 # platform (kvrig.run.platform_parent) imports the rest of its preload and leaves these to
 # each architecture's parent, forked from it once a device is chosen.
 DEVICE_READING = (
-    f"{OPTIONAL}kvrig.run.emulation.registered",
+    REGISTERED,
     f"{OPTIONAL}vllm.model_executor.",
     "vllm.model_executor.models.",
     "vllm.model_executor.model_loader",

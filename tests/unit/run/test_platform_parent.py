@@ -115,6 +115,16 @@ def test_a_platform_parent_imports_only_what_reads_no_device() -> None:
     assert not any("backends.flash_attn" in m or ".mla." in m for m in part)
 
 
+def test_what_a_cell_imported_as_it_ran_is_imported_by_its_devices_parent() -> None:
+    full = preload_for("cuda", emulated=True)
+    lazy = "?vllm.model_executor.layers.quantization.online.base"
+    assert lazy in full and lazy not in before_a_device(full)
+    assert full[-1] == "?kvrig.run.emulation.registered"  # after every model class
+    rocm = "?vllm.v1.attention.backends.rocm_attn"
+    assert rocm in preload_for("rocm", emulated=True) and rocm not in full
+    assert preload_for("rocm", emulated=True)[-1] == full[-1]
+
+
 def test_the_platform_parents_environment_is_every_architectures() -> None:
     a = cell_env(cuda_cell("9.0"), Path("/w/a"), {"PATH": "/bin"})
     b = cell_env(cuda_cell("8.0"), Path("/w/b"), {"PATH": "/bin"})
