@@ -61,6 +61,10 @@ LAZY_ENV = frozenset(
         "KVRIG_TEST_FAULT",
         "PYTHONUNBUFFERED",
         "PYTEST_CURRENT_TEST",  # pytest changes it for every test; nothing in vLLM reads it
+        # Read through vllm.envs (uncached until an engine core starts) by the KV-cache
+        # layout's resolution only (resolve_kv_cache_layout, 0.33.0 and 0.34.0), as the
+        # engine core plans: a cell that sets it needs no import of vLLM of its own.
+        "VLLM_KV_CACHE_LAYOUT",
     }
 )
 OPTIONAL = "?"  # a preload that may fail: the cell then meets the same failure itself
