@@ -240,7 +240,8 @@ RECORDS: tuple[Record, ...] = (
         "mla",
         where="vllm/platforms/xpu.py: XPUFlashAttnMLA",
     ),
-    # --- ROCm (ROCM_ATTN's preference moves with the release: kvrig.rules.rocm) ------------
+    # --- ROCm (ROCM_ATTN's preference moves with the release: kvrig.rules.rocm; AITER's
+    # backends are reached only with AMD's aiter installed, so no parent imports them) ---
     Record(
         "ROCM_ATTN",
         ("rocm",),
@@ -253,7 +254,6 @@ RECORDS: tuple[Record, ...] = (
         "ROCM_AITER_UNIFIED_ATTN",
         ("rocm",),
         Backend("ROCM_AITER_UNIFIED_ATTN", _M16, preferred_fixed=64),
-        module="rocm_aiter_unified_attn",
         where="rocm_aiter_unified_attn.py: RocmAiterUnifiedAttentionBackend:"
         " [MultipleOf(16)], get_preferred_block_size 64",
     ),
@@ -261,7 +261,6 @@ RECORDS: tuple[Record, ...] = (
         "ROCM_AITER_FA",
         ("rocm",),
         Backend("FLASH_ATTN", (Kernel(16), Kernel(32))),
-        module="rocm_aiter_fa",
         where="rocm_aiter_fa.py: AiterFlashAttentionBackend: [16, 32]; get_name()"
         " FLASH_ATTN, so vLLM's messages and kvrig's records name it so",
     ),

@@ -169,6 +169,15 @@ def kill_sessions(sids: set[int]) -> None:
         kill_session(sid)
 
 
+def exit_watch(pid: int) -> int | None:
+    """A descriptor that becomes readable when the child `pid` ends (Linux's pidfd), or
+    None where there is none: the loop then finds the end at its next timeout."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 class Cells:
     """The cells a parent has forked, each with the connection that asked for it, and the
     sessions each connection's owner may not have ended yet."""
@@ -176,10 +185,16 @@ class Cells:
     def __init__(self) -> None:
         self.running: dict[int, Conn] = {}
         self.sessions: dict[Conn, set[int]] = {}
+        # A descriptor per running cell that select wakes on when it ends, so its end is
+        # reported at once rather than at the loop's next timeout (SIGCHLD wakes no select).
+        self.exits: dict[int, int] = {}
 
     def started(self, pid: int, conn: Conn) -> None:
         self.running[pid] = conn
         self.sessions.setdefault(conn, set()).add(pid)
+        fd = exit_watch(pid)
+        if fd is not None:
+            self.exits[pid] = fd
 
     def forget_ended(self, conn: Conn) -> None:
         """The owner has ended the sessions of its cells that are over; forget them, so a
@@ -197,6 +212,9 @@ class Cells:
         """Reaps every child that has ended, cells and the orphans they left (which come
         here as to their subreaper), and reports each cell's end to its connection."""
         for pid, status in ended_children():
+            fd = self.exits.pop(pid, None)
+            if fd is not None:
+                os.close(fd)
             conn = self.running.pop(pid, None)
             if conn is not None and not conn.closed:
                 with contextlib.suppress(OSError):
@@ -239,7 +257,7 @@ class Loop:
 
     def _turn(self) -> bool:
         """One wait for something to do; False once the run is gone."""
-        watched: list[Any] = [*self.conns]
+        watched: list[Any] = [*self.conns, *self.cells.exits.values()]
         watched += [self.listener] if self.listener is not None else []
         watched += [self.lifeline] if self.lifeline is not None else []
         readable, _, _ = select.select(watched, [], [], 0.1)
@@ -294,6 +312,7 @@ class Loop:
     def _own_fds(self) -> list[int]:
         """The descriptors of this parent's channels (not 0-2: the cell replaces those)."""
         fds = [fd for c in self.conns for fd in (c.rfd, c.wfd)]
+        fds += list(self.cells.exits.values())
         fds += [self.listener.fileno()] if self.listener is not None else []
         fds += [self.lifeline] if self.lifeline is not None else []
         return sorted({fd for fd in fds if fd > 2})

@@ -49,6 +49,10 @@ LAZY_ENV = frozenset(
         "KVRIG_TEST_FAULT",
         "PYTHONUNBUFFERED",
         "PYTEST_CURRENT_TEST",  # pytest changes it for every test; nothing in vLLM reads it
+        # Read through vllm.envs (uncached until an engine core starts) by the KV-cache
+        # layout's resolution only (resolve_kv_cache_layout, 0.33.0 and 0.34.0), as the
+        # engine core plans: a cell that sets it needs no import of vLLM of its own.
+        "VLLM_KV_CACHE_LAYOUT",
     }
 )
 OPTIONAL = "?"  # a preload that may fail: the cell then meets the same failure itself
@@ -75,6 +79,9 @@ PRELOAD = (
     "kvrig.define.models",
     "kvrig.run.vllm_plugin.crafted",
     "kvrig.run.vllm_plugin.probe",
+    # The cell's own body (kvrig.run.fork_loop.child imports it after the fork): its
+    # matrix, rules and provisioning modules are pure, and about 60 ms a cell to import.
+    "kvrig.run.cell",
 )
 READY_TIMEOUT_S = 600.0
 PR_SET_CHILD_SUBREAPER = 36
@@ -90,6 +97,22 @@ EMULATED_PRELOAD = (
     "vllm.v1.core.kv_cache_planning",
     *architectures.preloaded("emulated"),
     "kvrig.run.emulation.configure",
+    "kvrig.run.emulation.meta",
+    # What vLLM's configuration and model loader import as they run, in every cell
+    # otherwise: the online quantization and expert-substitution modules and what they
+    # import (optional: a release may not have them).
+    *(
+        f"{OPTIONAL}vllm.model_executor.{m}"
+        for m in (
+            "layers.quantization.online.base",
+            "layers.quantization.online.fp8",
+            "layers.quantization.online.moe_base",
+            "layers.quantization.input_hadamard",
+            "layers.fused_moe.oracle.mxfp4",
+            "layers.fused_moe.oracle.int8",
+            "models.expert_substitution",
+        )
+    ),
     # The backends the selectors try (importing FlashInfer alone takes seconds): optional,
     # as a backend whose module fails to import on a platform is one vLLM skips there.
     *(f"{OPTIONAL}vllm.v1.attention.backends.{m}" for m in backend_facts.modules("cuda", "xpu")),
@@ -98,11 +121,33 @@ EMULATED_PRELOAD = (
         f"{OPTIONAL}vllm.v1.attention.backends.mla.{m}"
         for m in ("flashattn_mla_sparse", "flashinfer_mla_sparse", "flashinfer_mla_sparse_sm90")
     ),
-    # Last: the model classes imported above registered with vLLM in this process, so no
-    # cell inspects one in a fresh interpreter (optional: a release without the registry's
-    # names leaves the inspection to vLLM).
-    f"{OPTIONAL}kvrig.run.emulation.registered",
 )
+# Last: the model classes imported above registered with vLLM in this process, so no cell
+# inspects one in a fresh interpreter (optional: a release without the registry's names
+# leaves the inspection to vLLM).
+REGISTERED = f"{OPTIONAL}kvrig.run.emulation.registered"
+# The backends a platform's selector tries beyond the ones above, which each of its cells
+# imported as it ran otherwise (about 70 ms a ROCm cell); only there, as another platform's
+# backend module may ask for the device as it loads. ROCm's own-dtype backends are tried
+# for every layer though no cell's KV cache is theirs (kvrig.rules.rocm), so kvrig keeps
+# no record of their sizes.
+PLATFORM_BACKENDS = {
+    "rocm": (
+        *(
+            m
+            for m in backend_facts.modules("rocm")
+            if m not in backend_facts.modules("cuda", "xpu")
+        ),
+        "ultraquant_attn",
+        "rocm_octave_attn",
+    ),
+}
+
+
+# Not imported for an emulated device: its cells build no vllm.LLM (they call the engine's
+# configuration steps themselves), and the front end's module adds about 0.7 s and 660
+# modules to each platform's import that no cell uses.
+FRONT_END = "vllm.entrypoints.llm"
 
 
 def preload_for(platform: str, *, emulated: bool = False) -> tuple[str, ...]:
@@ -113,26 +158,27 @@ def preload_for(platform: str, *, emulated: bool = False) -> tuple[str, ...]:
     base = tuple(m for m in PRELOAD if m not in CPU_PRELOAD)
     if not emulated:
         return base
-    if platform == "rocm":  # ROCm's own backends, before the model classes' registration
-        shared = backend_facts.modules("cuda", "xpu")
-        own = tuple(
-            f"{OPTIONAL}vllm.v1.attention.backends.{m}"
-            for m in backend_facts.modules("rocm")
-            if m not in shared
-        )
-        return (*base, *EMULATED_PRELOAD[:-1], *own, EMULATED_PRELOAD[-1])
-    return (*base, *EMULATED_PRELOAD)
+    backends = PLATFORM_BACKENDS.get(platform, ())
+    return (
+        *(m for m in base if m != FRONT_END),
+        *EMULATED_PRELOAD,
+        *(f"{OPTIONAL}vllm.v1.attention.backends.{m}" for m in backends),
+        REGISTERED,
+    )
 
 
 # What reads the emulated device as it is imported: vllm.kernels, which every model, the
 # model loader and most attention backends import, sets oink_ops.OINK_AVAILABLE from the
 # compute capability; the FlashAttention backend's metadata builder fixes its CUDA-graph
 # support by the FlashAttention version the capability allows (and kvrig's registration of
-# the model classes needs them imported). A parent that serves every architecture of a
+# the model classes needs them imported). The modules a cell would import as it runs (the
+# optional vllm.model_executor ones) are left to the device's parent too, so each is
+# imported under the device its cells were. A parent that serves every architecture of a
 # platform (kvrig.run.platform_parent) imports the rest of its preload and leaves these to
 # each architecture's parent, forked from it once a device is chosen.
 DEVICE_READING = (
-    f"{OPTIONAL}kvrig.run.emulation.registered",
+    REGISTERED,
+    f"{OPTIONAL}vllm.model_executor.",
     "vllm.model_executor.models.",
     "vllm.model_executor.model_loader",
     "vllm.v1.worker.gpu.attn_utils",

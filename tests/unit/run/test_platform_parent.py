@@ -109,11 +109,22 @@ def test_asking_for_the_device_before_one_is_chosen_is_noted_and_cannot_be_swall
 def test_a_platform_parent_imports_only_what_reads_no_device() -> None:
     full = preload_for("cuda", emulated=True)
     part = before_a_device(full)
-    assert "vllm.entrypoints.llm" in part and "kvrig.run.emulation.configure" in part
+    assert "vllm.v1.engine.core" in part and "kvrig.run.emulation.configure" in part
+    assert "vllm.entrypoints.llm" not in full  # no emulated cell builds a vllm.LLM
     assert "?vllm.v1.attention.backends.flashinfer" in part
     for reads in ("vllm.model_executor.models.llama", "vllm.model_executor.model_loader"):
         assert reads in full and reads not in part
     assert not any("backends.flash_attn" in m or ".mla." in m for m in part)
+
+
+def test_what_a_cell_imported_as_it_ran_is_imported_by_its_devices_parent() -> None:
+    full = preload_for("cuda", emulated=True)
+    lazy = "?vllm.model_executor.layers.quantization.online.base"
+    assert lazy in full and lazy not in before_a_device(full)
+    assert full[-1] == "?kvrig.run.emulation.registered"  # after every model class
+    rocm = "?vllm.v1.attention.backends.rocm_attn"
+    assert rocm in preload_for("rocm", emulated=True) and rocm not in full
+    assert preload_for("rocm", emulated=True)[-1] == full[-1]
 
 
 def test_the_platform_parents_environment_is_every_architectures() -> None:

@@ -133,6 +133,8 @@ def test_env_key_ignores_only_what_is_read_after_the_fork() -> None:
     b = {**a, "KVRIG_CRAFT": "y", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     assert env_key(a) == env_key(b)
     assert env_key(a) != env_key({**a, "VLLM_CPU_KVCACHE_SPACE": "2"})
+    assert env_key(a) == env_key({**a, "VLLM_KV_CACHE_LAYOUT": "BLHNC"})  # read as planned
+    assert env_key(a) != env_key({**a, "VLLM_BATCH_INVARIANT": "1"})  # read at import
     assert server_env(a) == {"VLLM_TARGET_DEVICE": "cpu"}
 
 
