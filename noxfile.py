@@ -94,10 +94,12 @@ def faults(session: nox.Session) -> None:
     Cells that crash, hang or leak, a runner killed with SIGKILL or Ctrl-C: no record lost,
     nothing left behind; the emulated class in every interpreter of a cell."""
     _install_vllm(session, "cpu")
-    # env: the overlay tests hash uv's cache of vLLM, found with nox's own uv.
+    # env: the overlay tests hash uv's cache of vLLM, found with nox's own uv. Two at a time:
+    # most wait on one interpreter's import of vLLM; the overlay tests stay on one worker.
     session.run(
-        "pytest", "tests/integration", "-q", "-p", "no:cacheprovider", *session.posargs, env=NOX_UV
-    )
+        "pytest", "tests/integration", "-q", "-p", "no:cacheprovider", "-n", "2",
+        "--dist", "loadgroup", *session.posargs, env=NOX_UV,
+    )  # fmt: skip
 
 
 @nox.session(python=PYTHON, default=False)
@@ -153,9 +155,11 @@ def emulated(session: nox.Session) -> None:
         # architecture's, the records a parent of their own gives.
         session.run("pytest", "tests/emulated", "-q", "-p", "no:cacheprovider")
         # With the early check patched out, every CUDA and ROCm early_error cell must turn
-        # red here too.
-        session.run("kvrig", "check", "mutation", "--emulate", "9.0", env=NOX_UV)
-        session.run("kvrig", "check", "mutation", "--emulate", "rocm:gfx942", env=NOX_UV)
+        # red here too (the two devices side by side).
+        session.run(
+            "kvrig", "check", "mutation", "--emulate", "9.0", "--emulate", "rocm:gfx942",
+            env=NOX_UV,
+        )  # fmt: skip
         session.run("kvrig", "check", "mutation", "--seeded", "--emulate", "9.0", env=NOX_UV)
 
 

@@ -7,6 +7,7 @@ with nothing run, and uv's cache of vLLM is byte-identical after all of it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,9 @@ MATRIX = ROOT / "matrix.yaml"
 CELLS = ["cpu-granite_hybrid-default", "cpu-granite_hybrid-exact_rejects"]
 CHECK = "        if block_size == pre_block_size:\n            return\n"
 GIT = ["git", "-c", "user.name=kvrig", "-c", "user.email=kvrig@localhost"]
+# One worker takes every test here, in order: the last one holds uv's cache to what the
+# first found, and the module's release column is run once.
+pytestmark = pytest.mark.xdist_group("overlay")
 
 
 def column(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -31,6 +35,7 @@ def column(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "kvrig", "--matrix", str(MATRIX), "column", "--platform", "cpu",
          "--results", str(results), "--rerun", *args, *selected, "-q"],
         capture_output=True, text=True, check=False, cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
     )  # fmt: skip
 
 

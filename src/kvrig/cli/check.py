@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ from kvrig.define.paths import results_folder
 from kvrig.provision import uv_cache
 from kvrig.publish import container_check, mutation_check, seeded_mutations
 from kvrig.rules import backend_facts
+from kvrig.run import prefixed
+
+SIDE_BY_SIDE = 2
 
 BACKEND_FACTS = "backend-facts"
 
@@ -62,17 +66,20 @@ def cmd_container(ns: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_mutation(ns: argparse.Namespace, extra: list[str]) -> int:
-    if ns.emulate:
+    devices = ns.emulate or []
+    for device in devices:
         try:
-            gpus.gpu(*mutation_check.emulated_device(ns.emulate))
+            gpus.gpu(*mutation_check.emulated_device(device))
         except gpus.GpuError as exc:
             raise UsageError(
-                f"--emulate {ns.emulate}: {exc} (a CUDA architecture alone, 9.0, or a device"
+                f"--emulate {device}: {exc} (a CUDA architecture alone, 9.0, or a device"
                 " as kvrig emulated --only names it: rocm:gfx942, xpu:bmg)"
             ) from None
+    if len(devices) > 1:
+        return _mutation_beside(ns, extra, devices)
     options = mutation_check.Options(
         container=ns.container,
-        emulate=ns.emulate,
+        emulate=devices[0] if devices else None,
         patch=ns.patch,
         results=ns.results,
         matrix=ns.matrix,
@@ -87,6 +94,32 @@ def cmd_mutation(ns: argparse.Namespace, extra: list[str]) -> int:
             )
         return seeded_mutations.run(options)
     return mutation_check.run(options)
+
+
+def _mutation_beside(ns: argparse.Namespace, extra: list[str], devices: list[str]) -> int:
+    """Each device's check in a process of its own, two side by side (each mostly waits on
+    one import of vLLM), its lines prefixed by the device; 1 if any is red, else the
+    highest exit code."""
+    if ns.results:
+        raise UsageError(
+            "--results names one check's folder, and several --emulate devices each write"
+            " their own: leave --results out, or check one device at a time."
+        )
+    options = [
+        *(["--patch", ns.patch] if ns.patch != str(mutation_check.PATCH) else []),
+        *(["--seeded"] if ns.seeded else []),
+        *(["--vllm", ns.vllm] if ns.vllm else []),
+    ]
+    matrix = ["--matrix", ns.matrix] if ns.matrix else []
+    pytest_args = mutation_check.one_worker(tuple(extra))
+    commands = [
+        [sys.executable, "-m", "kvrig", *matrix, "check", "mutation", "--emulate", device,
+         *options, "--", *pytest_args]
+        for device in devices
+    ]  # fmt: skip
+    with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:
+        codes = list(pool.map(prefixed.run, devices, commands))
+    return 1 if 1 in codes else max(codes)
 
 
 def cmd_uv_cache(ns: argparse.Namespace, extra: list[str]) -> int:
@@ -181,9 +214,10 @@ def register(sub: Any) -> None:
     )
     where.add_argument(
         "--emulate",
+        action="append",
         metavar="DEVICE",
         help="on an emulated device's column: a CUDA architecture (9.0), or cuda:9.0,"
-        " rocm:gfx942, xpu:bmg",
+        " rocm:gfx942, xpu:bmg; repeatable (two devices' checks run side by side)",
     )
     m.add_argument("--patch", default=str(mutation_check.PATCH), help="the mutation, a diff")
     m.add_argument(

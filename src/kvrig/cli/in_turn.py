@@ -8,14 +8,14 @@ other's start and report; lanes of groups make the two vLLM imports overlap at t
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from kvrig.run import prefixed
 from kvrig.run.platform_parent import Parents, parents_for
 
 Run = Callable[[Sequence[str]], int]
@@ -50,32 +50,11 @@ def _run(command: Sequence[str]) -> int:
     return subprocess.run(list(command), check=False).returncode
 
 
-_PRINTING = threading.Lock()
-
-
-def _run_prefixed(column: str, command: Sequence[str], env: Mapping[str, str] | None = None) -> int:
-    """The column's process with each line it prints prefixed by the column, as it comes."""
-    proc = subprocess.Popen(
-        list(command),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-        env={**os.environ, **env} if env else None,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        with _PRINTING:
-            sys.stdout.write(f"[{column}] {line}")
-            sys.stdout.flush()
-    return proc.wait()
-
-
 def run_each(
     columns: Sequence[tuple[str, list[str]]],
     run: Run = _run,
     at_once: int = 1,
-    beside: Beside = _run_prefixed,
+    beside: Beside = prefixed.run,
     groups: Sequence[str] | None = None,
 ) -> list[tuple[str, int]]:
     """Each (column, command) run, in turn or `at_once` side by side; each column's exit
@@ -92,7 +71,7 @@ def run_each(
 
     def one(index: int, parents: Parents | None) -> int:
         column, command = columns[index]
-        with _PRINTING:
+        with prefixed.PRINTING:
             print(f"kvrig: the {column} column", file=sys.stderr, flush=True)
         if parents is None or groups is None:
             return beside(column, command)

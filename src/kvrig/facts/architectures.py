@@ -132,7 +132,7 @@ ARCHITECTURES: dict[str, Architecture] = {
             "falcon_h1",
             attention="model.layers.{0}.attn",
             mamba2=replace(_GRANITE_MAMBA2, d_ssm="mamba_d_ssm"),
-            preload="emulated",
+            preload="every",
         ),
         # Gated delta nets as linear attention; multimodal Qwen3.5 keeps its language
         # model under `language_model`.
@@ -165,7 +165,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("DeepseekV2ForCausalLM", Family.MLA, "deepseek_v2", preload="every"),
         Architecture("DeepseekV3ForCausalLM", Family.MLA, "deepseek_v2"),
         # LFM2: ShortConv layers, MambaStateShapeCalculator.short_conv_state_shape.
-        Architecture("Lfm2ForCausalLM", Family.SHORT_CONV, "lfm2", preload="emulated"),
+        Architecture("Lfm2ForCausalLM", Family.SHORT_CONV, "lfm2", preload="every"),
         # Kimi-Linear: MLA every few layers, KDA elsewhere; its latent layer is a module
         # of its own (vllm/models/kimi_k3/nvidia/mla.py).
         Architecture(
@@ -190,7 +190,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                 "conv_kernel",
                 expand="expand",
             ),
-            preload="emulated",
+            preload="every",
         ),
     )
 }

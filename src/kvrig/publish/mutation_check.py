@@ -114,6 +114,14 @@ class Options:
 EARLY_ERROR_CELLS = ("-m", "expect_early_error")
 
 
+def one_worker(pytest_args: tuple[str, ...]) -> tuple[str, ...]:
+    """A column run beside another's: one pytest worker (-n 0), so one warm parent and one
+    import of vLLM (a second worker's would take the other column's core), unless the
+    arguments chose their workers."""
+    chose = any(a.startswith(("-n", "--numprocesses")) for a in pytest_args)
+    return pytest_args if chose else (*pytest_args, "-n", "0")
+
+
 def column_command(
     opts: Options, results: Path, cells: tuple[str, ...] = EARLY_ERROR_CELLS
 ) -> list[str]:

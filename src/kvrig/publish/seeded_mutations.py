@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import shutil
-import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,9 +22,11 @@ from kvrig.host import hardware, isa
 from kvrig.provision import uv_cache
 from kvrig.publish import mutation_check
 from kvrig.publish import results as results_mod
+from kvrig.run import prefixed
 
 SEEDED_PATCHES = mutation_check.PATCH.parent / "seeded"
 EVERY_PLATFORM = ("cpu", "cuda", "xpu", "rocm")
+AT_ONCE = 2
 
 
 @dataclass(frozen=True)
@@ -121,23 +122,27 @@ def _one(seeded: Seeded, opts: mutation_check.Options, root: Path) -> list[str]:
     expected = cells_of(seeded, opts)
     where = mutation_check.described(opts)
     if not expected:
-        print(
-            f"  {seeded.name}: no cell of this column reads it ({seeded.branch}); not run {where}"
-        )
+        _say(f"  {seeded.name}: no cell of this column reads it ({seeded.branch}); not run {where}")
         return []
     results = root / seeded.name
     shutil.rmtree(results, ignore_errors=True)
-    run_opts = dataclasses.replace(opts, patch=str(seeded.patch))
+    run_opts = dataclasses.replace(
+        opts, patch=str(seeded.patch), pytest_args=mutation_check.one_worker(opts.pytest_args)
+    )
     select = tuple(arg for cid in expected for arg in ("--kvrig-cell", cid))
     command = mutation_check.column_command(run_opts, results, select)
-    proc = subprocess.run(command, env=dict(os.environ), check=False)
-    if proc.returncode == 2:
+    if prefixed.run(seeded.name, command) == 2:
         return [f"{seeded.name}: the mutated overlay could not be built (see above)"]
     sha = hashlib.sha256(seeded.patch.read_bytes()).hexdigest()
     found = problems(results_mod.read(results), expected, sha)
     state = "FAILED" if found else "turned red"
-    print(f"  {seeded.name} ({seeded.branch}): {len(expected)} cell(s) {state} {where}")
+    _say(f"  {seeded.name} ({seeded.branch}): {len(expected)} cell(s) {state} {where}")
     return [f"{seeded.name}: {p}" for p in found]
+
+
+def _say(line: str) -> None:
+    with prefixed.PRINTING:  # between the other change's column's lines, never inside one
+        print(line, flush=True)
 
 
 def run(opts: mutation_check.Options) -> int:
@@ -151,7 +156,11 @@ def run(opts: mutation_check.Options) -> int:
         mutation_check.results_of(opts).name + "-seeded"
     )
     print(f"Seeded changes of vLLM's block-size branches, {mutation_check.described(opts)}:")
-    found = [p for seeded in SEEDED for p in _one(seeded, opts, root)]
+    # Two changes at a time: each is a column of its own whose one or two cells wait on an
+    # import of vLLM (a core's work), so the second core would idle through every import.
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        runs = pool.map(lambda seeded: _one(seeded, opts, root), SEEDED)
+        found = [p for problems_of_one in runs for p in problems_of_one]
     touched = uv_cache.changed(before, uv_cache.digests(cache))
     if touched:
         found.append(f"uv's cache changed: {len(touched)} file(s), e.g. {touched[0]}")

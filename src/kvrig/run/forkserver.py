@@ -125,7 +125,7 @@ EMULATED_PRELOAD = (
 # Last: the model classes imported above registered with vLLM in this process, so no cell
 # inspects one in a fresh interpreter (optional: a release without the registry's names
 # leaves the inspection to vLLM).
-REGISTERED = f"{OPTIONAL}kvrig.run.emulation.registered"
+REGISTERED = f"{OPTIONAL}kvrig.run.registered"
 # The backends a platform's selector tries beyond the ones above, which each of its cells
 # imported as it ran otherwise (about 70 ms a ROCm cell); only there, as another platform's
 # backend module may ask for the device as it loads. ROCm's own-dtype backends are tried
@@ -154,7 +154,10 @@ def preload_for(platform: str, *, emulated: bool = False) -> tuple[str, ...]:
     """The preload of a platform's column: the CPU worker's modules only on CPU, the
     configuration steps' modules for an emulated device."""
     if platform == "cpu":
-        return PRELOAD
+        # The CPU parent registers the model classes too: a fresh cache root (a new
+        # machine, container or CPU class) otherwise costs each model's first cell an
+        # import of vLLM for vLLM's inspection of its class.
+        return (*PRELOAD, REGISTERED)
     base = tuple(m for m in PRELOAD if m not in CPU_PRELOAD)
     if not emulated:
         return base

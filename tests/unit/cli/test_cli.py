@@ -136,3 +136,32 @@ def test_pytest_options_are_not_read_as_abbreviations_of_the_columns(
     assert args[-3:] == ["--co", "--re", "x"]  # pytest's, as given
     assert "--kvrig-cold" not in args and "--kvrig-rerun" not in args
     assert "--kvrig-emulate=9.0" in args and "--kvrig-platform=cuda" in args
+
+
+def test_two_devices_mutation_checks_run_side_by_side_each_a_check_of_its_own(
+    monkeypatch, capsys
+) -> None:
+    from kvrig.cli import check
+
+    ran: list[tuple[str, list[str]]] = []
+
+    def beside(name: str, command: list[str]) -> int:
+        ran.append((name, command))
+        return {"9.0": 0, "rocm:gfx942": 1}[name]
+
+    monkeypatch.setattr(check.prefixed, "run", beside)
+    argv = ["check", "mutation", "--emulate", "9.0", "--emulate", "rocm:gfx942", "--", "-x"]
+    assert main(argv) == 1  # one device red: red
+    assert [name for name, _ in ran] == ["9.0", "rocm:gfx942"]
+    for name, command in ran:
+        # One worker each: the two columns' imports take a core each.
+        assert command[-8:] == ["check", "mutation", "--emulate", name, "--", "-x", "-n", "0"]
+    ran.clear()
+    monkeypatch.setattr(check.prefixed, "run", lambda name, command: ran.append(name) or 0)
+    assert main(["check", "mutation", "--seeded", "--emulate", "9.0", "--emulate", "xpu:bmg"]) == 0
+    assert main(["check", "mutation", "--emulate", "9.0", "--emulate", "rocm:gfx0"]) == 2
+    assert "--emulate rocm:gfx0" in capsys.readouterr().err
+    two_folders = ["--emulate", "9.0", "--emulate", "8.0", "--results", "r"]
+    assert main(["check", "mutation", *two_folders]) == 2
+    assert "--results names one check's folder" in capsys.readouterr().err
+    assert ran == ["9.0", "xpu:bmg"]  # nothing run for a refused command line

@@ -130,17 +130,6 @@ def test_emulated_columns_run_two_at_a_time_with_one_worker_each_unless_told(cap
     ]
 
 
-def test_a_column_beside_another_prints_each_line_prefixed_with_its_name(capsys) -> None:
-    import sys
-
-    command = [sys.executable, "-c", "print('one'); print('two'); raise SystemExit(3)"]
-    assert in_turn._run_prefixed("cuda-sm90-emulated", command) == 3
-    assert capsys.readouterr().out.splitlines() == [
-        "[cuda-sm90-emulated] one",
-        "[cuda-sm90-emulated] two",
-    ]
-
-
 def test_grouped_columns_run_in_two_lanes_the_first_pair_from_two_groups() -> None:
     emulated = [p for p, _ in columns.gpus.chosen_devices(None)]
     order = [emulated[i] for i in in_turn.lanes(emulated)]

@@ -181,3 +181,52 @@ def test_the_seeded_cells_are_the_column_s_own(monkeypatch) -> None:
     monkeypatch.setattr(seeded_mutations.isa, "resolve", lambda *a: ("amx", None))
     assert seeded_mutations.cells_of(conv, mutation_check.Options()) == []
     assert seeded_mutations.cells_of(draft, mutation_check.Options()) == []
+
+
+def test_seeded_changes_run_two_at_a_time_and_each_one_s_problems_are_kept(
+    monkeypatch, tmp_path: Path
+) -> None:
+    import threading
+    import time
+
+    from kvrig.publish import mutation_check, seeded_mutations
+
+    running: list[str] = []
+    most = []
+    lock = threading.Lock()
+
+    def column(name: str, command: list[str]) -> int:
+        with lock:
+            running.append(name)
+            most.append(len(running))
+        time.sleep(0.2)
+        with lock:
+            running.remove(name)
+        return 0
+
+    names = [s.name for s in seeded_mutations.SEEDED]
+    monkeypatch.setattr(mutation_check, "uv_cache_snapshot", lambda check: (tmp_path, {"f": "1"}))
+    monkeypatch.setattr(seeded_mutations.uv_cache, "digests", lambda cache: {"f": "1"})
+    monkeypatch.setattr(seeded_mutations, "cells_of", lambda seeded, opts: [seeded.name])
+    monkeypatch.setattr(seeded_mutations.prefixed, "run", column)
+    monkeypatch.setattr(seeded_mutations.results_mod, "read", lambda folder: [])
+    opts = mutation_check.Options(emulate="9.0", results=str(tmp_path / "m"))
+    assert seeded_mutations.run(opts) == 1  # no rows: every cell "did not run"
+    assert max(most) == seeded_mutations.AT_ONCE == 2 and len(most) == len(names)
+    monkeypatch.setattr(
+        seeded_mutations.results_mod,
+        "read",
+        lambda folder: [
+            {"cell_id": folder.name, "status": "fail", "reason": "r",
+             "vllm_overlay": {"patch_sha256": seeded_mutations.hashlib.sha256(
+                 (seeded_mutations.SEEDED_PATCHES / f"{folder.name}.diff").read_bytes()
+             ).hexdigest()}}
+        ],
+    )  # fmt: skip
+    assert seeded_mutations.run(opts) == 0
+
+
+def test_a_column_beside_another_runs_one_worker_unless_told() -> None:
+    assert mutation.one_worker(("-x",)) == ("-x", "-n", "0")
+    assert mutation.one_worker(("-n", "2")) == ("-n", "2")
+    assert mutation.one_worker(("-n2",)) == ("-n2",)

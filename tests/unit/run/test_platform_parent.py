@@ -121,7 +121,7 @@ def test_what_a_cell_imported_as_it_ran_is_imported_by_its_devices_parent() -> N
     full = preload_for("cuda", emulated=True)
     lazy = "?vllm.model_executor.layers.quantization.online.base"
     assert lazy in full and lazy not in before_a_device(full)
-    assert full[-1] == "?kvrig.run.emulation.registered"  # after every model class
+    assert full[-1] == "?kvrig.run.registered"  # after every model class
     rocm = "?vllm.v1.attention.backends.rocm_attn"
     assert rocm in preload_for("rocm", emulated=True) and rocm not in full
     assert preload_for("rocm", emulated=True)[-1] == full[-1]
@@ -264,7 +264,7 @@ def test_a_column_that_left_without_reading_costs_no_parent_its_life(
 
 
 def test_the_parent_registers_the_matrix_s_and_the_drafters_model_classes_it_can_import(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import importlib
     import types
@@ -282,6 +282,7 @@ def test_the_parent_registers_the_matrix_s_and_the_drafters_model_classes_it_can
             "GraniteMoeHybridForCausalLM": Lazy("fake_granite", "GraniteMoeHybridForCausalLM"),
             "LlamaForCausalLM": Lazy("fake_llama_not_importable", "LlamaForCausalLM"),
             "Qwen3NextMTP": Lazy("fake_mtp", "Qwen3NextMTP"),
+            "Lfm2ForCausalLM": Lazy("fake_lfm2_on_path", "Lfm2ForCausalLM"),
         }
 
         @staticmethod
@@ -299,15 +300,26 @@ def test_the_parent_registers_the_matrix_s_and_the_drafters_model_classes_it_can
     mtp = types.ModuleType("fake_mtp")
     mtp.Qwen3NextMTP = type("Qwen3NextMTP", (), {})  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "fake_mtp", mtp)
-    monkeypatch.delitem(sys.modules, "kvrig.run.emulation.registered", raising=False)
-    module = importlib.import_module("kvrig.run.emulation.registered")
+    (tmp_path / "fake_lfm2_on_path.py").write_text("class Lfm2ForCausalLM:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fake_lfm2_on_path", raising=False)
+    # A CPU parent (no emulated device): only what its preload imported.
+    monkeypatch.delenv("KVRIG_EMULATE", raising=False)
+    monkeypatch.delitem(sys.modules, "kvrig.run.registered", raising=False)
+    module = importlib.import_module("kvrig.run.registered")
     assert "LlamaForCausalLM" in module.architectures()  # the miniatures name it
     # llama's module does not import: left to vLLM; a drafter vLLM makes is registered too.
     assert module.REGISTERED == ["GraniteMoeHybridForCausalLM", "Qwen3NextMTP"]
+    assert "fake_lfm2_on_path" not in sys.modules
+    # An emulated device's parent imports the modules it registers.
+    monkeypatch.setenv("KVRIG_EMULATE", "cuda:9.0")
+    monkeypatch.delitem(sys.modules, "kvrig.run.registered")
+    module = importlib.import_module("kvrig.run.registered")
+    assert module.REGISTERED == ["GraniteMoeHybridForCausalLM", "Lfm2ForCausalLM", "Qwen3NextMTP"]
     assert registered == {
         "GraniteMoeHybridForCausalLM": granite.GraniteMoeHybridForCausalLM,
+        "Lfm2ForCausalLM": sys.modules["fake_lfm2_on_path"].Lfm2ForCausalLM,
         "Qwen3NextMTP": mtp.Qwen3NextMTP,
     }
-    assert "?kvrig.run.emulation.registered" not in before_a_device(
-        preload_for("cuda", emulated=True)
-    )
+    monkeypatch.delitem(sys.modules, "fake_lfm2_on_path")
+    assert "?kvrig.run.registered" not in before_a_device(preload_for("cuda", emulated=True))
