@@ -163,3 +163,34 @@ def test_without_releases_the_diff_is_the_previous_read_one_against_the_pin(
     main(["release", "diff", "--only", "cuda:9.0", "--no-run", "--results", str(tmp_path)])
     out = capsys.readouterr().out
     assert f"B: vLLM {PIN}" in out and f"A: vLLM {release.previous_release(str(PIN))}" in out
+
+
+def test_the_release_check_runs_every_proof_s_columns_together_the_pinned_one_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[tuple[list[tuple[str, list[str]]], list[str]]] = []
+
+    def run_each(commands, at_once, groups):  # type: ignore[no-untyped-def]
+        ran.append((commands, groups))
+        return [(label, 0) for label, _ in commands]
+
+    monkeypatch.setattr(release.in_turn, "run_each", run_each)
+    check = argparse.Namespace(matrix=None, only=None, device="cuda:9.0", rerun=False)
+    patch = tmp_path / "doubled.diff"
+    explained = release._diff_ns(check, "0.33.0", str(PIN), None, None)
+    unread = release._diff_ns(check, str(PIN), str(PIN), None, str(patch))
+    assert explained.no_run and unread.no_run  # compared after every column ran
+    release.run_proof_columns([explained, unread], str(PIN))
+    [(commands, groups)] = ran
+    labels = [label for label, _ in commands]
+    assert labels == [
+        "cuda-sm90-emulated (vLLM 0.33.0)",
+        f"cuda-sm90-emulated (vLLM {PIN})",
+        f"cuda-sm90-emulated (vLLM {PIN} with the Python of {patch})",
+    ]
+    assert len(set(groups)) == 3
+    monkeypatch.setattr(
+        release.in_turn, "run_each", lambda commands, **kw: [(c[0], 2) for c in commands]
+    )
+    with pytest.raises(UsageError, match="could not run the column of"):
+        release.run_proof_columns([explained], str(PIN))
