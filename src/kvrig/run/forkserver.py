@@ -113,34 +113,29 @@ EMULATED_PRELOAD = (
             "models.expert_substitution",
         )
     ),
-    # The backends the selectors try (importing FlashInfer alone takes seconds): optional,
-    # as a backend whose module fails to import on a platform is one vLLM skips there.
-    *(f"{OPTIONAL}vllm.v1.attention.backends.{m}" for m in backend_facts.modules("cuda", "xpu")),
-    # Sparse MLA backends CUDA's selector tries before it reaches the one kvrig restates.
-    *(
-        f"{OPTIONAL}vllm.v1.attention.backends.mla.{m}"
-        for m in ("flashattn_mla_sparse", "flashinfer_mla_sparse", "flashinfer_mla_sparse_sm90")
-    ),
 )
 # Last: the model classes imported above registered with vLLM in this process, so no cell
 # inspects one in a fresh interpreter (optional: a release without the registry's names
 # leaves the inspection to vLLM).
 REGISTERED = f"{OPTIONAL}kvrig.run.registered"
-# The backends a platform's selector tries beyond the ones above, which each of its cells
-# imported as it ran otherwise (about 70 ms a ROCm cell); only there, as another platform's
-# backend module may ask for the device as it loads. ROCm's own-dtype backends are tried
-# for every layer though no cell's KV cache is theirs (kvrig.rules.rocm), so kvrig keeps
-# no record of their sizes.
+# The backends each platform's selector tries, which each of its cells imported as it ran
+# otherwise (importing FlashInfer alone takes seconds; about 70 ms a ROCm cell for its own):
+# optional, as a backend whose module fails to import on a platform is one vLLM skips
+# there. Only the platform's own: another platform's backend module may ask for the device
+# as it loads, and no cell of this one imports it (CUDA's FlashInfer in a ROCm or XPU
+# parent was seconds of every import for nothing). ROCm's own-dtype backends are tried for
+# every layer though no cell's KV cache is theirs (kvrig.rules.rocm), so kvrig keeps no
+# record of their sizes.
 PLATFORM_BACKENDS = {
-    "rocm": (
-        *(
-            m
-            for m in backend_facts.modules("rocm")
-            if m not in backend_facts.modules("cuda", "xpu")
-        ),
-        "ultraquant_attn",
-        "rocm_octave_attn",
+    "cuda": (
+        *backend_facts.modules("cuda"),
+        # Sparse MLA backends CUDA's selector tries before it reaches the one kvrig restates.
+        "mla.flashattn_mla_sparse",
+        "mla.flashinfer_mla_sparse",
+        "mla.flashinfer_mla_sparse_sm90",
     ),
+    "xpu": backend_facts.modules("xpu"),
+    "rocm": (*backend_facts.modules("rocm"), "ultraquant_attn", "rocm_octave_attn"),
 }
 
 

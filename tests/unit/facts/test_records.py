@@ -143,6 +143,12 @@ def test_an_emulated_parent_preloads_its_own_platform_s_backends_and_models() ->
     cuda_preload = forkserver.preload_for("cuda", emulated=True)
     assert "?vllm.v1.attention.backends.rocm_attn" in rocm_preload
     assert "?vllm.v1.attention.backends.rocm_attn" not in cuda_preload
+    # Each platform's own backends only: CUDA's FlashInfer is seconds of an XPU import.
+    assert "?vllm.v1.attention.backends.flashinfer" in cuda_preload
+    assert "?vllm.v1.attention.backends.flashinfer" not in forkserver.preload_for(
+        "xpu", emulated=True
+    )
+    assert "?vllm.v1.attention.backends.mla.xpu_mla_sparse" not in cuda_preload
     assert rocm_preload[-1] == cuda_preload[-1] == "?kvrig.run.registered"
     for module in architectures.preloaded("every", "emulated"):
         assert module in cuda_preload
