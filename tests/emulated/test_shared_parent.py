@@ -1,9 +1,11 @@
 """A platform's shared warm parent gives each architecture's cells the records a parent of
 their own gives, with vLLM's own platform code (run by `nox -s emulated`).
 
-Sharing one vLLM import per platform is only sound if nothing of one architecture leaks
-into the next, so the cells are the ones whose outcome the architecture decides, each
-forked after another architecture's cell.
+Sharing one vLLM import per platform, and one root (vLLM's libraries) per run, is only
+sound if nothing of one architecture, platform or variable leaks into the next, so the
+cells are the ones whose outcome the architecture decides, each forked after another
+architecture's cell, with those that set a variable vLLM reads at import (AITER's switches
+on ROCm, VLLM_BATCH_INVARIANT on XPU) among them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ CASES = (
     "qwen35_4b-default",
     "granite_hybrid-sibling_rejects",
 )
+# Cells that set a variable vLLM reads at import: a platform parent of their own, forked
+# from the same root. On a platform's first device only: each costs its parent of their
+# own another import of vLLM.
+ENV_KEYED = ("granite_hybrid-aiter_on", "llama-batch_invariant")
 DEVICES = [(p, a) for p, a in gpus.EMULATED if p in SHARED_PLATFORMS]
+FIRST = {p: next(a for q, a in DEVICES if q == p) for p in SHARED_PLATFORMS}
 # What a record holds that a parent could change; timings, pids and paths aside.
 FACTS = (
     "outcome", "block_size_before", "user_specified_block_size", "worker_block_size",
@@ -72,7 +79,8 @@ def stand_in_driver() -> None:
 
 def sample(platform: str, arch: str) -> list[Cell]:
     cells = expand(load(default_matrix()), platform, gpu_arch=arch, device_emulated=True)
-    chosen = [c for c in cells if any(c.id.endswith(f"-{case}") for case in CASES)]
+    cases = CASES + (ENV_KEYED if FIRST[platform] == arch else ())
+    chosen = [c for c in cells if any(c.id.endswith(f"-{case}") for case in cases)]
     return [c for c in chosen if c.expect.outcome != "skip"]
 
 
@@ -93,6 +101,8 @@ def shared_run(platform: str, parents: Parents, folder: Path) -> dict[str, Recor
         for cell in in_turn(platform):
             records[cell.id] = run_cell(cell, folder / cell.column, pool=pool)
             assert all(isinstance(s, SharedParent) for s in pool.servers), shared.refused
+            # forked from the run's root, not an interpreter of its own (its log says why)
+            assert all(s.forked_from for s in pool.servers), list(folder.glob("logs/*.log"))
     return records
 
 
@@ -116,6 +126,7 @@ def test_each_architectures_cells_after_anothers_match_a_parent_of_their_own(
         shared = {k: v for run in shared_runs for k, v in run.result().items()}
         own = {k: v for run in own_runs for k, v in run.result().items()}
     assert sorted(shared) == sorted(own) and len(own) >= 3 * len(DEVICES)
+    assert [c for c in own if c.endswith("-aiter_on")] and [c for c in own if "-batch_inv" in c]
     differ = {cid: (facts(shared[cid]), facts(own[cid])) for cid in own}
     differ = {cid: pair for cid, pair in differ.items() if pair[0] != pair[1]}
     assert not differ, differ

@@ -316,3 +316,35 @@ class Loop:
         fds += [self.listener.fileno()] if self.listener is not None else []
         fds += [self.lifeline] if self.lifeline is not None else []
         return sorted({fd for fd in fds if fd > 2})
+
+
+# --- a request handed over once: one JSON line, descriptors beside it ----------------------
+
+MAX_MESSAGE = 1 << 20
+
+
+def send_once(path: str, message: dict[str, Any], fds: list[int]) -> None:
+    """Sends one request, and descriptors, to the parent listening at `path`: it reads it
+    once it has imported (kvrig.run.root_parent), the descriptors held open in flight."""
+    data = (json.dumps(message) + "\n").encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(path)
+        socket.send_fds(sock, [data], fds)
+
+
+def receive_once(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """The request and descriptors `send_once` sent; an empty request if it was cut off."""
+    conn.settimeout(10.0)
+    chunks: list[bytes] = []
+    fds: list[int] = []
+    with contextlib.suppress(OSError):
+        while not chunks or not chunks[-1].endswith(b"\n"):
+            data, got, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 4)
+            fds += list(got)
+            if not data:
+                break
+            chunks.append(data)
+    try:
+        return json.loads(b"".join(chunks) or b"{}"), fds
+    except ValueError:
+        return {}, fds

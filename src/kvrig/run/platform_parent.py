@@ -12,10 +12,13 @@ architecture's parent, forked from the platform's once its device is chosen:
                          `-- fork --> architecture parent (cuda:9.0) <--socket-- column
                                         `-- fork --> cell, cell, ...
 
-The parents go when the orchestrating command does (KVRIG_PARENTS_OWNER, even a SIGKILLed
-one), each killing its cells' sessions on the way out. ROCm is not shared: vLLM's rocm.py
-reads the gfx target once at import into `_GCN_ARCH` and module constants, before nearly
-any other module loads, so each gfx target keeps a parent of its own (docs/emulated.md).
+Each platform's parent is forked from the run's root parent (kvrig.run.root_parent), which
+imported vLLM's libraries once, or, where there is none, started as an interpreter of its
+own. The parents go when the orchestrating command does (KVRIG_PARENTS_OWNER, even a
+SIGKILLed one), each killing its cells' sessions on the way out. ROCm's platform parent
+imports none of vLLM: rocm.py reads the gfx target once at import into `_GCN_ARCH` and
+module constants, before nearly any other module loads, so each gfx target's parent
+imports vLLM itself (docs/emulated.md).
 """
 
 from __future__ import annotations
@@ -58,9 +61,13 @@ from kvrig.run.forkserver import (
     server_env,
     unfit,
 )
+from kvrig.run.neutral import NEUTRAL, root_env
 
-SHARED_PLATFORMS = ("cuda", "xpu")
-START_TIMEOUT_S = 120.0  # for the platform's parent to open its socket (not to import)
+SHARED_PLATFORMS = ("cuda", "xpu", "rocm")
+# ROCm's platform code reads the gfx target as vLLM resolves its platform, before nearly
+# any of vLLM's own modules loads (docs/emulated.md): its platform's parent imports none of
+# vLLM, each gfx target's parent all of it.
+NO_VLLM_BEFORE_A_DEVICE = ("rocm",)
 ARCH_ATTEMPTS = 5  # an architecture's parent that was going is asked for again
 
 
@@ -77,22 +84,34 @@ class PlatformParent:
     """Imports what reads no device, then forks an architecture's parent per device asked
     for, answering each column with where that one listens."""
 
-    def __init__(self, path: Path, owner: int, arch_preload: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        owner: int,
+        arch_preload: tuple[str, ...],
+        *,
+        listener: socket.socket | None = None,
+        forked_from: int | None = None,
+    ) -> None:
         self.path, self.owner, self.arch_preload = path, owner, arch_preload
-        self.listener = _listen(path)  # before the import: columns queue, then wait
+        # Bound before the import (by the column that started it, when given): columns
+        # queue on it, then wait.
+        self.listener = listener if listener is not None else _listen(path)
+        self.forked_from = forked_from  # the root parent's pid, when forked from one
         self.lifeline_r, self.lifeline_w = os.pipe()
         self.archs: dict[str, _Arch] = {}
         self.conns: list[fork_loop.Conn] = []
         self.ready: dict[str, Any] = {}
-        self.owner_fd = _watch(owner)
+        self.owner_fd = watch_owner(owner)
 
     def run(self, preload: tuple[str, ...]) -> int:
         fork_loop.prctl(PR_SET_CHILD_SUBREAPER, 1)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when cells stop
-        if _owner_gone(self.owner, None, []):
+        if owner_gone(self.owner, None, []):
             return 0  # a run already over (a column that outlived it): import nothing
         started = time.monotonic()
         self.ready = _ready(preload, started, f"platform {os.environ.get(EMULATE_ENV)}")
+        self.ready["forked_from"] = self.forked_from
         try:
             while self._turn():
                 self._reap()
@@ -106,7 +125,7 @@ class PlatformParent:
         watched: list[Any] = [self.listener, *self.conns]
         watched += [self.owner_fd] if self.owner_fd is not None else []
         readable, _, _ = select.select(watched, [], [], 0.5)
-        if _owner_gone(self.owner, self.owner_fd, readable):
+        if owner_gone(self.owner, self.owner_fd, readable):
             return False
         if self.listener in readable:
             sock, _ = self.listener.accept()
@@ -228,7 +247,7 @@ def _listen(path: Path) -> socket.socket:
     return sock
 
 
-def _watch(owner: int) -> int | None:
+def watch_owner(owner: int) -> int | None:
     """A descriptor that becomes readable when the owner ends (Linux's pidfd), or None
     where there is none: the owner is then polled."""
     try:
@@ -237,7 +256,7 @@ def _watch(owner: int) -> int | None:
         return None
 
 
-def _owner_gone(owner: int, fd: int | None, readable: list[Any]) -> bool:
+def owner_gone(owner: int, fd: int | None, readable: list[Any]) -> bool:
     if fd is not None:
         return fd in readable
     try:
@@ -254,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     path, owner = Path(args["--listen"]), int(args["--owner"])
     preload = tuple(m for m in args["--preload"].split(",") if m)
     arch_preload = tuple(m for m in args["--arch-preload"].split(",") if m)
-    code = PlatformParent(path, owner, arch_preload).run(preload)
+    fd = args.get("--listen-fd")
+    listener = socket.socket(fileno=int(fd)) if fd else None
+    code = PlatformParent(path, owner, arch_preload, listener=listener).run(preload)
     sys.stderr.flush()
     os._exit(code)  # no interpreter teardown of a vLLM import: seconds, for nothing
 
@@ -287,9 +308,15 @@ class Shared:
         python: str,
         log_dir: Path | None,
         preload: tuple[str, ...] | None = None,
+        *,
+        roots: bool = True,
+        root_preload: tuple[str, ...] | None = None,
     ) -> None:
         self.folder, self.owner, self.python, self.log_dir = folder, owner, python, log_dir
         self.preload = preload  # the platform's emulated preload unless given
+        # Whether the platforms' parents fork from the run's root (kvrig.run.root_parent),
+        # which imports root_preload (vLLM's libraries unless given).
+        self.roots, self.root_preload = roots, root_preload
         self.refused: set[Path] = set()
 
     @classmethod
@@ -302,8 +329,7 @@ class Shared:
 
     def socket_for(self, env: Mapping[str, str]) -> Path:
         """One platform parent per interpreter and import-time environment."""
-        own = json.dumps([self.python, sorted(platform_env(env).items())])
-        return self.folder / f"{hashlib.sha256(own.encode()).hexdigest()[:16]}.sock"
+        return self.folder / f"{_digest([self.python, sorted(platform_env(env).items())])}.sock"
 
     def parent_for(self, env: Mapping[str, str]) -> CellParent | None:
         """The shared parent for a cell, or None: the platform is not shared, its parent
@@ -311,7 +337,7 @@ class Shared:
         finishes on a parent of its own)."""
         if not shareable(env) or self.socket_for(env) in self.refused:
             return None
-        if _owner_gone(self.owner, None, []):
+        if owner_gone(self.owner, None, []):
             return None
         return SharedParent(env, self)
 
@@ -327,43 +353,83 @@ class Shared:
 
     def start(self, env: Mapping[str, str]) -> None:
         """Starts the platform's parent unless one answers; under a lock, so that columns
-        starting at once start one between them."""
+        starting at once start one between them. Its socket is bound here, before whoever
+        runs it has imported anything: columns queue on it at once."""
         path = self.socket_for(env)
         self.folder.mkdir(parents=True, exist_ok=True)
         with open(path.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if _answers(path):
                 return
-            proc = self._launch(path, env)
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while not path.exists():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise ServerError(
-                        "the platform's warm parent did not start"
-                        + (f"; see {self._log()}" if self.log_dir else "")
-                    )
-                time.sleep(0.05)
+            with _listen(path) as listener:
+                request = self._request(path, env)
+                if not self._from_root(env, request, listener):
+                    self._launch(request, listener)
 
-    def _launch(self, path: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    def _request(self, path: Path, env: Mapping[str, str]) -> dict[str, Any]:
+        """What the platform's parent is made of, whoever starts it."""
         platform = env[EMULATE_ENV].split(":", 1)[0]
         preload = self.preload or preload_for(platform, emulated=True)
-        args = [
-            self.python, "-m", "kvrig.run.platform_parent", f"--listen={path}",
-            f"--owner={self.owner}", f"--preload={','.join(before_a_device(preload))}",
-            f"--arch-preload={','.join(preload)}",
-        ]  # fmt: skip
+        own = () if platform in NO_VLLM_BEFORE_A_DEVICE else before_a_device(preload)
         log = self._log()
+        return {
+            "listen": str(path), "owner": self.owner, "preload": list(own),
+            "arch_preload": list(preload), "env": platform_env(env),
+            "log": str(log) if log else None, "extra": self.root_preload is None,
+        }  # fmt: skip
+
+    def _from_root(
+        self, env: Mapping[str, str], request: dict[str, Any], listener: socket.socket
+    ) -> bool:
+        """Hands the platform's parent to the run's root parent (started if none answers):
+        False where there is no root to ask."""
+        if not self.roots:
+            return False
+        own = root_env(request["env"])
+        root = self.folder.parent / f"root-{_digest([self.python, sorted(own.items())])}"
+        sock = root.with_suffix(".sock")
+        with open(root.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not _answers(sock):
+                with _listen(sock) as root_listener:
+                    self._spawn(
+                        ["kvrig.run.root_parent", f"--listen={sock}",
+                         f"--listen-fd={root_listener.fileno()}", f"--owner={self.owner}",
+                         f"--preload={','.join(self.root_preload or NEUTRAL)}"],
+                        own, root_listener, self._root_log(),
+                    )  # fmt: skip
+        try:
+            fork_loop.send_once(str(sock), {"fork": request}, [listener.fileno()])
+        except OSError:
+            return False
+        return True
+
+    def _launch(self, request: dict[str, Any], listener: socket.socket) -> None:
+        args = [
+            "kvrig.run.platform_parent", f"--listen={request['listen']}",
+            f"--listen-fd={listener.fileno()}", f"--owner={self.owner}",
+            f"--preload={','.join(request['preload'])}",
+            f"--arch-preload={','.join(request['arch_preload'])}",
+        ]  # fmt: skip
+        log = request["log"]
+        self._spawn(args, request["env"], listener, Path(log) if log else None)
+
+    def _spawn(
+        self, args: list[str], env: Mapping[str, str], listener: socket.socket, log: Path | None
+    ) -> None:
+        """Starts a parent as an interpreter of its own, on the socket bound for it."""
         err: Any = subprocess.DEVNULL
         if log is not None:
             log.parent.mkdir(parents=True, exist_ok=True)
             err = open(log, "ab")  # noqa: SIM115
         try:
-            return subprocess.Popen(
-                args,
+            subprocess.Popen(
+                [self.python, "-m", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
-                env=platform_env(env),
+                env=dict(env),
+                pass_fds=(listener.fileno(),),
                 start_new_session=True,  # outlives this column: the next one uses it too
             )
         finally:
@@ -373,19 +439,32 @@ class Shared:
     def _log(self) -> Path | None:
         return self.log_dir / f"platform-parent-{os.getpid()}.log" if self.log_dir else None
 
+    def _root_log(self) -> Path | None:
+        return self.log_dir / f"root-parent-{os.getpid()}.log" if self.log_dir else None
+
+
+# The processes a run's columns start outside their own trees: a root parent, and a
+# platform's parent (one forked from a root keeps the root's command line).
+SERVING_MODULES = ("kvrig.run.platform_parent", "kvrig.run.root_parent")
+
 
 def serving(owner: int) -> list[int]:
-    """The platform parents serving the run of `owner`: started by its columns, they leave
-    its process tree when the column that started them ends (the benchmark counts them)."""
+    """The root and platform parents serving the run of `owner`: started by its columns,
+    they leave its process tree when the column that started them ends (the benchmark
+    counts them, and the processes forked from them)."""
     import psutil
 
     flag = f"--owner={owner}"
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info.get("cmdline") or []
-        if "kvrig.run.platform_parent" in cmdline and flag in cmdline:
+        if flag in cmdline and any(m in cmdline for m in SERVING_MODULES):
             found.append(proc.pid)
     return found
+
+
+def _digest(what: Any) -> str:
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
 
 def _answers(path: Path) -> bool:
@@ -420,6 +499,7 @@ class SharedParent(CellParent):
         self._env = dict(env)
         self._platform: fork_loop.Conn | None = None
         self.platform_pid: int | None = None
+        self.forked_from: int | None = None  # the root parent the platform's was forked from
         self._pid: int | None = None
         self._ready = False
 
@@ -445,6 +525,7 @@ class SharedParent(CellParent):
             raise Unshared(why)
         self._accept_ready(ready, f"the {self.spec.split(':')[0]} platform's warm parent")
         self.platform_pid = int(ready["ready"]) if ready else None
+        self.forked_from = ready.get("forked_from") if ready else None
         arch_ready = self._arch_channel(self._platform)
         self._platform.close()
         self._platform = None
@@ -516,6 +597,9 @@ class Parents:
     def close(self) -> None:
         for group in list(self._groups):
             self.stop(group)
+        for root in sorted(self.folder.glob("root-*.sock")):
+            with contextlib.suppress(OSError):
+                fork_loop.send_once(str(root), {"stop": True}, [])
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self) -> Parents:

@@ -38,6 +38,7 @@ from kvrig.run.platform_parent import (
     Shared,
     SharedParent,
     platform_env,
+    serving,
     shareable,
 )
 from kvrig.run.runner import run_cell
@@ -45,6 +46,7 @@ from kvrig.run.runner import run_cell
 from ..builders import gpu_matrix
 
 LIGHT = ("kvrig.run.cell",)  # what the parents import here: no vLLM
+ROOT = ("json",)  # and the root parent
 
 
 def cuda_cell(arch: str):
@@ -140,10 +142,11 @@ def test_the_platform_parents_environment_is_every_architectures() -> None:
     assert env_key({**a, PARENTS_ENV: "/x", OWNER_ENV: "1"}) == env_key(a)
 
 
-def test_only_cuda_and_xpu_devices_are_shared() -> None:
+def test_every_emulated_device_is_shared() -> None:
     assert shareable({emulation.EMULATE_ENV: "cuda:9.0"})
     assert shareable({emulation.EMULATE_ENV: "xpu:bmg"})
-    assert not shareable({emulation.EMULATE_ENV: "rocm:gfx942"})  # rocm.py reads it at import
+    # rocm.py reads the gfx target at import: the platform's parent imports none of vLLM.
+    assert shareable({emulation.EMULATE_ENV: "rocm:gfx942"})
     assert not shareable({emulation.EMULATE_ENV: "cuda"})
     assert not shareable({})
 
@@ -163,7 +166,8 @@ def test_a_lone_column_shares_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 def sharing(tmp_path: Path):
     with Parents() as parents:
         folder = Path(parents.env("cuda")[PARENTS_ENV])
-        yield parents, Shared(folder, os.getpid(), sys.executable, tmp_path / "logs", LIGHT)
+        logs = tmp_path / "logs"
+        yield parents, Shared(folder, os.getpid(), sys.executable, logs, LIGHT, root_preload=ROOT)
 
 
 def test_one_platform_parent_serves_every_architecture_each_from_a_parent_of_its_own(
@@ -323,3 +327,62 @@ def test_the_parent_registers_the_matrix_s_and_the_drafters_model_classes_it_can
     }
     monkeypatch.delitem(sys.modules, "fake_lfm2_on_path")
     assert "?kvrig.run.registered" not in before_a_device(preload_for("cuda", emulated=True))
+
+
+def test_every_platform_parent_of_a_run_is_forked_from_one_root(tmp_path: Path, sharing) -> None:
+    _, shared = sharing
+    plain = cell_env_of("9.0", tmp_path)
+    invariant = {**plain, "VLLM_BATCH_INVARIANT": "1"}  # read by vLLM at import: its own
+    parents = [SharedParent(env, shared).start() for env in (plain, invariant)]
+    assert parents[0].platform_pid != parents[1].platform_pid
+    roots = {p.forked_from for p in parents}
+    assert len(roots) == 1 and alive(next(iter(roots)))
+    for parent, env in zip(parents, (plain, invariant), strict=True):
+        (tmp_path / "w").mkdir(exist_ok=True)
+        pid = parent.spawn(tmp_path / "w", env, tmp_path / "cell.log")
+        assert parent.poll(pid, 20.0) == 0
+        parent.close()
+
+
+def test_a_root_that_saw_a_variable_of_vllm_s_read_leaves_each_platform_an_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "reads_vllm.py").write_text("import os\nX = os.environ.get('VLLM_X')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with Parents() as parents:
+        folder = Path(parents.env("cuda")[PARENTS_ENV])
+        logs = tmp_path / "logs"
+        shared = Shared(
+            folder, os.getpid(), sys.executable, logs, LIGHT, root_preload=("reads_vllm",)
+        )
+        parent = SharedParent(cell_env_of("9.0", tmp_path), shared).start()
+        assert parent.forked_from is None and alive(parent.platform_pid)
+        (tmp_path / "w").mkdir()
+        env = cell_env_of("9.0", tmp_path)
+        assert parent.poll(parent.spawn(tmp_path / "w", env, tmp_path / "c.log"), 20.0) == 0
+        parent.close()
+    log = "".join(p.read_text() for p in logs.glob("*.log"))
+    assert "reads_vllm.py:2 in <module>: looked up VLLM_X in the environment" in log
+    assert "starts afresh" in log
+
+
+def test_the_root_goes_with_its_run(tmp_path: Path) -> None:
+    with Parents() as parents:
+        folder = Path(parents.env("cuda")[PARENTS_ENV])
+        shared = Shared(folder, os.getpid(), sys.executable, tmp_path / "logs", LIGHT,
+                        root_preload=ROOT)  # fmt: skip
+        parent = SharedParent(cell_env_of("9.0", tmp_path), shared).start()
+        root = parent.forked_from
+        assert alive(root)
+        parent.close()
+    assert gone_within([root, parent.platform_pid]) == []
+
+
+def test_the_benchmark_finds_the_root_and_the_platform_parents_forked_from_it(
+    tmp_path: Path, sharing
+) -> None:
+    _, shared = sharing
+    parent = SharedParent(cell_env_of("9.0", tmp_path), shared).start()
+    found = serving(os.getpid())
+    assert parent.forked_from in found and parent.platform_pid in found
+    parent.close()
