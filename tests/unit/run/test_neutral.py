@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -111,3 +112,15 @@ def test_what_the_root_imports_is_every_platform_s_and_torch_first() -> None:
     # FlashInfer is CUDA's and ROCm's: XPU's import of vLLM loads none.
     assert not any("flashinfer" in m for m in neutral.NEUTRAL)
     assert neutral.PLATFORM_NEUTRAL["xpu"] == ()
+
+
+def test_a_frame_in_a_checkout_folder_named_kvrig_is_outside_kvrig() -> None:
+    import traceback
+
+    from kvrig.run.emulation.chosen import asked_from
+
+    own = str(Path(neutral.__file__))
+    stack = traceback.StackSummary.from_list(
+        [("/home/u/kvrig/tests/test_x.py", 7, "test_x", None), (own, 1, "note", None)]
+    )
+    assert asked_from(stack) == "/home/u/kvrig/tests/test_x.py:7 in test_x"

@@ -10,7 +10,9 @@ parent that noted one is unfit to serve (kvrig.run.forkserver).
 
 from __future__ import annotations
 
+import os
 import traceback
+from pathlib import Path
 
 from kvrig.define.gpus import Gpu
 from kvrig.run.emulation import EMULATE_ENV, target
@@ -35,9 +37,17 @@ def device() -> Gpu:
     return found
 
 
+# kvrig's own package folder: a checkout's folder may be named kvrig too.
+_KVRIG = str(Path(__file__).resolve().parents[2]) + os.sep
+
+
 def asked_from(stack: traceback.StackSummary) -> str:
     """The innermost frame outside kvrig that asked, as `vllm/...py:LINE in NAME`."""
-    outside = [f for f in stack if "/kvrig/" not in f.filename and "<frozen" not in f.filename]
+    outside = [
+        f
+        for f in stack
+        if not str(Path(f.filename).resolve()).startswith(_KVRIG) and "<frozen" not in f.filename
+    ]
     if not outside:
         return "kvrig"
     frame = outside[-1]
