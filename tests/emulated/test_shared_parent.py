@@ -41,8 +41,8 @@ CASES = (
     "granite_hybrid-sibling_rejects",
 )
 # Cells that set a variable vLLM reads at import: a platform parent of their own, forked
-# from the same root. On a platform's first device only: each costs its parent of their
-# own another import of vLLM.
+# from the same root. On a platform's first device only: each costs two more imports of
+# vLLM after the root's (a shared side's and an own side's).
 ENV_KEYED = ("granite_hybrid-aiter_on", "llama-batch_invariant")
 DEVICES = [(p, a) for p, a in gpus.EMULATED if p in SHARED_PLATFORMS]
 FIRST = {p: next(a for q, a in DEVICES if q == p) for p in SHARED_PLATFORMS}
@@ -91,45 +91,68 @@ def in_turn(platform: str) -> list[Cell]:
     return [cells[i] for i in rounds for cells in per_device if i < len(cells)]
 
 
-def shared_run(platform: str, parents: Parents, folder: Path) -> dict[str, Record]:
-    shared = Shared(
-        Path(parents.env(platform)[PARENTS_ENV]), os.getpid(), sys.executable, folder / "logs"
+def sharing(parents: Parents, group: str, folder: Path, **how: Any) -> Shared:
+    return Shared(
+        Path(parents.env(group)[PARENTS_ENV]), os.getpid(), sys.executable, folder / "logs", **how
     )
+
+
+def run(cells: list[Cell], platform: str, folder: Path, shared: Shared | None) -> dict[str, Record]:
+    """The cells in turn, through the shared parents when given (each asserted forked from
+    the run's root, not an interpreter of its own: its log says why)."""
     records = {}
     preload = preload_for(platform, emulated=True)
     with Pool(log_dir=folder / "logs", preload=preload, sharing=shared) as pool:
-        for cell in in_turn(platform):
+        for cell in cells:
             records[cell.id] = run_cell(cell, folder / cell.column, pool=pool)
-            assert all(isinstance(s, SharedParent) for s in pool.servers), shared.refused
-            # forked from the run's root, not an interpreter of its own (its log says why)
-            assert all(s.forked_from for s in pool.servers), list(folder.glob("logs/*.log"))
+            if shared is not None:
+                assert all(isinstance(s, SharedParent) for s in pool.servers), shared.refused
+                assert all(s.forked_from for s in pool.servers), list(folder.glob("logs/*.log"))
     return records
 
 
-def own_run(platform: str, arch: str, folder: Path) -> dict[str, Record]:
-    """The device's cells from a parent of its own, as a lone column forks them."""
-    preload = preload_for(platform, emulated=True)
-    with Pool(log_dir=folder / "logs", preload=preload) as pool:
-        return {c.id: run_cell(c, folder / c.column, pool=pool) for c in sample(platform, arch)}
+def keyed(cell: Cell) -> bool:
+    return any(cell.id.endswith(f"-{case}") for case in ENV_KEYED)
+
+
+def differ(a: dict[str, Record], b: dict[str, Record]) -> dict[str, tuple[Any, Any]]:
+    pairs = {cid: (facts(a[cid]), facts(b[cid])) for cid in b}
+    return {cid: pair for cid, pair in pairs.items() if pair[0] != pair[1]}
 
 
 def test_each_architectures_cells_after_anothers_match_a_parent_of_their_own(
     tmp_path: Path, stand_in_driver: None
 ) -> None:
-    # One pool for both sides, the shared runs (the longest) first: each run waits on an
-    # import of vLLM, so a side of its own would leave a core idle through its last one.
+    """Three sides. Shared: a platform's parent holding vLLM serves each architecture after
+    another. Own: each device's parent imports all of vLLM once its device is chosen,
+    forked from the same root (before any of vLLM: the root's watch proves it read nothing
+    a platform decides). Fresh: on each platform's first device, an interpreter of its own,
+    which proves the root adds nothing either. An interpreter per device would prove no
+    more, for an import of vLLM (25 s of a core) each."""
+    shared_dir, own_dir, fresh_dir = tmp_path / "shared", tmp_path / "own", tmp_path / "fresh"
     with Parents() as parents, ThreadPoolExecutor(2) as pool:
+        # The longest first: each run waits on an import of vLLM, two at a time.
         shared_runs = [
-            pool.submit(shared_run, p, parents, tmp_path / "shared") for p in SHARED_PLATFORMS
+            pool.submit(run, in_turn(p), p, shared_dir, sharing(parents, p, shared_dir))
+            for p in SHARED_PLATFORMS
         ]
-        own_runs = [pool.submit(own_run, *d, tmp_path / "own") for d in DEVICES]
-        shared = {k: v for run in shared_runs for k, v in run.result().items()}
-        own = {k: v for run in own_runs for k, v in run.result().items()}
+        ordinary = {p: [c for c in sample(p, FIRST[p]) if not keyed(c)] for p in SHARED_PLATFORMS}
+        fresh_runs = [pool.submit(run, ordinary[p], p, fresh_dir, None) for p in ordinary]
+        own_runs = [
+            pool.submit(
+                run, sample(p, a), p, own_dir,
+                sharing(parents, f"{p}-own", own_dir, vllm_before_a_device=False),
+            )
+            for p, a in DEVICES
+        ]  # fmt: skip
+        shared = {k: v for r in shared_runs for k, v in r.result().items()}
+        fresh = {k: v for r in fresh_runs for k, v in r.result().items()}
+        own = {k: v for r in own_runs for k, v in r.result().items()}
     assert sorted(shared) == sorted(own) and len(own) >= 3 * len(DEVICES)
     assert [c for c in own if c.endswith("-aiter_on")] and [c for c in own if "-batch_inv" in c]
-    differ = {cid: (facts(shared[cid]), facts(own[cid])) for cid in own}
-    differ = {cid: pair for cid, pair in differ.items() if pair[0] != pair[1]}
-    assert not differ, differ
+    assert not differ(shared, own), differ(shared, own)
+    assert all(len(cells) >= 3 for cells in ordinary.values()), ordinary
+    assert not differ(shared, fresh), differ(shared, fresh)
     # The samples hold what each architecture decides: DeepSeek's sparse MLA is missing
     # below 9.0 and there on 9.0.
     dsa = {c: own[c].outcome for c in own if c.endswith("deepseek_v32-default")}

@@ -311,12 +311,16 @@ class Shared:
         *,
         roots: bool = True,
         root_preload: tuple[str, ...] | None = None,
+        vllm_before_a_device: bool = True,
     ) -> None:
         self.folder, self.owner, self.python, self.log_dir = folder, owner, python, log_dir
         self.preload = preload  # the platform's emulated preload unless given
         # Whether the platforms' parents fork from the run's root (kvrig.run.root_parent),
         # which imports root_preload (vLLM's libraries unless given).
         self.roots, self.root_preload = roots, root_preload
+        # False: every platform's architecture parents import all of vLLM themselves, as
+        # ROCm's always do; each is then a parent of its own, forked from the root.
+        self.vllm_before_a_device = vllm_before_a_device
         self.refused: set[Path] = set()
 
     @classmethod
@@ -370,7 +374,8 @@ class Shared:
         """What the platform's parent is made of, whoever starts it."""
         platform = env[EMULATE_ENV].split(":", 1)[0]
         preload = self.preload or preload_for(platform, emulated=True)
-        own = () if platform in NO_VLLM_BEFORE_A_DEVICE else before_a_device(preload)
+        later = platform in NO_VLLM_BEFORE_A_DEVICE or not self.vllm_before_a_device
+        own = () if later else before_a_device(preload)
         log = self._log()
         return {
             "listen": str(path), "owner": self.owner, "preload": list(own),

@@ -151,6 +151,22 @@ def test_every_emulated_device_is_shared() -> None:
     assert not shareable({})
 
 
+def test_what_a_platform_parent_imports_of_vllm() -> None:
+    """CUDA's and XPU's platform parents import vLLM's device-free part, ROCm's none of it,
+    and none does for the shared parents' proof, whose references each import all of it
+    after their device (forked from the root)."""
+    full = preload_for("cuda", emulated=True)
+    env = cell_env(cuda_cell("9.0"), Path("/w/a"), {"PATH": "/bin"})
+    path = Path("/tmp/p/x.sock")
+    request = Shared(Path("/tmp/p"), 1, "/py", None)._request(path, env)
+    assert request["preload"] == list(before_a_device(full))
+    assert request["arch_preload"] == list(full)
+    later = Shared(Path("/tmp/p"), 1, "/py", None, vllm_before_a_device=False)
+    assert later._request(path, env)["preload"] == []
+    rocm = {**env, emulation.EMULATE_ENV: "rocm:gfx942"}
+    assert Shared(Path("/tmp/p"), 1, "/py", None)._request(path, rocm)["preload"] == []
+
+
 def test_a_lone_column_shares_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(PARENTS_ENV, raising=False)
     assert Shared.from_environment(sys.executable, None) is None
