@@ -82,9 +82,11 @@ def unit(session: nox.Session) -> None:
     _install_rig(session, *UNIT)
     session.run("kvrig", "check", "uv-cache", "snapshot", str(UV_CACHE_SNAPSHOT), env=NOX_UV)
     session.run("kvrig", "setup", "packages", "chromium", "chromium-driver")
+    # A worker per core: the tests are independent, most of them CPU-bound matrix loads.
     session.run(
-        "pytest", "-q", "-p", "no:cacheprovider", *session.posargs, env={"KVRIG_NEED_BROWSER": "1"}
-    )
+        "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", *session.posargs,
+        env={"KVRIG_NEED_BROWSER": "1"},
+    )  # fmt: skip
 
 
 @nox.session(python=PYTHON, default=False)
