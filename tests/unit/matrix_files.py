@@ -64,7 +64,8 @@ def refusal(path: Path) -> str:
 
 def line_at(path: Path, loc: Loc) -> int:
     """The line of the key at `loc` in the file (a list item: its first key's), read with
-    the YAML composer, not with the loader under test."""
+    the YAML composer, not with the loader under test's constructors (both on libyaml's
+    parser where PyYAML has it)."""
     node = yaml.compose(path.read_text(), Loader=_LOADER)
     line = None
     for part in loc:
