@@ -33,6 +33,13 @@ PYTHON = None
 UV_CACHE_SNAPSHOT = ROOT / ".nox" / "uv-cache-before.json"
 # nox's own uv, which need not be on PATH (pipx install nox[uv]): kvrig installs with it.
 NOX_UV = {"UV": getattr(nox.virtualenv, "UV", "uv")}
+# The rig's own test suites leave JUnit beside the columns' (results/<column>/junit.xml), so
+# a CI job that collects them names a failed test of these too, not only a failed cell's.
+JUNIT = ROOT / "results" / "junit"
+
+
+def _junit(suite: str) -> str:
+    return f"--junitxml={JUNIT / f'{suite}.xml'}"
 
 
 def _install_rig(session: nox.Session, *groups: str) -> None:
@@ -84,7 +91,7 @@ def unit(session: nox.Session) -> None:
     session.run("kvrig", "setup", "packages", "chromium", "chromium-driver")
     # A worker per core: the tests are independent, most of them CPU-bound matrix loads.
     session.run(
-        "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", *session.posargs,
+        "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", _junit("unit"), *session.posargs,
         env={"KVRIG_NEED_BROWSER": "1"},
     )  # fmt: skip
 
@@ -100,7 +107,7 @@ def faults(session: nox.Session) -> None:
     # most wait on one interpreter's import of vLLM; the overlay tests stay on one worker.
     session.run(
         "pytest", "tests/integration", "-q", "-p", "no:cacheprovider", "-n", "2",
-        "--dist", "loadgroup", *session.posargs, env=NOX_UV,
+        "--dist", "loadgroup", _junit("faults"), *session.posargs, env=NOX_UV,
     )  # fmt: skip
 
 
@@ -155,7 +162,7 @@ def emulated(session: nox.Session) -> None:
     if not session.posargs:
         # A platform's shared parent gives each architecture's cells, forked after another
         # architecture's, the records a parent of their own gives.
-        session.run("pytest", "tests/emulated", "-q", "-p", "no:cacheprovider")
+        session.run("pytest", "tests/emulated", "-q", "-p", "no:cacheprovider", _junit("emulated"))
         # With the early check patched out, every CUDA and ROCm early_error cell must turn
         # red here too (the two devices side by side).
         session.run(

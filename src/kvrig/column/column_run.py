@@ -10,12 +10,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kvrig.column import run_order
 from kvrig.define import column_choice, named_release
 from kvrig.define.cells import Cell, expand, skipped_for_needs, with_needs_met
 from kvrig.define.matrix import Matrix, MatrixError, load
@@ -24,7 +26,7 @@ from kvrig.provision import install, libcuda_stub
 from kvrig.publish import results as results_mod
 from kvrig.run.cell import STUB_ENV, STUB_SYMBOLS_ENV, cell_env
 from kvrig.run.emulation import wheel
-from kvrig.run.forkserver import Pool, preload_for
+from kvrig.run.forkserver import MAX_SERVERS, Pool, env_key, preload_for
 from kvrig.run.platform_parent import Shared
 
 
@@ -42,6 +44,9 @@ class ColumnRun:
     named: named_release.NamedRelease | None = None
     resumed: bool = False
     state: dict[str, Any] = field(default_factory=dict)
+    # This process runs every cell in turn (no xdist workers): they run a parent at a time
+    # (kvrig.column.run_order), and the pool keeps one parent.
+    one_process: bool = False
     _pool: Pool | None = None
 
     @property
@@ -74,16 +79,27 @@ class ColumnRun:
                 preload=preload_for(self.platform, emulated=self.device is not None),
                 # Under kvrig emulated or kvrig release diff, the platform's parent is shared.
                 sharing=Shared.from_environment(sys.executable, logs) if self.device else None,
+                max_servers=1 if self.one_process else MAX_SERVERS,
             )
         return self._pool
+
+    def parent_key(self, cell: Cell) -> Hashable:
+        """Which warm parent the cell forks from: the part of its environment it imports under."""
+        return env_key(cell_env(cell, self.results / "cells" / cell.id))
+
+    def in_run_order(self, cells: Sequence[Cell]) -> list[Cell]:
+        """The cells in the order this process runs them (as the items are ordered)."""
+        return run_order.run_order(
+            cells, lambda c: c, self.parent_key if self.one_process else None
+        )
 
     def prestart(self) -> None:
         """Starts the warm parent's vLLM import while pytest (and xdist) collect, rather
         than when the first cell asks for it."""
         done = {r.get("cell_id") for r in results_mod.read(self.results)} if self.resumed else set()
         # A resumed run whose every cell has its row (a finished run kept) starts no parent.
-        to_run = (c for c in self.cells if c.expect.outcome != "skip" and c.id not in done)
-        first = next(to_run, None)
+        to_run = [c for c in self.cells if c.expect.outcome != "skip" and c.id not in done]
+        first = next(iter(self.in_run_order(to_run)), None)
         if first is not None and not self.cold:
             self.pool().prestart(cell_env(first, self.results / "cells" / first.id))
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kvrig.column import column_run, progress, resume
+from kvrig.column import column_run, progress, resume, run_order
 from kvrig.column.column_run import COLUMN_KEY, column_facts
 from kvrig.column.items import CellItem, MatrixFile
 from kvrig.define import column_choice, column_options
@@ -135,6 +135,7 @@ def pytest_configure(config: pytest.Config) -> None:
         progress.ProgressPlugin(config, max(1, workers)), "kvrig-progress"
     )
     if not workers:
+        run.one_process = True
         run.prestart()
 
 
@@ -199,19 +200,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         keep = [i for i in keep if not isinstance(i, CellItem) or i.cell.id in wanted]
     if len(keep) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
-    items[:] = sorted(keep, key=_slow_first)
-
-
-def _slow_first(item: pytest.Item) -> int:
-    """The longest cells start first, so two cells side by side do not end with one core
-    idle behind a long one. Read off the matrix alone, so every xdist worker collects the
-    same order."""
-    if not isinstance(item, CellItem):
-        return 3
-    cell = item.cell
-    if cell.multiprocessing:
-        return 0
-    return 1 if cell.model.checkpoint else 2
+    # Read off the matrix alone, so every xdist worker collects the same order.
+    items[:] = run_order.run_order(
+        keep,
+        lambda i: i.cell if isinstance(i, CellItem) else None,
+        run.parent_key if run.one_process else None,
+    )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

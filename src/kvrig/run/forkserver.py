@@ -533,8 +533,12 @@ class Pool:
         log_dir: Path | None = None,
         preload: tuple[str, ...] = PRELOAD,
         sharing: Sharing | None = None,
+        max_servers: int = MAX_SERVERS,
     ) -> None:
         self.warm = warm
+        # 1 where the owner runs its cells a parent at a time (kvrig.column.run_order): a
+        # parent it left is not wanted again, so it goes when the next one is asked for.
+        self.max_servers = max(1, max_servers)
         self.python = python
         self.log_dir = log_dir
         self.preload = preload
@@ -559,7 +563,7 @@ class Pool:
         return self._add(env, wait=True)
 
     def _add(self, env: Mapping[str, str], wait: bool) -> CellParent:
-        while len(self._servers) >= MAX_SERVERS:
+        while len(self._servers) >= self.max_servers:
             self._servers.pop(0).close()
         server = self.sharing.parent_for(env) if self.sharing is not None else None
         if server is None:

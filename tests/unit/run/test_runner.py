@@ -94,6 +94,21 @@ def test_a_warm_parent_forks_each_cell_and_reports_how_it_ended(tmp_path: Path) 
     assert not Path(f"/proc/{pid}").exists()  # closing the pool ended (and reaped) it
 
 
+@pytest.mark.parametrize("max_servers", [1, 2])
+def test_a_pool_of_one_parent_ends_the_one_it_left_when_another_is_asked_for(
+    tmp_path: Path, max_servers: int
+) -> None:
+    fake = {FAULT_ENV: "fake:0"}
+    with Pool(preload=("kvrig.run.cell",), max_servers=max_servers) as pool:
+        run_cell(CELL, tmp_path / "a", pool=pool, env_overrides=fake)
+        (first,) = pool.servers
+        # A variable read at import: a parent of its own.
+        other = {**fake, "KVRIG_ORDER_TEST": "1"}
+        assert run_cell(CELL, tmp_path / "b", pool=pool, env_overrides=other).outcome == "ran"
+        assert len(pool.servers) == max_servers
+        assert first.alive() == (max_servers == 2)
+
+
 def test_kill_session_of_nothing_returns() -> None:
     assert session_pids(2**22 + 12345) == []
     kill_session(2**22 + 12345)
